@@ -1,0 +1,237 @@
+//! Wire types shared by the eBPF programs (`tracer-ebpf`) and user space (`tracer`).
+//!
+//! Every event starts with an [`EventHeader`]; `EventHeader::kind` says which struct follows.
+//! All structs are `#[repr(C)]` with explicit padding so both sides agree on the layout, and
+//! user space decodes them from untrusted byte slices (`tracer::decode::bpf_event`).
+#![no_std]
+
+pub const TASK_COMM_LEN: usize = 16;
+/// `MFD_NAME_MAX_LEN` is 249 bytes + NUL; 256 keeps the buffer a power of two for the verifier.
+pub const MEMFD_NAME_LEN: usize = 256;
+/// `MAX_EVENT_DESC` of user_events: the longest `name_args` the kernel accepts.
+pub const USER_EVENT_NAME_LEN: usize = 512;
+pub const EXEC_FILENAME_LEN: usize = 256;
+/// memfds of interest a single process may hold at once before new ones go untracked (counted).
+pub const MEMFD_SLOTS: usize = 4;
+
+/// user_events ioctls (64-bit values; the size field encodes `sizeof(pointer)`).
+pub const DIAG_IOCSREG: u32 = 0xC008_2A00;
+pub const DIAG_IOCSDEL: u32 = 0x4008_2A01;
+pub const DIAG_IOCSUNREG: u32 = 0x4008_2A02;
+
+/// Name the .NET runtime (11+, 10.x backport) gives the memfd it maps once its diagnostic IPC is ready.
+pub const DOTNET_IPC_MEMFD_NAME: &[u8] = b"dotnet_ipc_created";
+/// Name CoreCLR (7+, W^X enabled) gives the memfd behind its executable memory.
+pub const DOUBLEMAPPER_MEMFD_NAME: &[u8] = b"doublemapper";
+
+/// Kind of every record on the BPF ring buffer. Values are the wire encoding.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    MemfdCreate = 1,
+    DotnetIpcReady = 2,
+    DotnetRuntimeSeen = 3,
+    UserEventsRegister = 4,
+    UserEventsDelete = 5,
+    UserEventsUnregister = 6,
+    ProcessFork = 7,
+    ProcessExec = 8,
+    ProcessExit = 9,
+}
+
+impl EventKind {
+    /// Number of slots in per-kind tables (index 0 is unused so the wire value is the index).
+    pub const TABLE_LEN: usize = 10;
+    pub const ALL: [EventKind; 9] = [
+        EventKind::MemfdCreate,
+        EventKind::DotnetIpcReady,
+        EventKind::DotnetRuntimeSeen,
+        EventKind::UserEventsRegister,
+        EventKind::UserEventsDelete,
+        EventKind::UserEventsUnregister,
+        EventKind::ProcessFork,
+        EventKind::ProcessExec,
+        EventKind::ProcessExit,
+    ];
+
+    pub fn from_u32(v: u32) -> Option<EventKind> {
+        EventKind::ALL.iter().copied().find(|k| *k as u32 == v)
+    }
+}
+
+/// Why an event could not be delivered intact; one per-CPU counter per (event kind, reason).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// `bpf_ringbuf_reserve` failed: the ring was full, the event is gone.
+    RingFull = 0,
+    /// A `bpf_probe_read_*` of the syscall's argument failed; the event was sent with a status.
+    ReadFailed = 1,
+    /// The enter→exit pending map or a tracking map was full; the event could not be correlated.
+    MapFull = 2,
+}
+
+impl LossReason {
+    pub const COUNT: usize = 3;
+    pub const ALL: [LossReason; 3] = [LossReason::RingFull, LossReason::ReadFailed, LossReason::MapFull];
+
+    /// Index into the `COUNTERS` per-CPU array.
+    pub const fn counter_index(kind: EventKind, reason: LossReason) -> u32 {
+        kind as u32 * LossReason::COUNT as u32 + reason as u32
+    }
+}
+
+pub const COUNTERS_LEN: u32 = (EventKind::TABLE_LEN * LossReason::COUNT) as u32;
+
+/// Which memfd of interest a mapping or creation refers to.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemfdKind {
+    DotnetIpcCreated = 1,
+    DoubleMapper = 2,
+}
+
+impl MemfdKind {
+    pub fn from_u32(v: u32) -> Option<MemfdKind> {
+        match v {
+            1 => Some(MemfdKind::DotnetIpcCreated),
+            2 => Some(MemfdKind::DoubleMapper),
+            _ => None,
+        }
+    }
+}
+
+/// Common prefix of every ring-buffer record (64 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EventHeader {
+    pub kind: u32,
+    /// CPU the event was produced on; `seq` counts per CPU so user space can see gaps.
+    pub cpu: u32,
+    pub seq: u64,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC nanoseconds.
+    pub ktime_ns: u64,
+    /// Thread-group id (the process id user space sees).
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub cgroup_id: u64,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+/// `memfd_create` of a name of interest (emitted at syscall exit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemfdCreateEvent {
+    pub header: EventHeader,
+    pub memfd_kind: u32,
+    pub flags: u32,
+    /// fd or -errno.
+    pub ret: i64,
+    /// Bytes of `name` read (without NUL), or a negative errno if the read failed.
+    pub name_len: i32,
+    pub _pad: u32,
+    pub name: [u8; MEMFD_NAME_LEN],
+}
+
+/// A successful `mmap` of a tracked memfd: `DotnetIpcReady` or `DotnetRuntimeSeen`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MmapEvent {
+    pub header: EventHeader,
+    pub memfd_kind: u32,
+    pub fd: i32,
+    /// Address the kernel returned.
+    pub addr: u64,
+    pub len: u64,
+    pub prot: u64,
+    pub flags: u64,
+    pub offset: u64,
+}
+
+/// A user_events ioctl (`DIAG_IOCSREG`, `DIAG_IOCSDEL`, `DIAG_IOCSUNREG`), read at syscall exit.
+///
+/// For REG the `reg_*` fields are `struct user_reg`; for UNREG they hold `struct user_unreg`
+/// (`reg_enable_bit` = disable_bit, `reg_enable_size`/`reg_flags` = the reserved fields,
+/// `reg_enable_addr` = disable_addr). For DEL only `name` is meaningful.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserEventsIoctlEvent {
+    pub header: EventHeader,
+    pub fd: i32,
+    /// 0 when the argument struct was read, else the negative errno of the read.
+    pub arg_read: i32,
+    /// 0 or -errno.
+    pub ret: i64,
+    /// Full 64-bit command register as the tracepoint saw it.
+    pub cmd: u64,
+    pub arg: u64,
+    pub reg_size: u32,
+    pub reg_enable_bit: u8,
+    pub reg_enable_size: u8,
+    pub reg_flags: u16,
+    pub reg_enable_addr: u64,
+    pub reg_name_args: u64,
+    pub reg_write_index: u32,
+    /// Bytes of `name` read (without NUL), or a negative errno; 0 when there is no string.
+    pub name_len: i32,
+    pub name: [u8; USER_EVENT_NAME_LEN],
+}
+
+/// A new process (not a thread) was forked; the header describes the parent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessForkEvent {
+    pub header: EventHeader,
+    pub child_pid: u32,
+    pub _pad: u32,
+    pub clone_flags: u64,
+}
+
+/// `execve` succeeded; the header describes the process after exec.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessExecEvent {
+    pub header: EventHeader,
+    /// Thread id that called exec (differs from the pid when a non-leader thread execs).
+    pub old_tid: u32,
+    /// Bytes of `filename` read, or a negative errno.
+    pub filename_len: i32,
+    pub filename: [u8; EXEC_FILENAME_LEN],
+}
+
+/// The thread-group leader exited (emitted once per process).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessExitEvent {
+    pub header: EventHeader,
+}
+
+/// Settings user space writes into the `CONFIG` array (index 0) before attaching.
+///
+/// Tracepoint field offsets vary between kernels (e.g. `sched_process_fork` switched its comm
+/// fields to `__data_loc` in recent kernels), so user space reads them from the `format` files.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Config {
+    /// Events from this tgid (tracer itself) are never emitted.
+    pub tracer_tgid: u32,
+    /// Non-zero: only tgids present in the `TARGETS` map are reported.
+    pub filter_targets: u32,
+    /// `sched_process_fork.child_pid`.
+    pub fork_child_pid_offset: u32,
+    /// `task_newtask.pid` and `task_newtask.clone_flags`.
+    pub newtask_pid_offset: u32,
+    pub newtask_clone_flags_offset: u32,
+    /// `sched_process_exec.filename` (`__data_loc char[]`) and `old_pid`.
+    pub exec_filename_offset: u32,
+    pub exec_old_pid_offset: u32,
+    pub _pad: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain-old-data structs without references, with explicit padding.
+    unsafe impl aya::Pod for super::Config {}
+}

@@ -1,0 +1,1 @@
+//! .NET diagnostic IPC: locating a runtime's socket safely and sending commands.

@@ -1,0 +1,1 @@
+//! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in `decode`.

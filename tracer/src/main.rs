@@ -1,0 +1,28 @@
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Linux observability for .NET diagnostics and user_events, from the kernel up.
+///
+/// tracer detects, inside the kernel (eBPF on syscall tracepoints), .NET processes whose
+/// diagnostic IPC is ready and processes registering Linux user_events; it starts .NET tracing
+/// sessions and reads kernel trace data from the memory-mapped ftrace ring buffer.
+/// Needs root (or CAP_BPF + CAP_PERFMON + tracefs access); `tracer check` tells what is missing.
+#[derive(Parser)]
+#[command(name = "tracer", version, propagate_version = true)]
+struct Cli {
+    /// Log verbosity for diagnostics on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "info", env = "TRACER_LOG")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    env_logger::Builder::new().parse_filters(&cli.log_level).format_timestamp_millis().init();
+    match cli.command {}
+}

@@ -1,0 +1,1 @@
+//! Tracing sessions started over the diagnostic IPC (streaming nettrace, user_events).

@@ -1,0 +1,113 @@
+//! Maps kernel CLOCK_MONOTONIC nanoseconds (BPF `bpf_ktime_get_ns`, ftrace `trace_clock=mono`,
+//! nettrace timestamps on Linux) to wall-clock time for the `ts` field of every output line.
+
+/// Wall-clock = monotonic + offset, with the offset sampled once at start-up so every source
+/// shares one conversion (and lines from different sources sort consistently).
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    /// realtime_ns − monotonic_ns at start-up.
+    offset_ns: i128,
+}
+
+impl Clock {
+    /// Samples both clocks now.
+    pub fn new() -> Clock {
+        // Bracket the realtime read between two monotonic reads and use their midpoint.
+        let m1 = monotonic_ns();
+        let r = clock_ns(libc::CLOCK_REALTIME);
+        let m2 = monotonic_ns();
+        let mid = (m1 as i128 + m2 as i128) / 2;
+        Clock { offset_ns: r as i128 - mid }
+    }
+
+    /// A clock with a fixed offset (tests).
+    pub fn with_offset(offset_ns: i128) -> Clock {
+        Clock { offset_ns }
+    }
+
+    /// Wall-clock nanoseconds since the Unix epoch for a monotonic timestamp.
+    pub fn wall_ns(&self, mono_ns: u64) -> i128 {
+        mono_ns as i128 + self.offset_ns
+    }
+
+    /// ISO-8601 UTC with nanoseconds, e.g. `2026-11-29T22:30:00.123456789Z`.
+    pub fn iso8601(&self, mono_ns: u64) -> String {
+        format_iso8601(self.wall_ns(mono_ns))
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
+fn clock_ns(id: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Formats nanoseconds since the epoch as ISO-8601 UTC (proleptic Gregorian calendar).
+pub fn format_iso8601(epoch_ns: i128) -> String {
+    let secs = epoch_ns.div_euclid(1_000_000_000) as i64;
+    let nanos = epoch_ns.rem_euclid(1_000_000_000) as u32;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day); Howard Hinnant's civil_from_days.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_epoch_and_known_dates() {
+        assert_eq!(format_iso8601(0), "1970-01-01T00:00:00.000000000Z");
+        // 2000-02-29 (leap day) 12:34:56.000000789
+        assert_eq!(format_iso8601(951_827_696_000_000_789), "2000-02-29T12:34:56.000000789Z");
+        // 2026-11-29T22:30:00Z
+        assert_eq!(format_iso8601(1_796_423_400_000_000_000), "2026-11-29T22:30:00.000000000Z");
+        assert_eq!(format_iso8601(-1), "1969-12-31T23:59:59.999999999Z");
+    }
+
+    #[test]
+    fn clock_offset_applies() {
+        let c = Clock::with_offset(1_000_000_000);
+        assert_eq!(c.wall_ns(5), 1_000_000_005);
+        assert_eq!(c.iso8601(0), "1970-01-01T00:00:01.000000000Z");
+    }
+
+    #[test]
+    fn live_clock_is_close_to_realtime() {
+        let c = Clock::new();
+        let wall = c.wall_ns(monotonic_ns());
+        let real = clock_ns(libc::CLOCK_REALTIME) as i128;
+        assert!((wall - real).abs() < 50_000_000, "wall {wall} vs realtime {real}");
+    }
+}

