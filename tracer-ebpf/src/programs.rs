@@ -1,0 +1,711 @@
+//! In-kernel detection for tracer.
+//!
+//! * `.NET` diagnostic IPC readiness: `memfd_create("dotnet_ipc_created")` followed by an `mmap`
+//!   of that fd (any protection), and CoreCLR's W^X `doublemapper` memfd (once per process).
+//! * user_events registrations: `DIAG_IOCSREG` / `DIAG_IOCSDEL` / `DIAG_IOCSUNREG` ioctls, read at
+//!   syscall exit (the kernel has just copied the argument, so the pages are resident).
+//! * Lifecycle (fork / exec / exit) of the processes that did any of the above, so user space can
+//!   keep the per-process registration table the kernel keeps per mm.
+//!
+//! Events are reserved directly in the ring buffer and filled in place. The ring entry is the
+//! scratch space for the 512-byte `name_args` (never the stack): on ≥ 6.13 kernels syscall
+//! tracepoint programs are preemptible, so a per-CPU scratch slot shared by several programs
+//! could be overwritten mid-use by another program on the same CPU; a reservation cannot.
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_uid_gid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::{map, tracepoint},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
+};
+use tracer_common::{
+    COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, DOTNET_IPC_MEMFD_NAME,
+    DOUBLEMAPPER_MEMFD_NAME, EventHeader, EventKind, LossReason, MEMFD_SLOTS, MemfdCreateEvent,
+    MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
+    UserEventsIoctlEvent,
+};
+
+const MAP_ANONYMOUS: u64 = 0x20;
+const CLONE_THREAD: u64 = 0x0001_0000;
+/// `mmap` returns an address or -errno; the kernel's errno range is [-4095, -1].
+const MAX_ERRNO: i64 = 4095;
+/// Syscall tracepoint context: argument i at 16 + 8*i, the return value at 16 (§5.2).
+const SYSCALL_ARG0: usize = 16;
+const SYSCALL_RET: usize = 16;
+
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// Per-CPU loss counters, indexed by `LossReason::counter_index(kind, reason)`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS_LEN, 0);
+
+/// Per-CPU, per-kind sequence number stamped into every event (gaps = events that never made
+/// it). Each kind is emitted by exactly one program and a program never re-enters itself on a
+/// CPU, so a plain increment cannot race (the v1 BPF ISA aya-build targets has no fetch-add).
+#[map]
+static SEQ: PerCpuArray<u64> = PerCpuArray::with_max_entries(EventKind::TABLE_LEN as u32, 0);
+
+#[map]
+static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+
+/// Optional target tgids (`Config::filter_targets`); children of targets are added on fork.
+#[map]
+static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+
+/// Processes that did something of interest; their fork/exec/exit are reported.
+#[map]
+static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemfdSlots {
+    fd: [i32; MEMFD_SLOTS],
+    kind: [u32; MEMFD_SLOTS],
+}
+
+/// tgid → open memfds of interest. Cleaned on close, exec and exit; bounded.
+#[map]
+static MEMFDS: HashMap<u32, MemfdSlots> = HashMap::with_max_entries(16384, 0);
+
+/// tgids already reported as `DotnetRuntimeSeen` (doublemapper maps many times per process).
+#[map]
+static RUNTIME_SEEN: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PendingMemfd {
+    uname: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PendingMmap {
+    len: u64,
+    prot: u64,
+    flags: u64,
+    offset: u64,
+    fd: i32,
+    kind: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PendingIoctl {
+    cmd: u64,
+    arg: u64,
+    fd: i32,
+    _pad: u32,
+}
+
+// Enter → exit correlation, keyed by pid_tgid (one syscall in flight per thread).
+#[map]
+static PENDING_MEMFD: HashMap<u64, PendingMemfd> = HashMap::with_max_entries(4096, 0);
+#[map]
+static PENDING_MMAP: HashMap<u64, PendingMmap> = HashMap::with_max_entries(4096, 0);
+#[map]
+static PENDING_IOCTL: HashMap<u64, PendingIoctl> = HashMap::with_max_entries(4096, 0);
+
+/// child tid → clone flags, from `task_newtask` to the `sched_process_fork` that follows it.
+#[map]
+static NEW_TASKS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
+
+/// Packed `struct user_reg` (28 bytes) as the process passed it.
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct UserReg {
+    size: u32,
+    enable_bit: u8,
+    enable_size: u8,
+    flags: u16,
+    enable_addr: u64,
+    name_args: u64,
+    write_index: u32,
+}
+
+/// Packed `struct user_unreg` (16 bytes).
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct UserUnreg {
+    size: u32,
+    disable_bit: u8,
+    reserved: u8,
+    reserved2: u16,
+    disable_addr: u64,
+}
+
+#[inline(always)]
+fn config() -> Option<&'static Config> {
+    CONFIG.get(0)
+}
+
+#[inline(always)]
+fn count_loss(kind: EventKind, reason: LossReason) {
+    if let Some(ptr) = COUNTERS.get_ptr_mut(LossReason::counter_index(kind, reason)) {
+        // SAFETY: the map value is a u64 owned by the map for the program's lifetime; atomic
+        // because preemptible syscall programs on one CPU may interleave.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(ptr, 1) };
+    }
+}
+
+/// True when events of `tgid` must not be reported (tracer itself, or not a selected target).
+#[inline(always)]
+fn excluded(tgid: u32) -> bool {
+    let Some(cfg) = config() else { return true };
+    if tgid == cfg.tracer_tgid {
+        return true;
+    }
+    // SAFETY: read-only lookup of a plain u8 value.
+    cfg.filter_targets != 0 && unsafe { TARGETS.get(&tgid) }.is_none()
+}
+
+#[inline(always)]
+fn is_tracked(tgid: u32) -> bool {
+    // SAFETY: read-only lookup of a plain u8 value.
+    unsafe { TRACKED.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+fn track(tgid: u32, kind: EventKind) {
+    if TRACKED.insert(&tgid, &1, 0).is_err() {
+        count_loss(kind, LossReason::MapFull);
+    }
+}
+
+#[inline(always)]
+fn next_seq(kind: EventKind) -> u64 {
+    match SEQ.get_ptr_mut(kind as u32) {
+        Some(ptr) => {
+            // SAFETY: map value pointer valid for this invocation; see `SEQ` for why no atomic.
+            unsafe {
+                let seq = *ptr;
+                *ptr = seq + 1;
+                seq
+            }
+        }
+        None => 0,
+    }
+}
+
+/// Fills the common header of an event being emitted by the current task.
+#[inline(always)]
+fn fill_header(h: &mut EventHeader, kind: EventKind, seq: u64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let uid_gid = bpf_get_current_uid_gid();
+    h.kind = kind as u32;
+    // SAFETY: helpers without preconditions.
+    unsafe {
+        h.cpu = bpf_get_smp_processor_id();
+        h.ktime_ns = bpf_ktime_get_ns();
+        h.cgroup_id = bpf_get_current_cgroup_id();
+    }
+    h.seq = seq;
+    h.pid = (pid_tgid >> 32) as u32;
+    h.tid = pid_tgid as u32;
+    h.uid = uid_gid as u32;
+    h.gid = (uid_gid >> 32) as u32;
+    h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+}
+
+/// Reserves an event of type `T`, or counts the loss. The sequence number is taken first so a
+/// failed reservation leaves a visible gap.
+macro_rules! reserve {
+    ($ty:ty, $kind:expr) => {{
+        let seq = next_seq($kind);
+        match EVENTS.reserve::<$ty>(0) {
+            Some(entry) => Some((entry, seq)),
+            None => {
+                count_loss($kind, LossReason::RingFull);
+                None
+            }
+        }
+    }};
+}
+
+#[inline(always)]
+fn syscall_arg(ctx: &TracePointContext, i: usize) -> u64 {
+    // SAFETY: syscall tracepoint contexts hold six u64 arguments from offset 16.
+    unsafe { ctx.read_at::<u64>(SYSCALL_ARG0 + 8 * i) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn syscall_ret(ctx: &TracePointContext) -> i64 {
+    // SAFETY: syscall exit contexts hold the return value at offset 16.
+    unsafe { ctx.read_at::<i64>(SYSCALL_RET) }.unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// memfd_create
+
+#[tracepoint(category = "syscalls", name = "sys_enter_memfd_create")]
+pub fn sys_enter_memfd_create(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if excluded((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let pending = PendingMemfd { uname: syscall_arg(&ctx, 0), flags: syscall_arg(&ctx, 1) };
+    if PENDING_MEMFD.insert(&pid_tgid, &pending, 0).is_err() {
+        count_loss(EventKind::MemfdCreate, LossReason::MapFull);
+    }
+    0
+}
+
+#[inline(always)]
+fn memfd_kind_of(name: &[u8]) -> Option<MemfdKind> {
+    if name == DOTNET_IPC_MEMFD_NAME {
+        Some(MemfdKind::DotnetIpcCreated)
+    } else if name == DOUBLEMAPPER_MEMFD_NAME {
+        Some(MemfdKind::DoubleMapper)
+    } else {
+        None
+    }
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_memfd_create")]
+pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING_MEMFD.get(&pid_tgid) }).copied() else { return 0 };
+    let _ = PENDING_MEMFD.remove(&pid_tgid);
+    let tgid = (pid_tgid >> 32) as u32;
+    let ret = syscall_ret(&ctx);
+
+    // Names of interest are short: a 32-byte read tells them apart from every longer name.
+    let mut buf = [0u8; 32];
+    // SAFETY: reads user memory through the helper, bounded by `buf`.
+    let name = match unsafe { bpf_probe_read_user_str_bytes(pending.uname as *const u8, &mut buf) } {
+        Ok(name) => name,
+        Err(_) => {
+            count_loss(EventKind::MemfdCreate, LossReason::ReadFailed);
+            return 0;
+        }
+    };
+    let Some(kind) = memfd_kind_of(name) else { return 0 };
+    let name_len = name.len();
+
+    if ret >= 0 {
+        remember_memfd(tgid, ret as i32, kind);
+    }
+    track(tgid, EventKind::MemfdCreate);
+
+    let Some((mut entry, seq)) = reserve!(MemfdCreateEvent, EventKind::MemfdCreate) else {
+        return 0;
+    };
+    // SAFETY: the reservation is exactly one MemfdCreateEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, EventKind::MemfdCreate, seq);
+    ev.memfd_kind = kind as u32;
+    ev.flags = pending.flags as u32;
+    ev.ret = ret;
+    ev.name_len = name_len as i32;
+    ev._pad = 0;
+    ev.name = [0; tracer_common::MEMFD_NAME_LEN];
+    let src = match kind {
+        MemfdKind::DotnetIpcCreated => DOTNET_IPC_MEMFD_NAME,
+        MemfdKind::DoubleMapper => DOUBLEMAPPER_MEMFD_NAME,
+    };
+    let mut i = 0;
+    while i < src.len() && i < ev.name.len() {
+        ev.name[i] = src[i];
+        i += 1;
+    }
+    entry.submit(0);
+    0
+}
+
+#[inline(always)]
+fn remember_memfd(tgid: u32, fd: i32, kind: MemfdKind) {
+    if let Some(slots) = MEMFDS.get_ptr_mut(&tgid) {
+        // SAFETY: map value pointer valid for this program invocation.
+        let slots = unsafe { &mut *slots };
+        for i in 0..MEMFD_SLOTS {
+            if slots.fd[i] < 0 {
+                slots.fd[i] = fd;
+                slots.kind[i] = kind as u32;
+                return;
+            }
+        }
+        count_loss(EventKind::MemfdCreate, LossReason::MapFull);
+        return;
+    }
+    let mut slots = MemfdSlots { fd: [-1; MEMFD_SLOTS], kind: [0; MEMFD_SLOTS] };
+    slots.fd[0] = fd;
+    slots.kind[0] = kind as u32;
+    if MEMFDS.insert(&tgid, &slots, 0).is_err() {
+        count_loss(EventKind::MemfdCreate, LossReason::MapFull);
+    }
+}
+
+/// Forget a tracked memfd when its fd is closed (the number may be reused for anything).
+#[tracepoint(category = "syscalls", name = "sys_enter_close")]
+pub fn sys_enter_close(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let Some(slots) = MEMFDS.get_ptr_mut(&tgid) else { return 0 };
+    let fd = syscall_arg(&ctx, 0) as i32;
+    // SAFETY: map value pointer valid for this program invocation.
+    let slots = unsafe { &mut *slots };
+    let mut live = 0;
+    for i in 0..MEMFD_SLOTS {
+        if slots.fd[i] == fd {
+            slots.fd[i] = -1;
+        } else if slots.fd[i] >= 0 {
+            live += 1;
+        }
+    }
+    if live == 0 {
+        let _ = MEMFDS.remove(&tgid);
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// mmap
+
+#[tracepoint(category = "syscalls", name = "sys_enter_mmap")]
+pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
+    let flags = syscall_arg(&ctx, 3);
+    let fd = syscall_arg(&ctx, 4) as i32;
+    if flags & MAP_ANONYMOUS != 0 || fd < 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: the value is copied out immediately.
+    let Some(slots) = (unsafe { MEMFDS.get(&tgid) }).copied() else { return 0 };
+    let mut kind = 0;
+    for i in 0..MEMFD_SLOTS {
+        if slots.fd[i] == fd {
+            kind = slots.kind[i];
+        }
+    }
+    if kind == 0 || excluded(tgid) {
+        return 0;
+    }
+    // SAFETY: read-only lookup.
+    if kind == MemfdKind::DoubleMapper as u32 && unsafe { RUNTIME_SEEN.get(&tgid) }.is_some() {
+        return 0;
+    }
+    let pending = PendingMmap {
+        len: syscall_arg(&ctx, 1),
+        prot: syscall_arg(&ctx, 2),
+        flags,
+        offset: syscall_arg(&ctx, 5),
+        fd,
+        kind,
+    };
+    if PENDING_MMAP.insert(&pid_tgid, &pending, 0).is_err() {
+        count_loss(mmap_event_kind(kind), LossReason::MapFull);
+    }
+    0
+}
+
+#[inline(always)]
+fn mmap_event_kind(memfd_kind: u32) -> EventKind {
+    if memfd_kind == MemfdKind::DotnetIpcCreated as u32 {
+        EventKind::DotnetIpcReady
+    } else {
+        EventKind::DotnetRuntimeSeen
+    }
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_mmap")]
+pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING_MMAP.get(&pid_tgid) }).copied() else { return 0 };
+    let _ = PENDING_MMAP.remove(&pid_tgid);
+    let ret = syscall_ret(&ctx);
+    if (-MAX_ERRNO..0).contains(&ret) {
+        return 0;
+    }
+    let tgid = (pid_tgid >> 32) as u32;
+    let kind = mmap_event_kind(pending.kind);
+    if kind == EventKind::DotnetRuntimeSeen && RUNTIME_SEEN.insert(&tgid, &1, 0).is_err() {
+        count_loss(kind, LossReason::MapFull);
+    }
+    let Some((mut entry, seq)) = reserve!(MmapEvent, kind) else { return 0 };
+    // SAFETY: the reservation is exactly one MmapEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, kind, seq);
+    ev.memfd_kind = pending.kind;
+    ev.fd = pending.fd;
+    ev.addr = ret as u64;
+    ev.len = pending.len;
+    ev.prot = pending.prot;
+    ev.flags = pending.flags;
+    ev.offset = pending.offset;
+    entry.submit(0);
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// ioctl (user_events)
+
+#[inline(always)]
+fn user_events_kind(cmd: u64) -> Option<EventKind> {
+    // Callers declaring `int request` sign-extend the command: compare the low 32 bits only.
+    match cmd as u32 {
+        DIAG_IOCSREG => Some(EventKind::UserEventsRegister),
+        DIAG_IOCSDEL => Some(EventKind::UserEventsDelete),
+        DIAG_IOCSUNREG => Some(EventKind::UserEventsUnregister),
+        _ => None,
+    }
+}
+
+#[tracepoint(category = "syscalls", name = "sys_enter_ioctl")]
+pub fn sys_enter_ioctl(ctx: TracePointContext) -> u32 {
+    let cmd = syscall_arg(&ctx, 1);
+    let Some(kind) = user_events_kind(cmd) else { return 0 };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if excluded((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let pending =
+        PendingIoctl { cmd, arg: syscall_arg(&ctx, 2), fd: syscall_arg(&ctx, 0) as i32, _pad: 0 };
+    if PENDING_IOCTL.insert(&pid_tgid, &pending, 0).is_err() {
+        count_loss(kind, LossReason::MapFull);
+    }
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_ioctl")]
+pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING_IOCTL.get(&pid_tgid) }).copied() else { return 0 };
+    let _ = PENDING_IOCTL.remove(&pid_tgid);
+    let Some(kind) = user_events_kind(pending.cmd) else { return 0 };
+    let ret = syscall_ret(&ctx);
+    track((pid_tgid >> 32) as u32, kind);
+
+    let Some((mut entry, seq)) = reserve!(UserEventsIoctlEvent, kind) else { return 0 };
+    // SAFETY: the reservation is exactly one UserEventsIoctlEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, kind, seq);
+    ev.fd = pending.fd;
+    ev.ret = ret;
+    ev.cmd = pending.cmd;
+    ev.arg = pending.arg;
+    ev.arg_read = 0;
+    ev.reg_size = 0;
+    ev.reg_enable_bit = 0;
+    ev.reg_enable_size = 0;
+    ev.reg_flags = 0;
+    ev.reg_enable_addr = 0;
+    ev.reg_name_args = 0;
+    ev.reg_write_index = 0;
+    ev.name_len = 0;
+
+    // The string to capture: name_args for REG, the event name for DEL, none for UNREG.
+    let mut string_ptr = 0u64;
+    match kind {
+        EventKind::UserEventsRegister => {
+            // SAFETY: user memory read through the helper.
+            match unsafe { bpf_probe_read_user(pending.arg as *const UserReg) } {
+                Ok(reg) => {
+                    ev.reg_size = reg.size;
+                    ev.reg_enable_bit = reg.enable_bit;
+                    ev.reg_enable_size = reg.enable_size;
+                    ev.reg_flags = reg.flags;
+                    ev.reg_enable_addr = reg.enable_addr;
+                    ev.reg_name_args = reg.name_args;
+                    ev.reg_write_index = reg.write_index;
+                    string_ptr = reg.name_args;
+                }
+                Err(e) => {
+                    ev.arg_read = e;
+                    count_loss(kind, LossReason::ReadFailed);
+                }
+            }
+        }
+        EventKind::UserEventsUnregister => {
+            // SAFETY: user memory read through the helper.
+            match unsafe { bpf_probe_read_user(pending.arg as *const UserUnreg) } {
+                Ok(unreg) => {
+                    ev.reg_size = unreg.size;
+                    ev.reg_enable_bit = unreg.disable_bit;
+                    ev.reg_enable_size = unreg.reserved;
+                    ev.reg_flags = unreg.reserved2;
+                    ev.reg_enable_addr = unreg.disable_addr;
+                }
+                Err(e) => {
+                    ev.arg_read = e;
+                    count_loss(kind, LossReason::ReadFailed);
+                }
+            }
+        }
+        _ => string_ptr = pending.arg,
+    }
+    if string_ptr != 0 {
+        // SAFETY: user memory read through the helper into the reserved entry, bounded by it.
+        ev.name_len = match unsafe { bpf_probe_read_user_str_bytes(string_ptr as *const u8, &mut ev.name) } {
+            Ok(s) => s.len() as i32,
+            Err(e) => {
+                count_loss(kind, LossReason::ReadFailed);
+                e
+            }
+        };
+    }
+    entry.submit(0);
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process lifecycle of tracked processes
+
+/// Records the clone flags of a new task so `sched_process_fork` can tell threads from processes.
+#[tracepoint(category = "task", name = "task_newtask")]
+pub fn task_newtask(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_tracked(tgid) {
+        return 0;
+    }
+    let Some(cfg) = config() else { return 0 };
+    // SAFETY: offsets come from the tracepoint's format file (user space checks their bounds).
+    let (child, flags) = unsafe {
+        (
+            ctx.read_at::<u32>(cfg.newtask_pid_offset as usize),
+            ctx.read_at::<u64>(cfg.newtask_clone_flags_offset as usize),
+        )
+    };
+    let (Ok(child), Ok(flags)) = (child, flags) else {
+        count_loss(EventKind::ProcessFork, LossReason::ReadFailed);
+        return 0;
+    };
+    if NEW_TASKS.insert(&child, &flags, 0).is_err() {
+        count_loss(EventKind::ProcessFork, LossReason::MapFull);
+    }
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_fork")]
+pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_tracked(tgid) {
+        return 0;
+    }
+    let Some(cfg) = config() else { return 0 };
+    // SAFETY: offset from the format file.
+    let Ok(child) = (unsafe { ctx.read_at::<u32>(cfg.fork_child_pid_offset as usize) }) else {
+        count_loss(EventKind::ProcessFork, LossReason::ReadFailed);
+        return 0;
+    };
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(clone_flags) = (unsafe { NEW_TASKS.get(&child) }).copied() else {
+        count_loss(EventKind::ProcessFork, LossReason::MapFull);
+        return 0;
+    };
+    let _ = NEW_TASKS.remove(&child);
+    if clone_flags & CLONE_THREAD != 0 {
+        return 0;
+    }
+    track(child, EventKind::ProcessFork);
+    // SAFETY: read-only lookup.
+    if cfg.filter_targets != 0 && unsafe { TARGETS.get(&tgid) }.is_some() {
+        let _ = TARGETS.insert(&child, &1, 0);
+    }
+    if excluded(tgid) {
+        return 0;
+    }
+    let Some((mut entry, seq)) = reserve!(ProcessForkEvent, EventKind::ProcessFork) else {
+        return 0;
+    };
+    // SAFETY: the reservation is exactly one ProcessForkEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, EventKind::ProcessFork, seq);
+    ev.child_pid = child;
+    ev._pad = 0;
+    ev.clone_flags = clone_flags;
+    entry.submit(0);
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // The new image starts without the old one's memfds of interest or runtime.
+    let _ = MEMFDS.remove(&tgid);
+    let _ = RUNTIME_SEEN.remove(&tgid);
+    if !is_tracked(tgid) || excluded(tgid) {
+        return 0;
+    }
+    let Some(cfg) = config() else { return 0 };
+    let Some((mut entry, seq)) = reserve!(ProcessExecEvent, EventKind::ProcessExec) else {
+        return 0;
+    };
+    // SAFETY: the reservation is exactly one ProcessExecEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, EventKind::ProcessExec, seq);
+    // SAFETY: offsets from the format file; `filename` is a __data_loc (offset | len << 16)
+    // relative to the start of the record.
+    unsafe {
+        ev.old_tid = ctx.read_at::<u32>(cfg.exec_old_pid_offset as usize).unwrap_or(0);
+        ev.filename_len = match ctx.read_at::<u32>(cfg.exec_filename_offset as usize) {
+            Ok(loc) => {
+                let src = ctx.as_ptr_u8().add((loc & 0xffff) as usize);
+                match bpf_probe_read_kernel_str_bytes(src, &mut ev.filename) {
+                    Ok(s) => s.len() as i32,
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+    }
+    entry.submit(0);
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // Only the thread-group leader's exit ends the process.
+    if pid_tgid as u32 != tgid {
+        return 0;
+    }
+    let _ = MEMFDS.remove(&tgid);
+    let _ = RUNTIME_SEEN.remove(&tgid);
+    if !is_tracked(tgid) {
+        return 0;
+    }
+    let _ = TRACKED.remove(&tgid);
+    let report = !excluded(tgid);
+    let _ = TARGETS.remove(&tgid);
+    if !report {
+        return 0;
+    }
+    let Some((mut entry, seq)) = reserve!(ProcessExitEvent, EventKind::ProcessExit) else {
+        return 0;
+    };
+    // SAFETY: the reservation is exactly one ProcessExitEvent.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, EventKind::ProcessExit, seq);
+    entry.submit(0);
+    0
+}
+
+trait CtxBytes {
+    fn as_ptr_u8(&self) -> *const u8;
+}
+
+impl CtxBytes for TracePointContext {
+    fn as_ptr_u8(&self) -> *const u8 {
+        use aya_ebpf::EbpfContext;
+        self.as_ptr() as *const u8
+    }
+}
+
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
