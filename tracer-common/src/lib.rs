@@ -73,7 +73,8 @@ pub enum LossReason {
 
 impl LossReason {
     pub const COUNT: usize = 3;
-    pub const ALL: [LossReason; 3] = [LossReason::RingFull, LossReason::ReadFailed, LossReason::MapFull];
+    pub const ALL: [LossReason; 3] =
+        [LossReason::RingFull, LossReason::ReadFailed, LossReason::MapFull];
 
     /// Index into the `COUNTERS` per-CPU array.
     pub const fn counter_index(kind: EventKind, reason: LossReason) -> u32 {

@@ -279,7 +279,8 @@ pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
     // Names of interest are short: a 32-byte read tells them apart from every longer name.
     let mut buf = [0u8; 32];
     // SAFETY: reads user memory through the helper, bounded by `buf`.
-    let name = match unsafe { bpf_probe_read_user_str_bytes(pending.uname as *const u8, &mut buf) } {
+    let name = match unsafe { bpf_probe_read_user_str_bytes(pending.uname as *const u8, &mut buf) }
+    {
         Ok(name) => name,
         Err(_) => {
             count_loss(EventKind::MemfdCreate, LossReason::ReadFailed);
@@ -544,13 +545,14 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
     }
     if string_ptr != 0 {
         // SAFETY: user memory read through the helper into the reserved entry, bounded by it.
-        ev.name_len = match unsafe { bpf_probe_read_user_str_bytes(string_ptr as *const u8, &mut ev.name) } {
-            Ok(s) => s.len() as i32,
-            Err(e) => {
-                count_loss(kind, LossReason::ReadFailed);
-                e
-            }
-        };
+        ev.name_len =
+            match unsafe { bpf_probe_read_user_str_bytes(string_ptr as *const u8, &mut ev.name) } {
+                Ok(s) => s.len() as i32,
+                Err(e) => {
+                    count_loss(kind, LossReason::ReadFailed);
+                    e
+                }
+            };
     }
     entry.submit(0);
     0

@@ -1,1 +1,3 @@
 //! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in `decode`.
+pub mod privileges;
+pub mod tracefs;

@@ -18,7 +18,8 @@ impl JsonLines {
 
     /// Creates (truncates) `path`.
     pub fn file(path: &Path) -> anyhow::Result<JsonLines> {
-        let f = File::create(path).with_context(|| format!("creating output file {}", path.display()))?;
+        let f = File::create(path)
+            .with_context(|| format!("creating output file {}", path.display()))?;
         Ok(JsonLines { out: Box::new(BufWriter::new(f)) })
     }
 

@@ -1,0 +1,2 @@
+//! ftrace binary formats: `events/<sys>/<event>/format` files, ring-buffer pages and records.
+pub mod format;

@@ -1,0 +1,91 @@
+//! Which capabilities this process has, and a clear error naming the ones it lacks.
+use std::fs;
+
+use thiserror::Error;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    DacReadSearch = 2,
+    SysPtrace = 19,
+    SysAdmin = 21,
+    Perfmon = 38,
+    Bpf = 39,
+}
+
+impl Capability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::DacReadSearch => "CAP_DAC_READ_SEARCH",
+            Capability::SysPtrace => "CAP_SYS_PTRACE",
+            Capability::SysAdmin => "CAP_SYS_ADMIN",
+            Capability::Perfmon => "CAP_PERFMON",
+            Capability::Bpf => "CAP_BPF",
+        }
+    }
+}
+
+/// The effective capability set of this process.
+#[derive(Clone, Copy, Debug)]
+pub struct Capabilities {
+    effective: u64,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error(
+    "insufficient privileges: loading BPF programs and attaching tracepoints needs root, or {} \
+     (missing: {}); run tracer with sudo",
+    "CAP_BPF and CAP_PERFMON",
+    missing.join(", ")
+)]
+pub struct MissingPrivileges {
+    pub missing: Vec<&'static str>,
+}
+
+impl Capabilities {
+    pub fn current() -> std::io::Result<Capabilities> {
+        let status = fs::read_to_string("/proc/self/status")?;
+        Ok(Capabilities::from_status(&status).unwrap_or(Capabilities { effective: 0 }))
+    }
+
+    /// Parses the `CapEff:` line of a `/proc/<pid>/status` text.
+    pub fn from_status(status: &str) -> Option<Capabilities> {
+        let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+        u64::from_str_radix(hex, 16).ok().map(|effective| Capabilities { effective })
+    }
+
+    pub fn has(&self, cap: Capability) -> bool {
+        self.effective & (1u64 << cap as u32) != 0
+    }
+
+    /// BPF tracing needs CAP_BPF + CAP_PERFMON (5.8+), or CAP_SYS_ADMIN which implies both.
+    pub fn check_bpf_tracing(&self) -> Result<(), MissingPrivileges> {
+        if self.has(Capability::SysAdmin) {
+            return Ok(());
+        }
+        let missing: Vec<&'static str> = [Capability::Bpf, Capability::Perfmon]
+            .into_iter()
+            .filter(|c| !self.has(*c))
+            .map(Capability::name)
+            .collect();
+        if missing.is_empty() { Ok(()) } else { Err(MissingPrivileges { missing }) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_partial_capability_sets() {
+        let root = Capabilities::from_status("Name:\tx\nCapEff:\t000001ffffffffff\n").unwrap();
+        assert!(root.check_bpf_tracing().is_ok());
+        let bpf_only =
+            Capabilities::from_status(&format!("CapEff:\t{:016x}\n", 1u64 << 39)).unwrap();
+        let err = bpf_only.check_bpf_tracing().unwrap_err();
+        assert_eq!(err.missing, vec!["CAP_PERFMON"]);
+        assert!(err.to_string().contains("missing: CAP_PERFMON"), "{err}");
+        let none = Capabilities::from_status("CapEff:\t0000000000000000\n").unwrap();
+        assert_eq!(none.check_bpf_tracing().unwrap_err().missing, vec!["CAP_BPF", "CAP_PERFMON"]);
+        assert!(Capabilities::from_status("Name: x\n").is_none());
+    }
+}
