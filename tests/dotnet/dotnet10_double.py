@@ -1,0 +1,628 @@
+"""A test double that behaves like a .NET 10 runtime towards diagnostic tools.
+
+Written from the protocol reference (shared/reference/dotnet-diagnostics.md), independently of
+tracer's own code, so tests exercise tracer against the documented behaviour:
+
+* start-up, in the runtime's order: bind + listen on `$TMPDIR/dotnet-diagnostic-<pid>-<key>-socket`
+  (mode 0600, key = field 22 of /proc/self/stat), THEN `memfd_create("dotnet_ipc_created")` + mmap;
+* a single-threaded diagnostic server without read timeouts (like the runtime): ProcessInfo,
+  ProcessInfo2, ProcessInfo3, CollectTracing..CollectTracing5 (streaming nettrace V4 framing, and
+  CT5 session_type 1 = user_events), StopTracing; anything else → UNKNOWN_COMMAND;
+* user_events sessions: receives the `user_events_data` fd over SCM_RIGHTS BEFORE replying,
+  registers `<name> u8 version; u16 event_id; __rel_loc u8[] extension; __rel_loc u8[] payload`
+  (enable_bit 31, enable_size 4), writes Tracepoint Format V1 records with writev only while the
+  kernel has set bit 31, sends metadata only on an event's first write, and unregisters when the
+  client closes the connection (polled every 100 ms).
+
+stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events`;
+`SESSION_ENDED <id>`; replies to commands. stdin commands:
+  `gc N`    one GCStart (reason Induced) + GCEnd per GC into every session → `GC_DONE N <total>`
+  `emit N`  N `TestDouble/Tick` EventSource events (fields: Int32 Sequence, String Message)
+            → `EMITTED N <written> <skipped_disabled>`
+  `sessions` → `SESSIONS <active>`;  `exit` / EOF → exit 0.
+Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
+"""
+import ctypes
+import mmap
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+MAGIC = b"DOTNET_IPC_V1\0"
+HEADER = struct.Struct("<14sHBBH")
+UNKNOWN_COMMAND = 0x80131385
+BAD_ENCODING = 0x80131384
+E_FAIL = 0x80004005
+RUNTIME_PROVIDER = "Microsoft-Windows-DotNETRuntime"
+DOUBLE_PROVIDER = "TestDouble"
+DIAG_IOCSREG = 0xC0082A00
+DIAG_IOCSUNREG = 0x40082A02
+TRACEPOINT_FIELDS = "u8 version; u16 event_id; __rel_loc u8[] extension; __rel_loc u8[] payload"
+
+out_lock = threading.Lock()
+
+
+def say(*words):
+    with out_lock:
+        print(*words, flush=True)
+
+
+def disambiguation_key():
+    stat = open("/proc/self/stat").read()
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def utf16z(s):
+    return (s + "\0").encode("utf-16-le")
+
+
+def ipc_string(s):
+    return struct.pack("<I", len(s) + 1) + utf16z(s)
+
+
+def ok_reply(payload):
+    return HEADER.pack(MAGIC, 20 + len(payload), 0xFF, 0x00, 0) + payload
+
+
+def error_reply(hresult):
+    return HEADER.pack(MAGIC, 24, 0xFF, 0xFF, 0) + struct.pack("<I", hresult)
+
+
+class Reader:
+    """Payload parser with the runtime's rules (strings must be NUL-terminated and in bounds)."""
+
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def take(self, n):
+        if self.pos + n > len(self.data):
+            raise ValueError("truncated payload")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def u8(self):
+        return self.take(1)[0]
+
+    def u32(self):
+        return struct.unpack("<I", self.take(4))[0]
+
+    def u64(self):
+        return struct.unpack("<Q", self.take(8))[0]
+
+    def string(self):
+        n = self.u32()
+        if n == 0:
+            return ""
+        raw = self.take(2 * n)
+        if raw[-2:] != b"\0\0":
+            raise ValueError("string without terminator")
+        return raw[:-2].decode("utf-16-le")
+
+    def u32_array(self):
+        return [self.u32() for _ in range(self.u32())]
+
+
+def varuint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class Metadata:
+    def __init__(self, provider, event_id, name, keywords, version, level, fields):
+        self.provider, self.event_id, self.name = provider, event_id, name
+        self.keywords, self.version, self.level, self.fields = keywords, version, level, fields
+
+    def body(self):
+        """NetTrace metadata body without the leading MetadataId."""
+        b = utf16z(self.provider) + struct.pack("<I", self.event_id) + utf16z(self.name)
+        b += struct.pack("<qIII", self.keywords, self.version, self.level, len(self.fields))
+        for type_code, field_name in self.fields:
+            b += struct.pack("<I", type_code) + utf16z(field_name)
+        return b
+
+
+GC_START = Metadata(RUNTIME_PROVIDER, 1, "", 0x1, 2, 4, [])
+GC_END = Metadata(RUNTIME_PROVIDER, 2, "", 0x1, 1, 4, [])
+TICK = Metadata(DOUBLE_PROVIDER, 1, "Tick", 0x0, 0, 4, [(9, "Sequence"), (18, "Message")])
+
+
+def gc_start_payload(count):
+    # GCStart V2: Count, Depth, Reason (1 = Induced), Type, ClrInstanceID, ClientSequenceNumber.
+    return struct.pack("<IIIIHQ", count, 2, 1, 0, 0, 0)
+
+
+def gc_end_payload(count):
+    return struct.pack("<IIH", count, 2, 0)
+
+
+def tick_payload(seq):
+    return struct.pack("<i", seq) + utf16z(f"tick {seq}")
+
+
+class Provider:
+    def __init__(self, name, keywords, level, filter_enable=None, filter_ids=()):
+        self.name, self.keywords, self.level = name, keywords, level
+        self.filter_enable, self.filter_ids = filter_enable, list(filter_ids)
+        self.tracepoint_default, self.tracepoint_sets = "", []
+
+    def enabled(self, meta):
+        # Runtime order: keywords, level, then the event filter (reference §4.1).
+        if meta.keywords and not (meta.keywords & self.keywords):
+            return False
+        if meta.level and self.level and self.level < meta.level:
+            return False
+        if self.filter_enable is None:
+            return True
+        listed = meta.event_id in self.filter_ids
+        return listed if self.filter_enable else not listed
+
+
+def parse_provider(r, with_filter):
+    keywords, level, name, _args = r.u64(), r.u32(), r.string(), r.string()
+    if not name or level > 5:
+        raise ValueError("bad provider")
+    p = Provider(name, keywords, level)
+    if with_filter:
+        enable = r.u8()
+        ids = r.u32_array()
+        p.filter_enable, p.filter_ids = bool(enable), ids
+    return p
+
+
+class StreamingSession:
+    """Writes a nettrace (V4 framing) stream on the client's socket."""
+
+    def __init__(self, sid, conn, providers):
+        self.sid, self.conn, self.providers = sid, conn, providers
+        self.offset = 0
+        self.metadata_ids = {}
+        self.seq = 0
+        self.thread_id = threading.get_native_id()
+        self.lock = threading.Lock()
+        self.closed = False
+        self.send(b"Nettrace" + struct.pack("<I", 20) + b"!FastSerialization.1")
+        self.send(self.object_start("Trace", 4, 4) + self.trace_payload() + b"\x06")
+
+    def send(self, b):
+        self.conn.sendall(b)
+        self.offset += len(b)
+
+    @staticmethod
+    def object_start(name, version, min_version):
+        name_b = name.encode()
+        return (b"\x05\x05\x01" + struct.pack("<iiI", version, min_version, len(name_b))
+                + name_b + b"\x06")
+
+    def trace_payload(self):
+        t = time.gmtime()
+        now_ns = time.monotonic_ns()
+        sync = struct.pack("<8H", t.tm_year, t.tm_mon, (t.tm_wday + 1) % 7, t.tm_mday,
+                           t.tm_hour, t.tm_min, t.tm_sec, 0)
+        return sync + struct.pack("<qqIIII", now_ns, 1_000_000_000, 8, os.getpid(),
+                                  os.cpu_count() or 1, 1_000_000)
+
+    def block(self, name, content):
+        start = self.object_start(name, 2, 2)
+        # BlockSize, then zero padding so the content starts 4-aligned in the stream.
+        pos_after_size = self.offset + len(start) + 4
+        pad = (-pos_after_size) % 4
+        self.send(start + struct.pack("<I", len(content)) + b"\0" * pad + content + b"\x06")
+
+    @staticmethod
+    def blob(flags_fields, payload):
+        return flags_fields + varuint(len(payload)) + payload
+
+    def events_block(self, blobs, ts):
+        header = struct.pack("<HHqq", 20, 1, ts, ts)
+        return header + b"".join(blobs)
+
+    def write_events(self, items):
+        """items: list of (Metadata, payload). Metadata goes out before the events using it."""
+        with self.lock:
+            if self.closed:
+                return 0
+            selected = [(m, p) for m, p in items
+                        if any(pr.name == m.provider and pr.enabled(m) for pr in self.providers)]
+            if not selected:
+                return 0
+            ts = time.monotonic_ns()
+            new_meta = []
+            for m, _ in selected:
+                if id(m) not in self.metadata_ids:
+                    self.metadata_ids[id(m)] = len(self.metadata_ids) + 1
+                    new_meta.append(m)
+            if new_meta:
+                blobs = []
+                for m in new_meta:
+                    payload = struct.pack("<I", self.metadata_ids[id(m)]) + m.body()
+                    # Flags: timestamp delta always present + payload size (0x80).
+                    blobs.append(bytes([0x80]) + varuint(0) + varuint(len(payload)) + payload)
+                self.block("MetadataBlock", self.events_block(blobs, ts))
+            blobs = []
+            prev_ts = 0
+            prev_meta = 0
+            prev_seq = 0
+            first = True
+            for m, p in selected:
+                self.seq += 1
+                mid = self.metadata_ids[id(m)]
+                flags = 0x80 | 0x02  # payload size + sequence/capture thread/proc
+                fields = b""
+                if mid != prev_meta:
+                    flags |= 0x01
+                    fields += varuint(mid)
+                fields += varuint(self.seq - prev_seq - 1) + varuint(self.thread_id) + varuint(0)
+                if first:
+                    flags |= 0x04 | 0x40
+                    fields += varuint(self.thread_id)
+                ev_ts = time.monotonic_ns()
+                fields += varuint(ev_ts - prev_ts)
+                blobs.append(bytes([flags]) + fields + varuint(len(p)) + p)
+                prev_ts, prev_meta, prev_seq, first = ev_ts, mid, self.seq, False
+            self.block("EventBlock", self.events_block(blobs, ts))
+            return len(selected)
+
+    def stop(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            ts = time.monotonic_ns()
+            sp = struct.pack("<qI", ts, 1) + struct.pack("<QI", self.thread_id, self.seq)
+            try:
+                self.block("SPBlock", sp)
+                self.send(b"\x01")
+            finally:
+                self.conn.close()
+
+
+class UserEventReg(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("size", ctypes.c_uint32), ("enable_bit", ctypes.c_uint8),
+                ("enable_size", ctypes.c_uint8), ("flags", ctypes.c_uint16),
+                ("enable_addr", ctypes.c_uint64), ("name_args", ctypes.c_uint64),
+                ("write_index", ctypes.c_uint32)]
+
+
+class UserEventUnreg(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("size", ctypes.c_uint32), ("disable_bit", ctypes.c_uint8),
+                ("reserved", ctypes.c_uint8), ("reserved2", ctypes.c_uint16),
+                ("disable_addr", ctypes.c_uint64)]
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+
+
+class Tracepoint:
+    def __init__(self, fd, name):
+        self.name = name
+        self.enabled = ctypes.c_uint32(0)
+        self.args = ctypes.create_string_buffer(f"{name} {TRACEPOINT_FIELDS}".encode())
+        reg = UserEventReg(28, 31, 4, 0, ctypes.addressof(self.enabled),
+                           ctypes.addressof(self.args), 0)
+        if libc.ioctl(fd, DIAG_IOCSREG, ctypes.byref(reg)) != 0:
+            raise OSError(ctypes.get_errno(), f"DIAG_IOCSREG {name}")
+        self.write_index = reg.write_index
+
+    def is_enabled(self):
+        return bool(self.enabled.value & (1 << 31))
+
+    def unregister(self, fd):
+        unreg = UserEventUnreg(16, 31, 0, 0, ctypes.addressof(self.enabled))
+        if libc.ioctl(fd, DIAG_IOCSUNREG, ctypes.byref(unreg)) != 0:
+            say("ERROR DIAG_IOCSUNREG", self.name, ctypes.get_errno())
+
+
+class UserEventsSession:
+    def __init__(self, sid, conn, fd, providers):
+        self.sid, self.conn, self.fd, self.providers = sid, conn, fd, providers
+        self.lock = threading.Lock()
+        self.closed = False
+        self.meta_sent = set()
+        self.tracepoints = {}  # name -> Tracepoint
+        for p in providers:
+            for tp_name in [p.tracepoint_default] + [n for n, _ in p.tracepoint_sets]:
+                if tp_name and tp_name not in self.tracepoints:
+                    self.tracepoints[tp_name] = Tracepoint(fd, tp_name)
+        threading.Thread(target=self.watch_peer, daemon=True).start()
+
+    def tracepoint_for(self, provider, event_id):
+        for name, ids in provider.tracepoint_sets:
+            if event_id in ids:
+                return self.tracepoints[name]
+        return self.tracepoints.get(provider.tracepoint_default)
+
+    def write_events(self, items):
+        written = skipped = 0
+        with self.lock:
+            if self.closed:
+                return 0, 0
+            for m, payload in items:
+                provider = next((p for p in self.providers
+                                 if p.name == m.provider and p.enabled(m)), None)
+                if provider is None:
+                    continue
+                tp = self.tracepoint_for(provider, m.event_id)
+                if tp is None:
+                    continue
+                if not tp.is_enabled():
+                    skipped += 1
+                    continue
+                ext = b""
+                # Native runtime events never carry metadata; EventSource events only on first write.
+                if m.provider != RUNTIME_PROVIDER and id(m) not in self.meta_sent:
+                    meta = m.body()  # provider name first (dotnet/runtime PR #118294)
+                    ext = b"\x01" + struct.pack("<I", len(meta)) + meta
+                    self.meta_sent.add(id(m))
+                head = struct.pack("<IBHII", tp.write_index, 1, m.event_id & 0xFFFF,
+                                   (len(ext) << 16) | 4, (len(payload) << 16) | len(ext))
+                os.writev(self.fd, [head, ext, payload])
+                written += 1
+        return written, skipped
+
+    def watch_peer(self):
+        # The runtime polls the continuation socket about every 100 ms and ends the session when
+        # the client has closed it (dotnet/runtime PR #117435).
+        while True:
+            try:
+                data = self.conn.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+                if data == b"":
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                break
+            time.sleep(0.1)
+        self.stop()
+
+    def stop(self):
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            for tp in self.tracepoints.values():
+                tp.unregister(self.fd)
+            os.close(self.fd)
+            self.conn.close()
+        server.session_ended(self)
+
+
+class Server:
+    def __init__(self):
+        self.sessions = {}
+        self.lock = threading.Lock()
+        self.next_id = 0x7F00_0000_1000
+        self.gc_count = 0
+        self.tick_seq = 0
+        self.cookie = os.urandom(16)
+
+    def new_session_id(self):
+        with self.lock:
+            self.next_id += 0x100
+            return self.next_id
+
+    def session_ended(self, session):
+        with self.lock:
+            present = self.sessions.pop(session.sid, None)
+        if present is not None:
+            say("SESSION_ENDED", hex(session.sid))
+
+    def serve(self, listener):
+        while True:
+            conn, _ = listener.accept()
+            try:
+                self.handle(conn)
+            except Exception as e:  # a broken client must not stop the server
+                say("CLIENT_ERROR", repr(e))
+                conn.close()
+
+    @staticmethod
+    def recv_exact(conn, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = conn.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("client closed mid-message")
+            buf += chunk
+        return buf
+
+    def handle(self, conn):
+        magic, size, cset, cid, _ = HEADER.unpack(self.recv_exact(conn, 20))
+        if magic != MAGIC:
+            conn.sendall(error_reply(0x80131386))
+            conn.close()
+            return
+        if size < 20:
+            conn.sendall(error_reply(BAD_ENCODING))
+            conn.close()
+            return
+        payload = self.recv_exact(conn, size - 20)
+        say("COMMAND", f"{cset:02x}{cid:02x}")
+        if cset == 0x04 and cid in (0x00, 0x04, 0x08):
+            conn.sendall(ok_reply(self.process_info(cid)))
+            conn.close()
+        elif cset == 0x02 and cid == 0x01:
+            sid = Reader(payload).u64()
+            with self.lock:
+                session = self.sessions.get(sid)
+            if session is None:
+                conn.sendall(error_reply(BAD_ENCODING))
+                conn.close()
+                return
+            conn.sendall(ok_reply(struct.pack("<Q", sid)))
+            conn.close()
+            session.stop()
+            self.session_ended(session)
+        elif cset == 0x02 and cid in (0x02, 0x03, 0x04, 0x05, 0x06):
+            self.collect_tracing(conn, cid, Reader(payload))
+        else:
+            conn.sendall(error_reply(UNKNOWN_COMMAND))
+            conn.close()
+
+    def process_info(self, cid):
+        body = struct.pack("<Q", os.getpid()) + self.cookie
+        body += ipc_string(" ".join([sys.executable] + sys.argv)) + ipc_string("Linux")
+        body += ipc_string("x64")
+        if cid in (0x04, 0x08):
+            body += ipc_string("TestDouble") + ipc_string("10.0.0+test-double")
+        if cid == 0x08:
+            body = struct.pack("<I", 1) + body + ipc_string("linux-x64")
+        return body
+
+    def collect_tracing(self, conn, cid, r):
+        try:
+            if cid == 0x06:
+                session_type = r.u32()
+                if session_type == 1:
+                    return self.start_user_events(conn, r)
+                if session_type != 0:
+                    raise ValueError("bad session type")
+                buffer_mb, fmt, _rundown_kw, _stack = r.u32(), r.u32(), r.u64(), r.u8()
+            else:
+                buffer_mb, fmt = r.u32(), r.u32()
+                if cid == 0x03:
+                    r.u8()
+                elif cid == 0x04:
+                    r.u8(), r.u8()
+                elif cid == 0x05:
+                    r.u64(), r.u8()
+            count = r.u32()
+            if buffer_mb == 0 or fmt != 1 or not 1 <= count <= 1000:
+                raise ValueError("bad session parameters")
+            providers = [parse_provider(r, cid == 0x06) for _ in range(count)]
+        except ValueError:
+            conn.sendall(error_reply(BAD_ENCODING))
+            conn.close()
+            return
+        sid = self.new_session_id()
+        conn.sendall(ok_reply(struct.pack("<Q", sid)))
+        session = StreamingSession(sid, conn, providers)
+        with self.lock:
+            self.sessions[sid] = session
+        say("SESSION_STARTED", hex(sid), "streaming")
+
+    def start_user_events(self, conn, r):
+        try:
+            _rundown_kw = r.u64()
+            providers = []
+            for _ in range(r.u32()):
+                p = parse_provider(r, True)
+                p.tracepoint_default = r.string()
+                for _ in range(r.u32()):
+                    name, ids = r.string(), r.u32_array()
+                    if not name or not ids:
+                        raise ValueError("empty tracepoint set")
+                    p.tracepoint_sets.append((name, ids))
+                if not p.tracepoint_default and not p.tracepoint_sets:
+                    raise ValueError("no tracepoint")
+                providers.append(p)
+            if not providers:
+                raise ValueError("no providers")
+        except ValueError:
+            conn.sendall(error_reply(BAD_ENCODING))
+            conn.close()
+            return
+        # The fd arrives after the command (a separate 1-byte message with SCM_RIGHTS).
+        msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 1)
+        if len(fds) != 1:
+            conn.sendall(error_reply(BAD_ENCODING))
+            conn.close()
+            return
+        sid = self.new_session_id()
+        try:
+            session = UserEventsSession(sid, conn, fds[0], providers)
+        except OSError as e:
+            say("REGISTER_FAILED", e.errno)
+            os.close(fds[0])
+            conn.sendall(error_reply(E_FAIL))
+            conn.close()
+            return
+        with self.lock:
+            self.sessions[sid] = session
+        conn.sendall(ok_reply(struct.pack("<Q", sid)))
+        say("SESSION_STARTED", hex(sid), "user_events")
+
+    def broadcast(self, items):
+        with self.lock:
+            sessions = list(self.sessions.values())
+        written = skipped = 0
+        for s in sessions:
+            try:
+                result = s.write_events(items)
+            except OSError:
+                continue
+            if isinstance(result, tuple):
+                written += result[0]
+                skipped += result[1]
+            else:
+                written += result
+        return written, skipped
+
+
+server = Server()
+
+
+def main():
+    tmpdir = os.environ.get("TMPDIR") or "/tmp"
+    path = os.path.join(tmpdir, f"dotnet-diagnostic-{os.getpid()}-{disambiguation_key()}-socket")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.fchmod(listener.fileno(), 0o600)
+    listener.bind(path)
+    listener.listen(255)
+    if os.environ.get("DOUBLE_IPC_MEMFD", "1") != "0":
+        # After the listen socket exists, like ds_ipc_stream_factory_configure.
+        memfd = os.memfd_create("dotnet_ipc_created", os.MFD_CLOEXEC)
+        os.ftruncate(memfd, mmap.PAGESIZE)
+        marker = mmap.mmap(memfd, mmap.PAGESIZE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        os.close(memfd)
+        globals()["_marker"] = marker  # keep the mapping alive
+    threading.Thread(target=server.serve, args=(listener,), daemon=True).start()
+    say("READY", os.getpid(), path)
+    try:
+        for line in sys.stdin:
+            cmd = line.split()
+            if not cmd:
+                continue
+            if cmd[0] == "gc":
+                n = int(cmd[1])
+                items = []
+                for _ in range(n):
+                    server.gc_count += 1
+                    items.append((GC_START, gc_start_payload(server.gc_count)))
+                    items.append((GC_END, gc_end_payload(server.gc_count)))
+                server.broadcast(items)
+                say("GC_DONE", n, server.gc_count)
+            elif cmd[0] == "emit":
+                n = int(cmd[1])
+                items = []
+                for _ in range(n):
+                    server.tick_seq += 1
+                    items.append((TICK, tick_payload(server.tick_seq)))
+                written, skipped = server.broadcast(items)
+                say("EMITTED", n, written, skipped)
+            elif cmd[0] == "sessions":
+                with server.lock:
+                    say("SESSIONS", len(server.sessions))
+            elif cmd[0] == "exit":
+                break
+            else:
+                say("ERROR unknown command", cmd[0])
+    finally:
+        os.unlink(path)
+
+
+if __name__ == "__main__":
+    main()
