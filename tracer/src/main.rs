@@ -19,10 +19,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    Audit(tracer::pipeline::audit::AuditArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::new().parse_filters(&cli.log_level).format_timestamp_millis().init();
-    match cli.command {}
+    match cli.command {
+        Command::Audit(args) => tracer::pipeline::audit::main(args),
+    }
 }

@@ -1,3 +1,5 @@
 //! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in `decode`.
+pub mod detect;
 pub mod privileges;
+pub mod procfs;
 pub mod tracefs;

@@ -1,6 +1,9 @@
 //! One pipeline per subcommand: detection → sessions → decode → sinks, in one direction.
 use std::time::Duration;
 
+pub mod audit;
+pub mod registrations;
+
 /// Why a pipeline stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {

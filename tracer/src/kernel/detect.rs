@@ -1,0 +1,411 @@
+//! Loads and attaches the detection programs (`tracer-ebpf`), reads their ring buffer through
+//! tokio, and reports every kind of loss: ring reservation failures and failed reads (per-CPU
+//! counters), sequence gaps, and tracepoint invocations the kernel skipped (`recursion_misses`).
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use anyhow::{Context as _, anyhow, bail};
+use aya::Ebpf;
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{ProgramError, TracePoint, trace_point::TracePointLinkId};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
+
+use crate::decode::bpf_event::{self, DetectionEvent};
+use crate::decode::ftrace::format::{DynamicKind, EventFormat};
+use crate::kernel::privileges::Capabilities;
+use crate::kernel::tracefs::Tracefs;
+
+/// Every program of the object: (program name, tracepoint category, tracepoint name).
+pub const PROGRAMS: [(&str, &str, &str); 11] = [
+    ("sys_enter_memfd_create", "syscalls", "sys_enter_memfd_create"),
+    ("sys_exit_memfd_create", "syscalls", "sys_exit_memfd_create"),
+    ("sys_enter_close", "syscalls", "sys_enter_close"),
+    ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
+    ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
+    ("sys_enter_ioctl", "syscalls", "sys_enter_ioctl"),
+    ("sys_exit_ioctl", "syscalls", "sys_exit_ioctl"),
+    ("task_newtask", "task", "task_newtask"),
+    ("sched_process_fork", "sched", "sched_process_fork"),
+    ("sched_process_exec", "sched", "sched_process_exec"),
+    ("sched_process_exit", "sched", "sched_process_exit"),
+];
+
+/// Lines of the verifier log shown when the kernel rejects a program (the reason is at the end).
+const VERIFIER_LOG_TAIL: usize = 30;
+
+#[derive(Clone, Debug, Default)]
+pub struct DetectOptions {
+    /// Report only these processes (and their descendants); empty = every process.
+    pub target_pids: Vec<u32>,
+}
+
+/// The detection programs, loaded and attached, and their ring buffer.
+pub struct Detector {
+    ebpf: Ebpf,
+    ring: AsyncFd<RingBuf<MapData>>,
+    links: Vec<(&'static str, TracePointLinkId)>,
+    seq: SeqTracker,
+    decode_errors: u64,
+}
+
+/// One nonzero loss counter (summed over nothing: one CPU, one kind, one reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loss {
+    pub cpu: u32,
+    pub kind: EventKind,
+    pub reason: LossReason,
+    pub count: u64,
+}
+
+/// Run statistics of one program (`bpf_prog_info`); run time and count need
+/// `kernel.bpf_stats_enabled`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProgramStats {
+    pub run_time_ns: u64,
+    pub run_cnt: u64,
+    /// Invocations the kernel skipped because another BPF program was running on the CPU.
+    pub recursion_misses: u64,
+}
+
+impl Detector {
+    /// Checks privileges, loads the object, writes the configuration and target maps, and
+    /// attaches every program. Errors say what is missing and what to do.
+    pub fn attach(options: &DetectOptions) -> anyhow::Result<Detector> {
+        Capabilities::current()
+            .context("reading this process's capabilities from /proc/self/status")?
+            .check_bpf_tracing()?;
+        let tracefs = Tracefs::find_or_mount()?;
+        for (_, category, name) in PROGRAMS {
+            let dir = tracefs.event_dir(category, name);
+            if !dir.is_dir() {
+                bail!(
+                    "tracepoint {category}:{name} is missing from this kernel ({} does not exist): {}",
+                    dir.display(),
+                    missing_tracepoint_hint(category)
+                );
+            }
+        }
+        let config = Config {
+            tracer_tgid: std::process::id(),
+            filter_targets: u32::from(!options.target_pids.is_empty()),
+            ..config_offsets(&tracefs)?
+        };
+
+        let mut ebpf = Ebpf::load(crate::EBPF_OBJECT).context("loading the embedded BPF object")?;
+        Array::<_, Config>::try_from(map_mut(&mut ebpf, "CONFIG")?)?
+            .set(0, config, 0)
+            .context("writing the CONFIG map")?;
+        {
+            let mut targets = HashMap::<_, u32, u8>::try_from(map_mut(&mut ebpf, "TARGETS")?)?;
+            for pid in &options.target_pids {
+                targets
+                    .insert(pid, 1, 0)
+                    .with_context(|| format!("adding pid {pid} to TARGETS"))?;
+            }
+        }
+        {
+            // Targets are tracked from the start so their fork/exec/exit are reported too.
+            let mut tracked = HashMap::<_, u32, u8>::try_from(map_mut(&mut ebpf, "TRACKED")?)?;
+            for pid in &options.target_pids {
+                tracked
+                    .insert(pid, 1, 0)
+                    .with_context(|| format!("adding pid {pid} to TRACKED"))?;
+            }
+        }
+
+        let ring =
+            RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("no EVENTS map"))?)?;
+        // SAFETY: `ring` owns its map fd, which stays open until the AsyncFd is dropped.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)
+            .context("registering the BPF ring buffer with tokio")?;
+
+        let mut links = Vec::with_capacity(PROGRAMS.len());
+        for (prog_name, category, name) in PROGRAMS {
+            let program: &mut TracePoint = ebpf
+                .program_mut(prog_name)
+                .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
+                .try_into()?;
+            program.load().map_err(|e| load_error(prog_name, e))?;
+            let link = program.attach(category, name).with_context(|| {
+                format!("attaching program {prog_name} to tracepoint {category}:{name}")
+            })?;
+            links.push((prog_name, link));
+        }
+        Ok(Detector { ebpf, ring, links, seq: SeqTracker::default(), decode_errors: 0 })
+    }
+
+    /// Waits until the ring has records, then decodes all available ones into `out`.
+    pub async fn read(&mut self, out: &mut Vec<DetectionEvent>) -> io::Result<()> {
+        let mut guard = self.ring.readable_mut().await?;
+        guard.clear_ready();
+        drain_ring(guard.get_inner_mut(), &mut self.seq, &mut self.decode_errors, out);
+        Ok(())
+    }
+
+    /// Decodes every record already in the ring without waiting.
+    pub fn drain(&mut self, out: &mut Vec<DetectionEvent>) {
+        drain_ring(self.ring.get_mut(), &mut self.seq, &mut self.decode_errors, out);
+    }
+
+    /// Detaches every program: no event is produced after this returns.
+    pub fn detach(&mut self) -> anyhow::Result<()> {
+        for (prog_name, link) in self.links.drain(..) {
+            let program: &mut TracePoint = self
+                .ebpf
+                .program_mut(prog_name)
+                .ok_or_else(|| anyhow!("no program {prog_name}"))?
+                .try_into()?;
+            program.detach(link).with_context(|| format!("detaching {prog_name}"))?;
+        }
+        Ok(())
+    }
+
+    /// Nonzero loss counters per CPU, event kind and reason.
+    pub fn losses(&self) -> anyhow::Result<Vec<Loss>> {
+        let map = self.ebpf.map("COUNTERS").ok_or_else(|| anyhow!("no COUNTERS map"))?;
+        let counters = PerCpuArray::<_, u64>::try_from(map)?;
+        let mut out = Vec::new();
+        for kind in EventKind::ALL {
+            for reason in LossReason::ALL {
+                let index = LossReason::counter_index(kind, reason);
+                debug_assert!(index < COUNTERS_LEN);
+                let per_cpu = counters.get(&index, 0).context("reading COUNTERS")?;
+                for (cpu, &count) in per_cpu.iter().enumerate() {
+                    if count != 0 {
+                        out.push(Loss { cpu: cpu as u32, kind, reason, count });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Events missing from the per-(CPU, kind) sequence numbers seen so far.
+    pub fn seq_gaps(&self) -> &SeqTracker {
+        &self.seq
+    }
+
+    /// Ring records that failed to decode (each was logged).
+    pub fn decode_errors(&self) -> u64 {
+        self.decode_errors
+    }
+
+    /// Run statistics of every program, by program name.
+    pub fn program_stats(&self) -> anyhow::Result<Vec<(&'static str, ProgramStats)>> {
+        let mut out = Vec::with_capacity(PROGRAMS.len());
+        for (prog_name, _, _) in PROGRAMS {
+            let program = self.ebpf.program(prog_name).ok_or_else(|| anyhow!("no {prog_name}"))?;
+            let fd = program.fd().with_context(|| format!("{prog_name} is not loaded"))?;
+            let stats = program_stats(fd.as_fd())
+                .with_context(|| format!("BPF_OBJ_GET_INFO_BY_FD for {prog_name}"))?;
+            out.push((prog_name, stats));
+        }
+        Ok(out)
+    }
+}
+
+fn drain_ring(
+    ring: &mut RingBuf<MapData>,
+    seq: &mut SeqTracker,
+    decode_errors: &mut u64,
+    out: &mut Vec<DetectionEvent>,
+) {
+    while let Some(item) = ring.next() {
+        match bpf_event::decode(&item) {
+            Ok(event) => {
+                seq.observe(event.meta.cpu, event.meta.kind, event.meta.seq);
+                out.push(event);
+            }
+            Err(e) => {
+                *decode_errors += 1;
+                log::warn!("corrupt BPF ring record ({} bytes) skipped: {e}", item.len());
+            }
+        }
+    }
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::maps::Map> {
+    ebpf.map_mut(name).ok_or_else(|| anyhow!("the BPF object has no map {name}"))
+}
+
+fn missing_tracepoint_hint(category: &str) -> &'static str {
+    match category {
+        "syscalls" => "per-syscall tracepoints need a kernel built with CONFIG_FTRACE_SYSCALLS=y",
+        _ => "scheduler/task tracepoints need CONFIG_TRACEPOINTS=y and a readable tracefs",
+    }
+}
+
+/// Turns a load failure into an error that shows the verifier's verdict.
+fn load_error(prog_name: &str, err: ProgramError) -> anyhow::Error {
+    match err {
+        ProgramError::LoadError { io_error, verifier_log } => {
+            let log = verifier_log.to_string();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(VERIFIER_LOG_TAIL)..].join("\n");
+            anyhow!(
+                "the kernel's BPF verifier rejected program {prog_name} ({io_error}); \
+                 last lines of the verifier log:\n{tail}"
+            )
+        }
+        other => anyhow::Error::new(other).context(format!("loading BPF program {prog_name}")),
+    }
+}
+
+/// Field offsets of the sched/task tracepoints, read from their format files and checked
+/// against the layouts the programs expect (they read them with fixed-size loads).
+fn config_offsets(tracefs: &Tracefs) -> anyhow::Result<Config> {
+    let newtask = tracefs.event_format("task", "task_newtask")?;
+    let fork = tracefs.event_format("sched", "sched_process_fork")?;
+    let exec = tracefs.event_format("sched", "sched_process_exec")?;
+    Ok(Config {
+        fork_child_pid_offset: field_offset(&fork, "child_pid", 4, None)?,
+        newtask_pid_offset: field_offset(&newtask, "pid", 4, None)?,
+        newtask_clone_flags_offset: field_offset(&newtask, "clone_flags", 8, None)?,
+        exec_filename_offset: field_offset(&exec, "filename", 4, Some(DynamicKind::DataLoc))?,
+        exec_old_pid_offset: field_offset(&exec, "old_pid", 4, None)?,
+        ..Config::default()
+    })
+}
+
+/// Offset of `field` in `format`, which must have `size` bytes and lie within the record.
+pub fn field_offset(
+    format: &EventFormat,
+    field: &str,
+    size: usize,
+    dynamic: Option<DynamicKind>,
+) -> anyhow::Result<u32> {
+    let event = &format.name;
+    let f = format
+        .field(field)
+        .ok_or_else(|| anyhow!("tracepoint {event} has no field {field}: unsupported kernel"))?;
+    if f.size != size || f.dynamic != dynamic {
+        bail!(
+            "tracepoint {event} field {field} is {} ({} bytes), expected {size} bytes{}: \
+             unsupported kernel",
+            f.type_name,
+            f.size,
+            if dynamic.is_some() { " of __data_loc" } else { "" }
+        );
+    }
+    if f.end() > format.fixed_size() || f.end() > u16::MAX as usize {
+        bail!("tracepoint {event} field {field} at {}+{} is outside the record", f.offset, f.size);
+    }
+    Ok(f.offset as u32)
+}
+
+/// Counts events missing from per-(CPU, kind) sequence numbers. The programs start every
+/// sequence at 0 and may be preempted between taking a number and reserving, so records of one
+/// CPU can arrive out of order: the count of missing events is (highest + 1) − received.
+#[derive(Clone, Debug, Default)]
+pub struct SeqTracker {
+    /// (cpu, kind wire value) → (highest seq seen, events received)
+    seen: BTreeMap<(u32, u32), (u64, u64)>,
+}
+
+impl SeqTracker {
+    pub fn observe(&mut self, cpu: u32, kind: EventKind, seq: u64) {
+        let e = self.seen.entry((cpu, kind as u32)).or_insert((seq, 0));
+        e.0 = e.0.max(seq);
+        e.1 += 1;
+    }
+
+    /// Missing events per (cpu, kind); only nonzero entries.
+    pub fn gaps(&self) -> Vec<(u32, EventKind, u64)> {
+        self.seen
+            .iter()
+            .filter_map(|(&(cpu, kind), &(max, received))| {
+                let missing = (max + 1).saturating_sub(received);
+                if missing == 0 {
+                    return None;
+                }
+                Some((cpu, EventKind::from_u32(kind)?, missing))
+            })
+            .collect()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.gaps().iter().map(|g| g.2).sum()
+    }
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` for a program (aya 0.14 does not expose `recursion_misses`).
+fn program_stats(fd: BorrowedFd<'_>) -> io::Result<ProgramStats> {
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    // SAFETY: bpf_prog_info is plain data; all-zero is its valid "nothing requested" state.
+    let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut attr = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: std::mem::size_of_val(&info) as u32,
+        info: &mut info as *mut _ as u64,
+    };
+    // SAFETY: attr points to a valid struct of the size passed; the kernel writes at most
+    // info_len bytes into `info`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut attr as *mut InfoAttr,
+            std::mem::size_of::<InfoAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ProgramStats {
+        run_time_ns: info.run_time_ns,
+        run_cnt: info.run_cnt,
+        recursion_misses: info.recursion_misses,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seq_gaps_tolerate_reordering() {
+        let mut t = SeqTracker::default();
+        for seq in [0, 2, 1, 3] {
+            t.observe(0, EventKind::ProcessExit, seq);
+        }
+        assert_eq!(t.total(), 0);
+        t.observe(1, EventKind::ProcessExit, 0);
+        t.observe(1, EventKind::ProcessExit, 4);
+        t.observe(0, EventKind::DotnetIpcReady, 1);
+        assert_eq!(
+            t.gaps(),
+            vec![(0, EventKind::DotnetIpcReady, 1), (1, EventKind::ProcessExit, 3)]
+        );
+        assert_eq!(t.total(), 4);
+    }
+
+    #[test]
+    fn field_offsets_are_checked() {
+        let text = "name: sched_process_exec\nID: 1\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \n\
+            \tfield:__data_loc char[] filename;\toffset:8;\tsize:4;\tsigned:0;\n\
+            \tfield:pid_t pid;\toffset:12;\tsize:4;\tsigned:1;\n\
+            \tfield:pid_t old_pid;\toffset:16;\tsize:4;\tsigned:1;\n\
+            \nprint fmt: \"x\"\n";
+        let f = EventFormat::parse(text).unwrap();
+        assert_eq!(field_offset(&f, "old_pid", 4, None).unwrap(), 16);
+        assert_eq!(field_offset(&f, "filename", 4, Some(DynamicKind::DataLoc)).unwrap(), 8);
+        let e = field_offset(&f, "filename", 4, None).unwrap_err().to_string();
+        assert!(e.contains("unsupported kernel"), "{e}");
+        let e = field_offset(&f, "old_pid", 8, None).unwrap_err().to_string();
+        assert!(e.contains("expected 8 bytes"), "{e}");
+        let e = field_offset(&f, "child_pid", 4, None).unwrap_err().to_string();
+        assert!(e.contains("has no field child_pid"), "{e}");
+    }
+}
