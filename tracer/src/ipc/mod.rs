@@ -1,1 +1,3 @@
 //! .NET diagnostic IPC: locating a runtime's socket safely and sending commands.
+
+pub mod providers;
