@@ -1,2 +1,8 @@
 //! Support code shared by the integration tests in `tests/tests/` and the helper programs in
 //! `tests/src/bin/` that play the processes tracer observes.
+
+pub mod coreclr;
+pub mod peer;
+pub mod process;
+pub mod procfs;
+pub mod scratch;

@@ -3,3 +3,5 @@
 pub mod bpf_event;
 pub mod ftrace;
 pub mod names;
+
+pub mod ipc;

@@ -1,0 +1,139 @@
+//! Plays a misbehaving owner of a .NET diagnostic socket, for tracer's IPC tests.
+//!
+//! `hostile_peer <mode> [arg]`, socket directory `$TMPDIR` (default `/tmp`):
+//! * `garbage` — binds this process's runtime socket name and answers every request with bytes
+//!   that are not an IPC reply;
+//! * `short` — answers with a valid header announcing a 60 000-byte reply, sends 10 bytes, then
+//!   nothing more (connection kept open);
+//! * `silent` — accepts and never answers;
+//! * `symlink <path>` — creates this process's runtime socket name as a symlink to `<path>`;
+//! * `listen <path>` — binds a plain socket at `<path>` that only records what it receives;
+//! * `squat <pid>` — binds the runtime socket name of *another* process `<pid>`.
+//!
+//! Prints `READY <path>` once the name exists. On stdin, `report <n>` answers
+//! `RECEIVED <connections> <bytes>` once at least `n` connections were accepted and every one of
+//! them was closed by its client (so bytes in flight are counted), or after 10 s; EOF exits and
+//! removes the name.
+
+use std::io::{BufRead, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tests::procfs;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Behaviour {
+    Garbage,
+    Short,
+    Silent,
+}
+
+#[derive(Default)]
+struct Tally {
+    connections: usize,
+    open: usize,
+    bytes: usize,
+}
+
+type Shared = Arc<(Mutex<Tally>, Condvar)>;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = PathBuf::from(
+        std::env::var("TMPDIR").ok().filter(|d| !d.is_empty()).unwrap_or("/tmp".into()),
+    );
+    let own_name = || procfs::runtime_socket_name(std::process::id()).map(|n| dir.join(n));
+    let tally: Shared = Arc::default();
+    let created = match (args.first().map(String::as_str), args.get(1)) {
+        (Some("garbage"), None) => serve(own_name()?, Behaviour::Garbage, &tally)?,
+        (Some("short"), None) => serve(own_name()?, Behaviour::Short, &tally)?,
+        (Some("silent"), None) => serve(own_name()?, Behaviour::Silent, &tally)?,
+        (Some("listen"), Some(path)) => serve(PathBuf::from(path), Behaviour::Silent, &tally)?,
+        (Some("squat"), Some(pid)) => {
+            let name = procfs::runtime_socket_name(pid.parse().context("squat <pid>")?)?;
+            serve(dir.join(name), Behaviour::Silent, &tally)?
+        }
+        (Some("symlink"), Some(target)) => {
+            let link = own_name()?;
+            std::os::unix::fs::symlink(target, &link)?;
+            link
+        }
+        _ => bail!(
+            "usage: hostile_peer garbage|short|silent|symlink <path>|listen <path>|squat <pid>"
+        ),
+    };
+    println!("READY {}", created.display());
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        if let Some(min) = line.strip_prefix("report ") {
+            let (connections, bytes) = settled(&tally, min.trim().parse()?);
+            println!("RECEIVED {connections} {bytes}");
+        }
+    }
+    let _ = std::fs::remove_file(&created);
+    Ok(())
+}
+
+fn serve(path: PathBuf, behaviour: Behaviour, tally: &Shared) -> Result<PathBuf> {
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    let tally = tally.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let (lock, changed) = &*tally;
+            let mut t = lock.lock().unwrap();
+            t.connections += 1;
+            t.open += 1;
+            drop(t);
+            changed.notify_all();
+            let tally = tally.clone();
+            std::thread::spawn(move || handle(stream, behaviour, &tally));
+        }
+    });
+    Ok(path)
+}
+
+fn handle(mut stream: UnixStream, behaviour: Behaviour, tally: &Shared) {
+    let mut buf = [0u8; 65536];
+    let mut answered = behaviour == Behaviour::Silent;
+    loop {
+        let n = stream.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        tally.0.lock().unwrap().bytes += n;
+        if !answered {
+            answered = true;
+            let _ = stream.write_all(&reply(behaviour));
+        }
+    }
+    let (lock, changed) = &**tally;
+    lock.lock().unwrap().open -= 1;
+    changed.notify_all();
+}
+
+fn reply(behaviour: Behaviour) -> Vec<u8> {
+    match behaviour {
+        Behaviour::Garbage => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        Behaviour::Short => {
+            let mut r = b"DOTNET_IPC_V1\0".to_vec();
+            r.extend_from_slice(&60_000u16.to_le_bytes());
+            r.extend_from_slice(&[0xFF, 0x00, 0, 0]);
+            r.extend_from_slice(&[0xAB; 10]);
+            r
+        }
+        Behaviour::Silent => Vec::new(),
+    }
+}
+
+/// Connections and bytes once `min` connections came and all are closed (at most 10 s).
+fn settled(tally: &Shared, min: usize) -> (usize, usize) {
+    let (lock, changed) = &**tally;
+    let guard = lock.lock().unwrap();
+    let busy = |t: &mut Tally| t.connections < min || t.open > 0;
+    let (guard, _) = changed.wait_timeout_while(guard, Duration::from_secs(10), busy).unwrap();
+    (guard.connections, guard.bytes)
+}

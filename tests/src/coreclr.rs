@@ -1,0 +1,83 @@
+//! A real CoreCLR 8.0.4 process (`tests/dotnet/coreclr_host.py`) driven over its line protocol.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::process::LineProcess;
+use crate::procfs;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/dotnet/coreclr_host.py");
+/// Loading CoreCLR into Python takes a few seconds on a loaded 2-core machine.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct CoreclrHost {
+    process: LineProcess,
+    /// Pid in tracer's (the host's) pid namespace.
+    pub host_pid: u32,
+    /// Pid the runtime sees (`READY <pid>`), the one in its socket name.
+    pub ns_pid: u32,
+    /// `Environment.Version`, e.g. `8.0.4`.
+    pub version: String,
+}
+
+impl CoreclrHost {
+    /// Starts the runtime with `TMPDIR=tmpdir`, so its socket lands in a directory of the test's.
+    pub fn spawn(tmpdir: &Path) -> Result<CoreclrHost> {
+        let mut command = Command::new("python3");
+        command.arg(SCRIPT).env("TMPDIR", tmpdir);
+        let mut process = LineProcess::spawn("coreclr_host", command)?;
+        let host_pid = process.pid();
+        let (ns_pid, version) = wait_ready(&mut process)?;
+        ensure!(ns_pid == host_pid, "READY pid {ns_pid} is not the child's pid {host_pid}");
+        Ok(CoreclrHost { process, host_pid, ns_pid, version })
+    }
+
+    /// Starts the runtime as a container would: new pid and mount namespaces
+    /// (`unshare --pid --mount --fork`), a private tmpfs on `/tmp`, and `TMPDIR=inner_tmpdir`
+    /// (a path inside that tmpfs).
+    pub fn spawn_in_namespaces(inner_tmpdir: &str) -> Result<CoreclrHost> {
+        let mut command = Command::new("unshare");
+        command.args(["--pid", "--mount", "--fork", "--kill-child", "sh", "-c"]).arg(
+            r#"mount -t tmpfs tracer-test-tmp /tmp && mkdir -p "$0" && TMPDIR="$0" exec python3 "$1""#,
+        );
+        command.args([inner_tmpdir, SCRIPT]);
+        let mut process = LineProcess::spawn("coreclr_host in namespaces", command)?;
+        let (ns_pid, version) = wait_ready(&mut process)?;
+        let unshare_pid = process.pid();
+        let host_pid = match procfs::children(unshare_pid)[..] {
+            [pid] => pid,
+            ref other => bail!("unshare {unshare_pid} should have one child, has {other:?}"),
+        };
+        ensure!(
+            procfs::ns_pid(host_pid)? == ns_pid,
+            "host pid {host_pid} is not the runtime that printed READY {ns_pid}"
+        );
+        Ok(CoreclrHost { process, host_pid, ns_pid, version })
+    }
+
+    /// Induces `n` garbage collections; returns `GC.CollectionCount(0)` afterwards.
+    pub fn gc(&mut self, n: u32) -> Result<u64> {
+        let reply = self.process.request(&format!("gc {n}"), "GC_DONE", REPLY_TIMEOUT)?;
+        let mut fields = reply.split_whitespace();
+        ensure!(fields.next() == Some(&n.to_string()[..]), "GC_DONE for another count: {reply}");
+        fields.next().context("GC_DONE without a count")?.parse().context("GC count")
+    }
+
+    /// Proves the runtime still runs managed code; returns `GC.CollectionCount(0)`.
+    pub fn ping(&mut self) -> Result<u64> {
+        let reply = self.process.request("ping", "PONG", REPLY_TIMEOUT)?;
+        reply.parse().context("PONG count")
+    }
+}
+
+fn wait_ready(process: &mut LineProcess) -> Result<(u32, String)> {
+    let ready = process.expect_line("READY", START_TIMEOUT)?;
+    let mut fields = ready.split_whitespace();
+    let pid = fields.next().context("READY without pid")?.parse()?;
+    let version = fields.next().context("READY without version")?.to_owned();
+    Ok((pid, version))
+}

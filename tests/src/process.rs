@@ -1,0 +1,84 @@
+//! Child processes that speak a line protocol on stdin/stdout (the CoreCLR host, the IPC peers):
+//! lines are awaited with a timeout, never with sleeps, and the child is killed on drop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+pub struct LineProcess {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl LineProcess {
+    pub fn spawn(name: &str, mut command: Command) -> Result<LineProcess> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawning {name}: {command:?}"))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Ok(LineProcess { name: name.to_owned(), child, stdin, lines })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Next stdout line, or an error naming the process if none comes within `timeout`.
+    pub fn next_line(&mut self, timeout: Duration) -> Result<String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Ok(line),
+            Err(RecvTimeoutError::Timeout) => {
+                bail!("{} printed nothing within {timeout:?}", self.name)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.child.wait().ok();
+                bail!("{} closed stdout (exit status {status:?})", self.name)
+            }
+        }
+    }
+
+    /// Waits for a line starting with `prefix`; returns the rest of it.
+    pub fn expect_line(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
+        let line = self.next_line(timeout)?;
+        line.strip_prefix(prefix)
+            .map(|rest| rest.trim().to_owned())
+            .ok_or_else(|| anyhow!("{}: expected {prefix:?}, got {line:?}", self.name))
+    }
+
+    pub fn send_line(&mut self, line: &str) -> Result<()> {
+        let stdin = self.stdin.as_mut().context("stdin already closed")?;
+        writeln!(stdin, "{line}")
+            .and_then(|_| stdin.flush())
+            .with_context(|| format!("writing {line:?} to {}", self.name))
+    }
+
+    /// Sends `line` and returns the reply line that starts with `prefix`.
+    pub fn request(&mut self, line: &str, prefix: &str, timeout: Duration) -> Result<String> {
+        self.send_line(line)?;
+        self.expect_line(prefix, timeout)
+    }
+}
+
+impl Drop for LineProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,236 @@
+//! Hostile owners of a diagnostic socket: each must produce its exact typed error within the
+//! client's timeout, and the socket-trust checks must refuse before any byte is sent.
+
+use std::os::unix::fs::FileTypeExt;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tests::peer::HostilePeer;
+use tests::procfs;
+use tests::scratch::ScratchDir;
+use tracer::decode::ipc::{
+    CollectTracing, CommandCode, DecodeError, ReplyShape, TracingRequest, oldest_collect_tracing,
+};
+use tracer::ipc::client::{ClientError, DiagnosticClient, Phase, Timeouts};
+use tracer::ipc::providers;
+use tracer::ipc::socket::{self, Refusal, SocketError};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hostile_peer");
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// Scheduling slack on a shared 2-core machine.
+const MARGIN: Duration = Duration::from_millis(1500);
+
+fn timeouts() -> Timeouts {
+    Timeouts { connect: TIMEOUT, write: TIMEOUT, read: TIMEOUT }
+}
+
+fn gc_session() -> Result<CollectTracing> {
+    Ok(oldest_collect_tracing(&TracingRequest {
+        circular_buffer_mb: 64,
+        providers: providers::profile("gc")?,
+        rundown_keyword: 0,
+        request_stackwalk: true,
+    }))
+}
+
+/// Runs `f`, returning its result and how long it took.
+async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
+    let start = Instant::now();
+    let out = f.await;
+    (out, start.elapsed())
+}
+
+/// A process that is not a runtime, with `TMPDIR=dir`, killed on drop.
+struct Sleeper(Child);
+
+impl Sleeper {
+    fn spawn(dir: &ScratchDir) -> Result<Sleeper> {
+        Ok(Sleeper(Command::new("sleep").arg("120").env("TMPDIR", dir.path()).spawn()?))
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn garbage_reply_is_refused_as_bad_magic() -> Result<()> {
+    let dir = ScratchDir::new("ipc-garbage");
+    let peer = HostilePeer::spawn(BIN, dir.path(), &["garbage"])?;
+    let client = DiagnosticClient::for_pid(peer.pid(), timeouts())?;
+    let (result, took) = timed(client.probe()).await;
+    match result {
+        Err(ClientError::Decode {
+            pid,
+            command: CommandCode::ProcessInfo3,
+            source: DecodeError::BadMagic { found },
+        }) => {
+            assert_eq!(pid, peer.pid());
+            assert_eq!(&found, b"HTTP/1.1 200 O");
+        }
+        other => panic!("expected BadMagic, got {other:?}"),
+    }
+    assert!(took < TIMEOUT, "a garbage reply is refused at once, took {took:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn announced_60k_reply_with_10_bytes_times_out_or_is_refused() -> Result<()> {
+    let dir = ScratchDir::new("ipc-short");
+    let peer = HostilePeer::spawn(BIN, dir.path(), &["short"])?;
+    let client = DiagnosticClient::for_pid(peer.pid(), timeouts())?;
+
+    // ProcessInfo3 replies may be that large: the client waits for the rest, then gives up.
+    let (result, took) = timed(client.probe()).await;
+    match result {
+        Err(ClientError::Timeout {
+            command: CommandCode::ProcessInfo3,
+            phase: Phase::ReadReplyPayload,
+            timeout,
+            ..
+        }) => assert_eq!(timeout, TIMEOUT),
+        other => panic!("expected a payload read timeout, got {other:?}"),
+    }
+    assert!(took >= TIMEOUT && took < TIMEOUT + MARGIN, "took {took:?}");
+
+    // A session reply is 28 bytes: 60 000 is refused from the header, without waiting.
+    let (result, took) = timed(client.start_streaming_session(&gc_session()?)).await;
+    match result {
+        Err(ClientError::Decode {
+            command: CommandCode::CollectTracing2,
+            source:
+                DecodeError::Oversize {
+                    size: 60_000,
+                    max: 28,
+                    shape: ReplyShape::SessionId,
+                    kind: "OK",
+                },
+            ..
+        }) => {}
+        other => panic!("expected Oversize, got {other:?}"),
+    }
+    assert!(took < TIMEOUT, "took {took:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn silent_peer_times_out_on_the_reply_header() -> Result<()> {
+    let dir = ScratchDir::new("ipc-silent");
+    let mut peer = HostilePeer::spawn(BIN, dir.path(), &["silent"])?;
+    let client = DiagnosticClient::for_pid(peer.pid(), timeouts())?;
+    let (result, took) = timed(client.probe()).await;
+    match result {
+        Err(ClientError::Timeout {
+            pid,
+            command: CommandCode::ProcessInfo3,
+            phase: Phase::ReadReplyHeader,
+            ..
+        }) => assert_eq!(pid, peer.pid()),
+        other => panic!("expected a header read timeout, got {other:?}"),
+    }
+    assert!(took >= TIMEOUT && took < TIMEOUT + MARGIN, "took {took:?}");
+    // It did receive the 20-byte ProcessInfo3 request: the peer really was the one talked to.
+    assert_eq!(peer.received(1)?, (1, 20));
+    Ok(())
+}
+
+#[tokio::test]
+async fn symlinked_socket_is_refused_and_its_target_gets_nothing() -> Result<()> {
+    let dir = ScratchDir::new("ipc-symlink");
+    let real = dir.path().join("real.sock");
+    let mut other = HostilePeer::spawn(BIN, dir.path(), &["listen", real.to_str().unwrap()])?;
+    let target = HostilePeer::spawn(BIN, dir.path(), &["symlink", real.to_str().unwrap()])?;
+    assert!(std::fs::symlink_metadata(&target.path)?.file_type().is_symlink());
+
+    let client = DiagnosticClient::for_pid(target.pid(), timeouts())?;
+    assert_eq!(client.socket().file_name, procfs::runtime_socket_name(target.pid())?);
+    let (result, took) = timed(client.probe()).await;
+    match result {
+        Err(ClientError::Socket(SocketError::Refused { pid, path, refusal: Refusal::Symlink })) => {
+            assert_eq!(pid, target.pid());
+            assert_eq!(path, target.path);
+        }
+        other => panic!("expected a symlink refusal, got {other:?}"),
+    }
+    assert!(took < TIMEOUT, "took {took:?}");
+    assert_eq!(other.received(0)?, (0, 0), "nothing may reach the symlink's target");
+    Ok(())
+}
+
+#[tokio::test]
+async fn socket_bound_by_another_process_is_refused_before_sending() -> Result<()> {
+    let dir = ScratchDir::new("ipc-squat");
+    let target = Sleeper::spawn(&dir)?;
+    let target_pid = target.0.id();
+    let mut squatter = HostilePeer::spawn(BIN, dir.path(), &["squat", &target_pid.to_string()])?;
+    assert!(std::fs::metadata(&squatter.path)?.file_type().is_socket());
+
+    let client = DiagnosticClient::for_pid(target_pid, timeouts())?;
+    assert!(client.socket().exact_key);
+    let (result, took) = timed(client.start_streaming_session(&gc_session()?)).await;
+    match result {
+        Err(ClientError::Socket(SocketError::Refused {
+            pid,
+            refusal: Refusal::PeerPidMismatch { expected, actual },
+            ..
+        })) => {
+            assert_eq!((pid, expected), (target_pid, target_pid));
+            assert_eq!(actual, i64::from(squatter.pid()));
+        }
+        other => panic!("expected a peer pid refusal, got {other:?}"),
+    }
+    assert!(took < TIMEOUT, "took {took:?}");
+    // The connection was made (to read SO_PEERCRED) and closed without a byte.
+    assert_eq!(squatter.received(1)?, (1, 0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn regular_file_named_like_a_socket_is_refused() -> Result<()> {
+    let dir = ScratchDir::new("ipc-file");
+    let target = Sleeper::spawn(&dir)?;
+    let pid = target.0.id();
+    let path = dir.path().join(procfs::runtime_socket_name(pid)?);
+    std::fs::write(&path, b"not a socket")?;
+    match socket::locate_and_connect(pid, TIMEOUT).await {
+        Err(SocketError::Refused { refusal: Refusal::NotASocket { mode }, .. }) => {
+            assert_eq!(mode & libc::S_IFMT, libc::S_IFREG);
+        }
+        other => panic!("expected NotASocket, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn process_without_socket_is_not_found() -> Result<()> {
+    let dir = ScratchDir::new("ipc-none");
+    let target = Sleeper::spawn(&dir)?;
+    let pid = target.0.id();
+    match socket::locate(pid) {
+        Err(SocketError::NotFound { pid: p, ns_pid, dir: d }) => {
+            assert_eq!((p, ns_pid, d.as_path()), (pid, pid, dir.path()));
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_does_not_stall_other_targets() -> Result<()> {
+    let dir = ScratchDir::new("ipc-parallel");
+    let silent = HostilePeer::spawn(BIN, dir.path(), &["silent"])?;
+    let garbage = HostilePeer::spawn(BIN, dir.path(), &["garbage"])?;
+    let silent_client = DiagnosticClient::for_pid(silent.pid(), timeouts())?;
+    let garbage_client = DiagnosticClient::for_pid(garbage.pid(), timeouts())?;
+    let stalled = tokio::spawn(async move { timed(silent_client.probe()).await });
+    let (answered, took) = timed(garbage_client.probe()).await;
+    assert!(matches!(answered, Err(ClientError::Decode { .. })), "{answered:?}");
+    assert!(took < TIMEOUT, "the other target waited {took:?} behind the silent one");
+    let (stalled, _) = stalled.await?;
+    assert!(matches!(stalled, Err(ClientError::Timeout { .. })), "{stalled:?}");
+    Ok(())
+}

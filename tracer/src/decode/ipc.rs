@@ -1,0 +1,1495 @@
+//! .NET diagnostic IPC codec: request encoders and reply decoders, no I/O.
+//!
+//! Byte layouts follow `shared/reference/dotnet-diagnostics.md` §2–§4: a 20-byte header
+//! (`DOTNET_IPC_V1\0`, u16 total size, command set, command id, u16 reserved), little-endian
+//! integers, 1-byte bools, u32-counted arrays and UTF-16LE strings whose u32 count includes the
+//! terminating NUL. Every reply byte comes from another process and is treated as hostile: decoding
+//! checks every length against what is there and reports the byte offset of the first problem.
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// `"DOTNET_IPC_V1"` followed by NUL.
+pub const MAGIC: [u8; 14] = *b"DOTNET_IPC_V1\0";
+/// Every message starts with this many header bytes; `size` counts them.
+pub const HEADER_LEN: usize = 20;
+/// `size` is a u16, so no message (header included) can be longer.
+pub const MAX_MESSAGE_LEN: usize = u16::MAX as usize;
+/// Rundown keywords the runtime uses when CollectTracing1–3 ask for a rundown (§3.3).
+pub const DEFAULT_RUNDOWN_KEYWORD: u64 = 0x8002_0139;
+/// The runtime refuses sessions with more providers than this.
+pub const MAX_PROVIDERS: usize = 1000;
+
+const SET_EVENTPIPE: u8 = 0x02;
+const SET_PROCESS: u8 = 0x04;
+const SET_SERVER: u8 = 0xFF;
+const REPLY_OK: u8 = 0x00;
+const REPLY_ERROR: u8 = 0xFF;
+
+/// Every command tracer can send, by (command set, command id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandCode {
+    StopTracing,
+    CollectTracing,
+    CollectTracing2,
+    CollectTracing3,
+    CollectTracing4,
+    CollectTracing5,
+    ProcessInfo,
+    ResumeRuntime,
+    ProcessInfo2,
+    EnablePerfMap,
+    DisablePerfMap,
+    ProcessInfo3,
+}
+
+impl CommandCode {
+    /// The (command_set, command_id) pair on the wire.
+    pub fn set_and_id(self) -> (u8, u8) {
+        match self {
+            CommandCode::StopTracing => (SET_EVENTPIPE, 0x01),
+            CommandCode::CollectTracing => (SET_EVENTPIPE, 0x02),
+            CommandCode::CollectTracing2 => (SET_EVENTPIPE, 0x03),
+            CommandCode::CollectTracing3 => (SET_EVENTPIPE, 0x04),
+            CommandCode::CollectTracing4 => (SET_EVENTPIPE, 0x05),
+            CommandCode::CollectTracing5 => (SET_EVENTPIPE, 0x06),
+            CommandCode::ProcessInfo => (SET_PROCESS, 0x00),
+            CommandCode::ResumeRuntime => (SET_PROCESS, 0x01),
+            CommandCode::ProcessInfo2 => (SET_PROCESS, 0x04),
+            CommandCode::EnablePerfMap => (SET_PROCESS, 0x05),
+            CommandCode::DisablePerfMap => (SET_PROCESS, 0x06),
+            CommandCode::ProcessInfo3 => (SET_PROCESS, 0x08),
+        }
+    }
+
+    /// What an OK reply to this command carries.
+    pub fn reply_shape(self) -> ReplyShape {
+        match self {
+            CommandCode::StopTracing
+            | CommandCode::CollectTracing
+            | CommandCode::CollectTracing2
+            | CommandCode::CollectTracing3
+            | CommandCode::CollectTracing4
+            | CommandCode::CollectTracing5 => ReplyShape::SessionId,
+            CommandCode::ResumeRuntime
+            | CommandCode::EnablePerfMap
+            | CommandCode::DisablePerfMap => ReplyShape::Status,
+            CommandCode::ProcessInfo => ReplyShape::ProcessInfo,
+            CommandCode::ProcessInfo2 => ReplyShape::ProcessInfo2,
+            CommandCode::ProcessInfo3 => ReplyShape::ProcessInfo3,
+        }
+    }
+}
+
+impl fmt::Display for CommandCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (set, id) = self.set_and_id();
+        write!(f, "{self:?} (0x{set:02x}{id:02x})")
+    }
+}
+
+/// EventPipe verbosity levels (§3.3); the runtime rejects anything above Verbose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u32)]
+pub enum EventLevel {
+    LogAlways = 0,
+    Critical = 1,
+    Error = 2,
+    Warning = 3,
+    Informational = 4,
+    Verbose = 5,
+}
+
+impl EventLevel {
+    pub fn from_u32(level: u32) -> Option<EventLevel> {
+        Some(match level {
+            0 => EventLevel::LogAlways,
+            1 => EventLevel::Critical,
+            2 => EventLevel::Error,
+            3 => EventLevel::Warning,
+            4 => EventLevel::Informational,
+            5 => EventLevel::Verbose,
+            _ => return None,
+        })
+    }
+}
+
+/// One EventPipe provider as CollectTracing1–4 carry it (`provider_config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub keywords: u64,
+    pub level: EventLevel,
+    /// `key=value;key=value` filter data; `None` is sent as count 0, `Some("")` as count 1 + NUL.
+    pub arguments: Option<String>,
+}
+
+/// Per-provider event-id filter of CollectTracing5 (§3.3 "Event filter semantics").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventFilter {
+    /// Only the listed event ids pass.
+    Only(Vec<u32>),
+    /// Every event except the listed ids passes.
+    Except(Vec<u32>),
+}
+
+impl EventFilter {
+    /// Wire form: (`enable`, ids). "No filter" is `enable = 0` with an empty list.
+    fn wire(filter: Option<&EventFilter>) -> (bool, &[u32]) {
+        match filter {
+            None => (false, &[]),
+            Some(EventFilter::Only(ids)) => (true, ids),
+            Some(EventFilter::Except(ids)) => (false, ids),
+        }
+    }
+}
+
+/// A provider with an optional event filter (`provider_config_v2`, CollectTracing5 streaming).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilteredProvider {
+    pub provider: ProviderConfig,
+    pub filter: Option<EventFilter>,
+}
+
+/// Which tracepoint receives which events of a user_events provider (§4.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracepointConfig {
+    /// Tracepoint for events not listed in any set; `None` means such events are not written.
+    pub default_name: Option<String>,
+    pub sets: Vec<TracepointSet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracepointSet {
+    pub name: String,
+    pub event_ids: Vec<u32>,
+}
+
+/// One provider of a CollectTracing5 user_events session (`user_events_provider_config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserEventsProvider {
+    pub provider: ProviderConfig,
+    pub filter: Option<EventFilter>,
+    pub tracepoints: TracepointConfig,
+}
+
+/// `format` field of the streaming CollectTracing commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum TraceFormat {
+    /// Legacy V3 stream; listed for completeness, tracer does not parse it.
+    NetPerf = 0,
+    NetTrace = 1,
+}
+
+/// The CollectTracing family. Field names follow the reference; semantics of the older
+/// commands: CT1 always rundown + stack walk, CT2 rundown switch (always stacks), CT3 adds the
+/// stack-walk switch, CT4 replaces the rundown switch by a keyword mask, CT5 adds event filters
+/// and user_events sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CollectTracing {
+    V1 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        providers: Vec<ProviderConfig>,
+    },
+    V2 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        request_rundown: bool,
+        providers: Vec<ProviderConfig>,
+    },
+    V3 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        request_rundown: bool,
+        request_stackwalk: bool,
+        providers: Vec<ProviderConfig>,
+    },
+    V4 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        rundown_keyword: u64,
+        request_stackwalk: bool,
+        providers: Vec<ProviderConfig>,
+    },
+    /// CollectTracing5 with `session_type = 0`: nettrace on the socket, like CT1–4.
+    V5Streaming {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        rundown_keyword: u64,
+        request_stackwalk: bool,
+        providers: Vec<FilteredProvider>,
+    },
+    /// CollectTracing5 with `session_type = 1`: the runtime writes to user_events tracepoints
+    /// through a `user_events_data` fd that must follow the message as SCM_RIGHTS (§4.2).
+    V5UserEvents {
+        rundown_keyword: u64,
+        providers: Vec<UserEventsProvider>,
+    },
+}
+
+impl CollectTracing {
+    pub fn code(&self) -> CommandCode {
+        match self {
+            CollectTracing::V1 { .. } => CommandCode::CollectTracing,
+            CollectTracing::V2 { .. } => CommandCode::CollectTracing2,
+            CollectTracing::V3 { .. } => CommandCode::CollectTracing3,
+            CollectTracing::V4 { .. } => CommandCode::CollectTracing4,
+            CollectTracing::V5Streaming { .. } | CollectTracing::V5UserEvents { .. } => {
+                CommandCode::CollectTracing5
+            }
+        }
+    }
+
+    /// Whether the runtime answers with a nettrace stream on the same socket.
+    pub fn streams_nettrace(&self) -> bool {
+        !matches!(self, CollectTracing::V5UserEvents { .. })
+    }
+}
+
+/// What a caller wants from a streaming session, independent of the command that carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracingRequest {
+    pub circular_buffer_mb: u32,
+    pub providers: Vec<FilteredProvider>,
+    /// 0 = no rundown; [`DEFAULT_RUNDOWN_KEYWORD`] = the rundown CT1–3 request.
+    pub rundown_keyword: u64,
+    pub request_stackwalk: bool,
+}
+
+/// Picks the oldest CollectTracing command that expresses `request` exactly, so the session works
+/// on as many runtime versions as possible (§2.5 item 7):
+/// event filters need CT5 (10.0+); a rundown mask other than none/default needs CT4 (9.0+);
+/// switching stack walking off needs CT3 (9.0+); otherwise CT2 (3.0+) without rundown, or CT1
+/// (3.0+, always rundown + stacks) with the default rundown.
+pub fn oldest_collect_tracing(request: &TracingRequest) -> CollectTracing {
+    let circular_buffer_mb = request.circular_buffer_mb;
+    let format = TraceFormat::NetTrace;
+    let rundown_keyword = request.rundown_keyword;
+    let request_stackwalk = request.request_stackwalk;
+    if request.providers.iter().any(|p| p.filter.is_some()) {
+        return CollectTracing::V5Streaming {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers: request.providers.clone(),
+        };
+    }
+    let providers: Vec<ProviderConfig> =
+        request.providers.iter().map(|p| p.provider.clone()).collect();
+    let request_rundown = match rundown_keyword {
+        0 => false,
+        DEFAULT_RUNDOWN_KEYWORD => true,
+        _ => {
+            return CollectTracing::V4 {
+                circular_buffer_mb,
+                format,
+                rundown_keyword,
+                request_stackwalk,
+                providers,
+            };
+        }
+    };
+    match (request_rundown, request_stackwalk) {
+        (_, false) => CollectTracing::V3 {
+            circular_buffer_mb,
+            format,
+            request_rundown,
+            request_stackwalk,
+            providers,
+        },
+        (true, true) => CollectTracing::V1 { circular_buffer_mb, format, providers },
+        (false, true) => {
+            CollectTracing::V2 { circular_buffer_mb, format, request_rundown, providers }
+        }
+    }
+}
+
+/// `perfMapType` of EnablePerfMap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PerfMapType {
+    Disabled = 0,
+    PerfMapAndJitDump = 1,
+    JitDumpOnly = 2,
+    PerfMapOnly = 3,
+}
+
+/// A request message, ready to encode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    ProcessInfo,
+    ProcessInfo2,
+    ProcessInfo3,
+    ResumeRuntime,
+    EnablePerfMap(PerfMapType),
+    DisablePerfMap,
+    CollectTracing(CollectTracing),
+    StopTracing { session_id: u64 },
+}
+
+/// Why a request could not be encoded. Nothing is sent in that case.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EncodeError {
+    #[error(
+        "{command} message would be {size} bytes, above the protocol's 65535-byte limit: \
+         use fewer providers, shorter arguments or split them across sessions"
+    )]
+    TooLarge { command: CommandCode, size: usize },
+    #[error("a session needs at least one provider")]
+    NoProviders,
+    #[error("{count} providers given; the runtime accepts at most {MAX_PROVIDERS}")]
+    TooManyProviders { count: usize },
+    #[error("provider #{index} has an empty name")]
+    EmptyProviderName { index: usize },
+    #[error(
+        "string {value:?} contains a NUL character, which would truncate it on the runtime side"
+    )]
+    NulInString { value: String },
+    #[error("streaming sessions need a circular buffer of at least 1 MB")]
+    ZeroBuffer,
+    #[error(
+        "user_events provider {provider:?} has neither a default tracepoint nor a tracepoint set, \
+         so none of its events could be written"
+    )]
+    NoTracepoint { provider: String },
+    #[error("user_events provider {provider:?} has a tracepoint set with an empty name")]
+    EmptyTracepointName { provider: String },
+    #[error("tracepoint set {tracepoint:?} of provider {provider:?} lists no event ids")]
+    EmptyTracepointSet { provider: String, tracepoint: String },
+    #[error("event id {event_id} of provider {provider:?} is in more than one tracepoint set")]
+    DuplicateTracepointEvent { provider: String, event_id: u32 },
+}
+
+impl Request {
+    pub fn code(&self) -> CommandCode {
+        match self {
+            Request::ProcessInfo => CommandCode::ProcessInfo,
+            Request::ProcessInfo2 => CommandCode::ProcessInfo2,
+            Request::ProcessInfo3 => CommandCode::ProcessInfo3,
+            Request::ResumeRuntime => CommandCode::ResumeRuntime,
+            Request::EnablePerfMap(_) => CommandCode::EnablePerfMap,
+            Request::DisablePerfMap => CommandCode::DisablePerfMap,
+            Request::CollectTracing(ct) => ct.code(),
+            Request::StopTracing { .. } => CommandCode::StopTracing,
+        }
+    }
+
+    /// The whole message (header + payload), validated and at most 65535 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        let code = self.code();
+        let mut w = MessageWriter::new(code);
+        match self {
+            Request::ProcessInfo
+            | Request::ProcessInfo2
+            | Request::ProcessInfo3
+            | Request::ResumeRuntime
+            | Request::DisablePerfMap => {}
+            Request::EnablePerfMap(kind) => w.u32(*kind as u32),
+            Request::StopTracing { session_id } => w.u64(*session_id),
+            Request::CollectTracing(ct) => encode_collect_tracing(&mut w, ct)?,
+        }
+        w.finish()
+    }
+}
+
+fn encode_collect_tracing(w: &mut MessageWriter, ct: &CollectTracing) -> Result<(), EncodeError> {
+    match ct {
+        CollectTracing::V1 { circular_buffer_mb, format, providers } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V2 { circular_buffer_mb, format, request_rundown, providers } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.bool(*request_rundown);
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V3 {
+            circular_buffer_mb,
+            format,
+            request_rundown,
+            request_stackwalk,
+            providers,
+        } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.bool(*request_rundown);
+            w.bool(*request_stackwalk);
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V4 {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers,
+        } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.u64(*rundown_keyword);
+            w.bool(*request_stackwalk);
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V5Streaming {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers,
+        } => {
+            w.u32(0); // session_type: streaming
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.u64(*rundown_keyword);
+            w.bool(*request_stackwalk);
+            w.providers(providers, |w, p| {
+                w.provider(&p.provider)?;
+                w.event_filter(p.filter.as_ref());
+                Ok(())
+            })
+        }
+        CollectTracing::V5UserEvents { rundown_keyword, providers } => {
+            w.u32(1); // session_type: user_events
+            w.u64(*rundown_keyword);
+            w.providers(providers, |w, p| {
+                w.provider(&p.provider)?;
+                w.event_filter(p.filter.as_ref());
+                w.tracepoint_config(&p.provider.name, &p.tracepoints)
+            })
+        }
+    }
+}
+
+/// Builds one message in memory; the size field is patched in [`MessageWriter::finish`].
+struct MessageWriter {
+    code: CommandCode,
+    buf: Vec<u8>,
+}
+
+impl MessageWriter {
+    fn new(code: CommandCode) -> MessageWriter {
+        let (set, id) = code.set_and_id();
+        let mut buf = Vec::with_capacity(64);
+        buf.extend_from_slice(&MAGIC);
+        buf.extend_from_slice(&[0, 0, set, id, 0, 0]);
+        MessageWriter { code, buf }
+    }
+
+    fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        let size = u16::try_from(self.buf.len())
+            .map_err(|_| EncodeError::TooLarge { command: self.code, size: self.buf.len() })?;
+        self.buf[14..16].copy_from_slice(&size.to_le_bytes());
+        Ok(self.buf)
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn bool(&mut self, v: bool) {
+        self.buf.push(u8::from(v));
+    }
+
+    fn u32_array(&mut self, values: &[u32]) {
+        self.array_len(values.len());
+        for v in values {
+            self.u32(*v);
+        }
+    }
+
+    fn array_len(&mut self, len: usize) {
+        // Lengths above u32 cannot occur: the message is capped at 65535 bytes in finish().
+        self.u32(u32::try_from(len).unwrap_or(u32::MAX));
+    }
+
+    /// `None` → count 0; `Some(s)` → count = UTF-16 units + 1, the units, then NUL.
+    fn string(&mut self, s: Option<&str>) -> Result<(), EncodeError> {
+        let Some(s) = s else {
+            self.u32(0);
+            return Ok(());
+        };
+        if s.contains('\0') {
+            return Err(EncodeError::NulInString { value: s.to_owned() });
+        }
+        let units: Vec<u16> = s.encode_utf16().collect();
+        self.array_len(units.len() + 1);
+        for unit in units.into_iter().chain([0]) {
+            self.buf.extend_from_slice(&unit.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    fn streaming_prefix(&mut self, buffer_mb: u32, format: TraceFormat) -> Result<(), EncodeError> {
+        if buffer_mb == 0 {
+            return Err(EncodeError::ZeroBuffer);
+        }
+        self.u32(buffer_mb);
+        self.u32(format as u32);
+        Ok(())
+    }
+
+    fn providers<T>(
+        &mut self,
+        providers: &[T],
+        mut each: impl FnMut(&mut Self, &T) -> Result<(), EncodeError>,
+    ) -> Result<(), EncodeError> {
+        match providers.len() {
+            0 => return Err(EncodeError::NoProviders),
+            count if count > MAX_PROVIDERS => return Err(EncodeError::TooManyProviders { count }),
+            count => self.array_len(count),
+        }
+        for (index, provider) in providers.iter().enumerate() {
+            // provider() cannot know its position in the list: fill it in here.
+            each(self, provider).map_err(|e| match e {
+                EncodeError::EmptyProviderName { .. } => EncodeError::EmptyProviderName { index },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn provider(&mut self, p: &ProviderConfig) -> Result<(), EncodeError> {
+        if p.name.is_empty() {
+            return Err(EncodeError::EmptyProviderName { index: 0 });
+        }
+        self.u64(p.keywords);
+        self.u32(p.level as u32);
+        self.string(Some(&p.name))?;
+        self.string(p.arguments.as_deref())
+    }
+
+    fn event_filter(&mut self, filter: Option<&EventFilter>) {
+        let (enable, ids) = EventFilter::wire(filter);
+        self.bool(enable);
+        self.u32_array(ids);
+    }
+
+    fn tracepoint_config(
+        &mut self,
+        provider: &str,
+        config: &TracepointConfig,
+    ) -> Result<(), EncodeError> {
+        if config.default_name.is_none() && config.sets.is_empty() {
+            return Err(EncodeError::NoTracepoint { provider: provider.to_owned() });
+        }
+        let mut seen = std::collections::HashSet::new();
+        for set in &config.sets {
+            if set.name.is_empty() {
+                return Err(EncodeError::EmptyTracepointName { provider: provider.to_owned() });
+            }
+            if set.event_ids.is_empty() {
+                return Err(EncodeError::EmptyTracepointSet {
+                    provider: provider.to_owned(),
+                    tracepoint: set.name.clone(),
+                });
+            }
+            if let Some(&event_id) = set.event_ids.iter().find(|id| !seen.insert(**id)) {
+                return Err(EncodeError::DuplicateTracepointEvent {
+                    provider: provider.to_owned(),
+                    event_id,
+                });
+            }
+        }
+        self.string(config.default_name.as_deref())?;
+        self.array_len(config.sets.len());
+        for set in &config.sets {
+            self.string(Some(&set.name))?;
+            self.u32_array(&set.event_ids);
+        }
+        Ok(())
+    }
+}
+
+/// 16 GUID bytes in Windows memory layout (u32, u16, u16 little-endian, then 8 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Guid(pub [u8; 16]);
+
+impl fmt::Display for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.0;
+        let d1 = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let d2 = u16::from_le_bytes([b[4], b[5]]);
+        let d3 = u16::from_le_bytes([b[6], b[7]]);
+        write!(f, "{d1:08x}-{d2:04x}-{d3:04x}-{:02x}{:02x}-", b[8], b[9])?;
+        b[10..].iter().try_for_each(|x| write!(f, "{x:02x}"))
+    }
+}
+
+/// What the OK reply of a command carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyShape {
+    /// `i32` status (always 0 from the runtime).
+    Status,
+    /// `u64` session id (CollectTracing*, StopTracing).
+    SessionId,
+    ProcessInfo,
+    ProcessInfo2,
+    ProcessInfo3,
+}
+
+impl ReplyShape {
+    /// Largest OK payload a well-behaved runtime sends for this shape: a reply announcing more
+    /// is refused before its payload is read.
+    fn max_ok_payload(self) -> usize {
+        match self {
+            ReplyShape::Status => 4,
+            ReplyShape::SessionId => 8,
+            ReplyShape::ProcessInfo | ReplyShape::ProcessInfo2 | ReplyShape::ProcessInfo3 => {
+                MAX_MESSAGE_LEN - HEADER_LEN
+            }
+        }
+    }
+}
+
+/// Decoded fields of a ProcessInfo, ProcessInfo2 or ProcessInfo3 reply (§3.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// ProcessInfo3's leading version field; `None` for ProcessInfo/ProcessInfo2.
+    pub info_version: Option<u32>,
+    /// The pid as the runtime sees it (inside its pid namespace).
+    pub process_id: u64,
+    pub runtime_cookie: Guid,
+    pub command_line: String,
+    pub os: String,
+    pub arch: String,
+    /// ProcessInfo2 and later.
+    pub managed_entrypoint_assembly: Option<String>,
+    /// ProcessInfo2 and later, e.g. `8.0.4+<commit>`.
+    pub clr_product_version: Option<String>,
+    /// ProcessInfo3 with version ≥ 1, e.g. `linux-x64`.
+    pub portable_rid: Option<String>,
+}
+
+/// A decoded reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Status(i32),
+    SessionId(u64),
+    ProcessInfo(ProcessInfo),
+    /// The runtime refused the command.
+    Error {
+        error: ServerError,
+        message: Option<String>,
+    },
+}
+
+/// HRESULTs of Error replies (§2.4), each explaining what it means for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+pub enum ServerError {
+    #[error(
+        "BAD_ENCODING (0x80131384): the runtime could not parse the request, does not support one \
+         of its options, or did not receive a valid file descriptor"
+    )]
+    BadEncoding,
+    #[error(
+        "UNKNOWN_COMMAND (0x80131385): the runtime does not know this command (it is older than \
+         the command)"
+    )]
+    UnknownCommand,
+    #[error("UNKNOWN_MAGIC (0x80131386): the runtime did not recognise the message header")]
+    UnknownMagic,
+    #[error("UnknownError (0x80131387): the runtime reported an unspecified error")]
+    UnknownError,
+    #[error("NOTSUPPORTED (0x80131515): the command is not supported on this platform or runtime")]
+    NotSupported,
+    #[error(
+        "FAIL (0x80004005): the runtime failed to carry out the command (e.g. the session could \
+         not be enabled, or user_events registration was refused)"
+    )]
+    Fail,
+    #[error("NOT_YET_AVAILABLE (0x8013135B): the runtime has not started far enough; retry later")]
+    NotYetAvailable,
+    #[error("RUNTIME_UNINITIALIZED (0x80131371): the runtime is not initialised")]
+    RuntimeUninitialized,
+    #[error("INVALIDARG (0x80070057): the runtime rejected an argument of the command")]
+    InvalidArg,
+    #[error("INSUFFICIENT_BUFFER (0x8007007A): a buffer in the runtime was too small")]
+    InsufficientBuffer,
+    #[error("ENVVAR_NOT_FOUND (0x800000CB): the environment variable does not exist")]
+    EnvVarNotFound,
+    #[error("ProfilerAlreadyActive (0x8013136A): a profiler is already loaded")]
+    ProfilerAlreadyActive,
+    #[error("unrecognised HRESULT {0:#010x}")]
+    Other(u32),
+}
+
+impl ServerError {
+    pub fn from_hresult(hresult: u32) -> ServerError {
+        match hresult {
+            0x8013_1384 => ServerError::BadEncoding,
+            0x8013_1385 => ServerError::UnknownCommand,
+            0x8013_1386 => ServerError::UnknownMagic,
+            0x8013_1387 => ServerError::UnknownError,
+            0x8013_1515 => ServerError::NotSupported,
+            0x8000_4005 => ServerError::Fail,
+            0x8013_135B => ServerError::NotYetAvailable,
+            0x8013_1371 => ServerError::RuntimeUninitialized,
+            0x8007_0057 => ServerError::InvalidArg,
+            0x8007_007A => ServerError::InsufficientBuffer,
+            0x8000_00CB => ServerError::EnvVarNotFound,
+            0x8013_136A => ServerError::ProfilerAlreadyActive,
+            other => ServerError::Other(other),
+        }
+    }
+
+    pub fn hresult(self) -> u32 {
+        match self {
+            ServerError::BadEncoding => 0x8013_1384,
+            ServerError::UnknownCommand => 0x8013_1385,
+            ServerError::UnknownMagic => 0x8013_1386,
+            ServerError::UnknownError => 0x8013_1387,
+            ServerError::NotSupported => 0x8013_1515,
+            ServerError::Fail => 0x8000_4005,
+            ServerError::NotYetAvailable => 0x8013_135B,
+            ServerError::RuntimeUninitialized => 0x8013_1371,
+            ServerError::InvalidArg => 0x8007_0057,
+            ServerError::InsufficientBuffer => 0x8007_007A,
+            ServerError::EnvVarNotFound => 0x8000_00CB,
+            ServerError::ProfilerAlreadyActive => 0x8013_136A,
+            ServerError::Other(hresult) => hresult,
+        }
+    }
+}
+
+/// Why reply bytes were refused. `offset` is counted from the first byte of the reply header.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    #[error("reply truncated at offset {offset}: {what} needs {needed} bytes, {available} left")]
+    Truncated { offset: usize, what: &'static str, needed: usize, available: usize },
+    #[error(
+        "bad magic at offset 0: {found:02x?} is not \"DOTNET_IPC_V1\\0\" (not a .NET runtime?)"
+    )]
+    BadMagic { found: [u8; 14] },
+    #[error("command set {found:#04x} at offset 16 is not 0xff (Server): not a reply")]
+    NotAReply { found: u8 },
+    #[error("reply command id {found:#04x} at offset 17 is neither 0x00 (OK) nor 0xff (Error)")]
+    UnknownReplyId { found: u8 },
+    #[error("declared size {size} at offset 14 is smaller than the 20-byte header")]
+    SizeTooSmall { size: u16 },
+    #[error(
+        "declared size {size} at offset 14 exceeds the {max} bytes a {shape:?} {kind} reply can \
+         have"
+    )]
+    Oversize { size: u16, max: usize, shape: ReplyShape, kind: &'static str },
+    #[error("reply is {actual} bytes but its header at offset 14 declares {declared}")]
+    LengthMismatch { declared: u16, actual: usize },
+    #[error("{extra} unexpected bytes after the {shape:?} reply at offset {offset}")]
+    TrailingBytes { offset: usize, extra: usize, shape: ReplyShape },
+    #[error("{what} string at offset {offset} lacks its NUL terminator")]
+    StringNotTerminated { offset: usize, what: &'static str },
+    #[error(
+        "{what} string at offset {offset} claims {units} UTF-16 code units but only {available} \
+         bytes remain"
+    )]
+    StringTooLong { offset: usize, what: &'static str, units: u32, available: usize },
+    #[error("{what} string at offset {offset} is not valid UTF-16")]
+    InvalidUtf16 { offset: usize, what: &'static str },
+}
+
+/// The validated 20-byte header of a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyHeader {
+    /// Total message size, header included (≥ 20).
+    pub size: u16,
+    pub is_error: bool,
+}
+
+impl ReplyHeader {
+    pub fn payload_len(self) -> usize {
+        usize::from(self.size) - HEADER_LEN
+    }
+}
+
+/// Validates a reply header (magic, command set 0xFF, id OK/Error, size ≥ 20) and refuses a size
+/// that the expected reply `shape` cannot have, so that a hostile peer cannot make the caller
+/// wait for bytes it will never need.
+pub fn decode_reply_header(shape: ReplyShape, bytes: &[u8]) -> Result<ReplyHeader, DecodeError> {
+    let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::Truncated {
+        offset: 0,
+        what: "reply header",
+        needed: HEADER_LEN,
+        available: bytes.len(),
+    })?;
+    if header[..14] != MAGIC {
+        let mut found = [0; 14];
+        found.copy_from_slice(&header[..14]);
+        return Err(DecodeError::BadMagic { found });
+    }
+    let size = u16::from_le_bytes([header[14], header[15]]);
+    if header[16] != SET_SERVER {
+        return Err(DecodeError::NotAReply { found: header[16] });
+    }
+    let is_error = match header[17] {
+        REPLY_OK => false,
+        REPLY_ERROR => true,
+        found => return Err(DecodeError::UnknownReplyId { found }),
+    };
+    if usize::from(size) < HEADER_LEN {
+        return Err(DecodeError::SizeTooSmall { size });
+    }
+    let (max, kind) = if is_error {
+        // An HRESULT, optionally followed by a message string: any size is possible.
+        (MAX_MESSAGE_LEN, "Error")
+    } else {
+        (HEADER_LEN + shape.max_ok_payload(), "OK")
+    };
+    if usize::from(size) > max {
+        return Err(DecodeError::Oversize { size, max, shape, kind });
+    }
+    Ok(ReplyHeader { size, is_error })
+}
+
+/// Decodes one complete reply message (header + exactly `size - 20` payload bytes) to a command
+/// whose OK reply has `shape`.
+pub fn decode_reply(shape: ReplyShape, message: &[u8]) -> Result<Reply, DecodeError> {
+    let header = decode_reply_header(shape, message)?;
+    if message.len() != usize::from(header.size) {
+        if message.len() < usize::from(header.size) {
+            return Err(DecodeError::Truncated {
+                offset: message.len(),
+                what: "reply payload",
+                needed: usize::from(header.size) - message.len(),
+                available: 0,
+            });
+        }
+        return Err(DecodeError::LengthMismatch { declared: header.size, actual: message.len() });
+    }
+    let mut r = Reader { bytes: message, pos: HEADER_LEN };
+    let reply = if header.is_error {
+        let error = ServerError::from_hresult(r.u32("HRESULT")?);
+        // GenerateCoreDump3 may append a message; accept it from any command.
+        let message = if r.remaining() > 0 { Some(r.string("error message")?) } else { None };
+        Reply::Error { error, message }
+    } else {
+        match shape {
+            ReplyShape::Status => Reply::Status(r.u32("status")? as i32),
+            ReplyShape::SessionId => Reply::SessionId(r.u64("session id")?),
+            ReplyShape::ProcessInfo | ReplyShape::ProcessInfo2 | ReplyShape::ProcessInfo3 => {
+                Reply::ProcessInfo(decode_process_info(shape, &mut r)?)
+            }
+        }
+    };
+    if r.remaining() > 0 && !r.may_have_appended_fields(&reply) {
+        return Err(DecodeError::TrailingBytes { offset: r.pos, extra: r.remaining(), shape });
+    }
+    Ok(reply)
+}
+
+fn decode_process_info(shape: ReplyShape, r: &mut Reader<'_>) -> Result<ProcessInfo, DecodeError> {
+    let info_version =
+        if shape == ReplyShape::ProcessInfo3 { Some(r.u32("ProcessInfo3 version")?) } else { None };
+    let process_id = r.u64("process id")?;
+    let runtime_cookie = r.guid("runtime cookie")?;
+    let command_line = r.string("command line")?;
+    let os = r.string("OS")?;
+    let arch = r.string("arch")?;
+    let (managed_entrypoint_assembly, clr_product_version) = if shape == ReplyShape::ProcessInfo {
+        (None, None)
+    } else {
+        (Some(r.string("managed entrypoint assembly")?), Some(r.string("clr product version")?))
+    };
+    let portable_rid = match info_version {
+        Some(v) if v >= 1 => Some(r.string("portable RID")?),
+        _ => None,
+    };
+    Ok(ProcessInfo {
+        info_version,
+        process_id,
+        runtime_cookie,
+        command_line,
+        os,
+        arch,
+        managed_entrypoint_assembly,
+        clr_product_version,
+        portable_rid,
+    })
+}
+
+/// Bounds-checked little-endian reader over one reply message.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        let available = self.remaining();
+        if n > available {
+            return Err(DecodeError::Truncated { offset: self.pos, what, needed: n, available });
+        }
+        let slice = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(slice)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N, what)?);
+        Ok(out)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        self.array(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        self.array(what).map(u64::from_le_bytes)
+    }
+
+    fn guid(&mut self, what: &'static str) -> Result<Guid, DecodeError> {
+        self.array(what).map(Guid)
+    }
+
+    /// u32 count of UTF-16 units including the NUL, then the units. Count 0 is an empty string.
+    fn string(&mut self, what: &'static str) -> Result<String, DecodeError> {
+        let offset = self.pos;
+        let units = self.u32(what)?;
+        let byte_len = u64::from(units) * 2;
+        let available = self.remaining();
+        if byte_len > available as u64 {
+            return Err(DecodeError::StringTooLong { offset, what, units, available });
+        }
+        let bytes = self.take(byte_len as usize, what)?;
+        let Some((text, terminator)) = bytes.split_last_chunk::<2>() else {
+            return Ok(String::new()); // count 0: absent string
+        };
+        if *terminator != [0, 0] {
+            return Err(DecodeError::StringNotTerminated { offset, what });
+        }
+        let code_units = text.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        char::decode_utf16(code_units)
+            .collect::<Result<String, _>>()
+            .map_err(|_| DecodeError::InvalidUtf16 { offset, what })
+    }
+
+    /// ProcessInfo3 promises that later versions only append fields; everything else is exact.
+    fn may_have_appended_fields(&self, reply: &Reply) -> bool {
+        matches!(reply, Reply::ProcessInfo(ProcessInfo { info_version: Some(v), .. }) if *v > 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(size: u16, set: u8, id: u8) -> Vec<u8> {
+        let mut m = MAGIC.to_vec();
+        m.extend_from_slice(&size.to_le_bytes());
+        m.extend_from_slice(&[set, id, 0, 0]);
+        m
+    }
+
+    fn utf16z(s: &str) -> Vec<u8> {
+        let mut out = ((s.encode_utf16().count() + 1) as u32).to_le_bytes().to_vec();
+        for unit in s.encode_utf16().chain([0]) {
+            out.extend_from_slice(&unit.to_le_bytes());
+        }
+        out
+    }
+
+    fn reply(id: u8, payload: &[u8]) -> Vec<u8> {
+        let mut m = header((HEADER_LEN + payload.len()) as u16, 0xFF, id);
+        m.extend_from_slice(payload);
+        m
+    }
+
+    fn runtime_provider() -> ProviderConfig {
+        ProviderConfig {
+            name: "Microsoft-Windows-DotNETRuntime".into(),
+            keywords: 0x1,
+            level: EventLevel::Informational,
+            arguments: None,
+        }
+    }
+
+    #[test]
+    fn ready_made_messages_match_the_reference_byte_for_byte() {
+        let magic = b"DOTNET_IPC_V1\0";
+        let expect = |tail: &[u8]| [magic.as_slice(), tail].concat();
+        assert_eq!(Request::ProcessInfo.encode().unwrap(), expect(&[0x14, 0, 4, 0, 0, 0]));
+        assert_eq!(
+            Request::EnablePerfMap(PerfMapType::PerfMapOnly).encode().unwrap(),
+            expect(&[0x18, 0, 4, 5, 0, 0, 3, 0, 0, 0])
+        );
+        assert_eq!(Request::DisablePerfMap.encode().unwrap(), expect(&[0x14, 0, 4, 6, 0, 0]));
+        assert_eq!(Request::ProcessInfo2.encode().unwrap(), expect(&[0x14, 0, 4, 4, 0, 0]));
+        assert_eq!(Request::ProcessInfo3.encode().unwrap(), expect(&[0x14, 0, 4, 8, 0, 0]));
+        assert_eq!(Request::ResumeRuntime.encode().unwrap(), expect(&[0x14, 0, 4, 1, 0, 0]));
+        assert_eq!(
+            Request::StopTracing { session_id: 0x1122_3344_5566_7788 }.encode().unwrap(),
+            expect(&[0x1c, 0, 2, 1, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11])
+        );
+    }
+
+    /// The 119-byte CollectTracing2 of `dotnet/runtime` issue #42382 (reference §3.3).
+    #[test]
+    fn collect_tracing2_worked_example() {
+        let request = Request::CollectTracing(CollectTracing::V2 {
+            circular_buffer_mb: 256,
+            format: TraceFormat::NetTrace,
+            request_rundown: true,
+            providers: vec![ProviderConfig {
+                name: "Microsoft-Windows-DotNETRuntime".into(),
+                keywords: 0xFFFF_FFFF_FFFF_FFBF,
+                level: EventLevel::Verbose,
+                arguments: Some(String::new()),
+            }],
+        });
+        let mut expected = b"DOTNET_IPC_V1\0".to_vec();
+        expected.extend_from_slice(&[0x77, 0x00, 0x02, 0x03, 0x00, 0x00]);
+        expected.extend_from_slice(&[0x00, 0x01, 0x00, 0x00]);
+        expected.extend_from_slice(&[0x01, 0x00, 0x00, 0x00]);
+        expected.push(0x01);
+        expected.extend_from_slice(&[0x01, 0x00, 0x00, 0x00]);
+        expected.extend_from_slice(&[0xbf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        expected.extend_from_slice(&[0x05, 0x00, 0x00, 0x00]);
+        expected.extend_from_slice(&[0x20, 0x00, 0x00, 0x00]);
+        for c in "Microsoft-Windows-DotNETRuntime\0".bytes() {
+            expected.extend_from_slice(&[c, 0]);
+        }
+        expected.extend_from_slice(&[0x01, 0x00, 0x00, 0x00, 0x00, 0x00]);
+        assert_eq!(expected.len(), 119);
+        assert_eq!(request.encode().unwrap(), expected);
+    }
+
+    #[test]
+    fn collect_tracing_1_3_4_field_order() {
+        let providers = vec![runtime_provider()];
+        let provider_bytes = || {
+            let mut p = 1u32.to_le_bytes().to_vec();
+            p.extend_from_slice(&1u64.to_le_bytes());
+            p.extend_from_slice(&4u32.to_le_bytes());
+            p.extend_from_slice(&utf16z("Microsoft-Windows-DotNETRuntime"));
+            p.extend_from_slice(&0u32.to_le_bytes());
+            p
+        };
+        let prefix = [64u32.to_le_bytes(), 1u32.to_le_bytes()].concat();
+        let cases = [
+            (
+                CollectTracing::V1 {
+                    circular_buffer_mb: 64,
+                    format: TraceFormat::NetTrace,
+                    providers: providers.clone(),
+                },
+                0x02,
+                vec![],
+            ),
+            (
+                CollectTracing::V3 {
+                    circular_buffer_mb: 64,
+                    format: TraceFormat::NetTrace,
+                    request_rundown: false,
+                    request_stackwalk: true,
+                    providers: providers.clone(),
+                },
+                0x04,
+                vec![0, 1],
+            ),
+            (
+                CollectTracing::V4 {
+                    circular_buffer_mb: 64,
+                    format: TraceFormat::NetTrace,
+                    rundown_keyword: 0x8,
+                    request_stackwalk: false,
+                    providers: providers.clone(),
+                },
+                0x05,
+                [8u64.to_le_bytes().as_slice(), &[0]].concat(),
+            ),
+        ];
+        for (ct, id, middle) in cases {
+            let payload = [prefix.as_slice(), &middle, &provider_bytes()].concat();
+            let mut expected = header((20 + payload.len()) as u16, 2, id);
+            expected.extend_from_slice(&payload);
+            assert_eq!(Request::CollectTracing(ct).encode().unwrap(), expected, "id {id}");
+        }
+    }
+
+    #[test]
+    fn collect_tracing5_streaming_with_filter() {
+        let ct = CollectTracing::V5Streaming {
+            circular_buffer_mb: 16,
+            format: TraceFormat::NetTrace,
+            rundown_keyword: 0,
+            request_stackwalk: false,
+            providers: vec![
+                FilteredProvider {
+                    provider: runtime_provider(),
+                    filter: Some(EventFilter::Only(vec![1, 2])),
+                },
+                FilteredProvider {
+                    provider: ProviderConfig {
+                        name: "My".into(),
+                        keywords: u64::MAX,
+                        level: EventLevel::Verbose,
+                        arguments: Some("a=b".into()),
+                    },
+                    filter: None,
+                },
+            ],
+        };
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&0u32.to_le_bytes()); // session_type
+        payload.extend_from_slice(&16u32.to_le_bytes());
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&0u64.to_le_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&2u32.to_le_bytes());
+        payload.extend_from_slice(&1u64.to_le_bytes());
+        payload.extend_from_slice(&4u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("Microsoft-Windows-DotNETRuntime"));
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload.push(1);
+        payload.extend_from_slice(&[2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
+        payload.extend_from_slice(&u64::MAX.to_le_bytes());
+        payload.extend_from_slice(&5u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("My"));
+        payload.extend_from_slice(&utf16z("a=b"));
+        payload.push(0); // no filter: enable 0, empty list
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        let mut expected = header((20 + payload.len()) as u16, 2, 6);
+        expected.extend_from_slice(&payload);
+        assert_eq!(Request::CollectTracing(ct).encode().unwrap(), expected);
+    }
+
+    #[test]
+    fn collect_tracing5_user_events() {
+        let ct = CollectTracing::V5UserEvents {
+            rundown_keyword: 0,
+            providers: vec![UserEventsProvider {
+                provider: runtime_provider(),
+                filter: Some(EventFilter::Except(vec![7])),
+                tracepoints: TracepointConfig {
+                    default_name: Some("tp_all".into()),
+                    sets: vec![TracepointSet { name: "tp_gc".into(), event_ids: vec![1, 2] }],
+                },
+            }],
+        };
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&1u32.to_le_bytes()); // session_type user_events
+        payload.extend_from_slice(&0u64.to_le_bytes()); // rundownKeyword; no buffer/format
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&1u64.to_le_bytes());
+        payload.extend_from_slice(&4u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("Microsoft-Windows-DotNETRuntime"));
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&[1, 0, 0, 0, 7, 0, 0, 0]);
+        payload.extend_from_slice(&utf16z("tp_all"));
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("tp_gc"));
+        payload.extend_from_slice(&[2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
+        let mut expected = header((20 + payload.len()) as u16, 2, 6);
+        expected.extend_from_slice(&payload);
+        assert_eq!(Request::CollectTracing(ct).encode().unwrap(), expected);
+    }
+
+    #[test]
+    fn user_events_tracepoint_rules() {
+        let with = |tracepoints| {
+            Request::CollectTracing(CollectTracing::V5UserEvents {
+                rundown_keyword: 0,
+                providers: vec![UserEventsProvider {
+                    provider: runtime_provider(),
+                    filter: None,
+                    tracepoints,
+                }],
+            })
+            .encode()
+        };
+        let name = "Microsoft-Windows-DotNETRuntime".to_string();
+        assert_eq!(
+            with(TracepointConfig { default_name: None, sets: vec![] }),
+            Err(EncodeError::NoTracepoint { provider: name.clone() })
+        );
+        let set = |n: &str, ids: Vec<u32>| TracepointSet { name: n.into(), event_ids: ids };
+        assert_eq!(
+            with(TracepointConfig { default_name: None, sets: vec![set("a", vec![])] }),
+            Err(EncodeError::EmptyTracepointSet { provider: name.clone(), tracepoint: "a".into() })
+        );
+        assert_eq!(
+            with(TracepointConfig {
+                default_name: None,
+                sets: vec![set("a", vec![1, 2]), set("b", vec![2])]
+            }),
+            Err(EncodeError::DuplicateTracepointEvent { provider: name, event_id: 2 })
+        );
+    }
+
+    #[test]
+    fn encode_refusals() {
+        let big = ProviderConfig { arguments: Some("x".repeat(40_000)), ..runtime_provider() };
+        let err = Request::CollectTracing(CollectTracing::V2 {
+            circular_buffer_mb: 1,
+            format: TraceFormat::NetTrace,
+            request_rundown: false,
+            providers: vec![big],
+        })
+        .encode()
+        .unwrap_err();
+        assert!(
+            matches!(err, EncodeError::TooLarge { command: CommandCode::CollectTracing2, size }
+                if size == 20 + 9 + 4 + 12 + 68 + 4 + 80_002),
+            "{err:?}"
+        );
+        let ct2 = |providers, buffer| {
+            Request::CollectTracing(CollectTracing::V2 {
+                circular_buffer_mb: buffer,
+                format: TraceFormat::NetTrace,
+                request_rundown: false,
+                providers,
+            })
+            .encode()
+        };
+        assert_eq!(ct2(vec![], 1), Err(EncodeError::NoProviders));
+        assert_eq!(ct2(vec![runtime_provider()], 0), Err(EncodeError::ZeroBuffer));
+        let unnamed = ProviderConfig { name: String::new(), ..runtime_provider() };
+        assert_eq!(
+            ct2(vec![runtime_provider(), unnamed], 1),
+            Err(EncodeError::EmptyProviderName { index: 1 })
+        );
+        let nul = ProviderConfig { name: "a\0b".into(), ..runtime_provider() };
+        assert_eq!(ct2(vec![nul], 1), Err(EncodeError::NulInString { value: "a\0b".into() }));
+        assert_eq!(
+            ct2(vec![runtime_provider(); 1001], 1),
+            Err(EncodeError::TooManyProviders { count: 1001 })
+        );
+    }
+
+    #[test]
+    fn oldest_command_for_each_request() {
+        let plain = FilteredProvider { provider: runtime_provider(), filter: None };
+        let filtered =
+            FilteredProvider { filter: Some(EventFilter::Only(vec![1])), ..plain.clone() };
+        let request = |providers: Vec<FilteredProvider>, rundown_keyword, request_stackwalk| {
+            oldest_collect_tracing(&TracingRequest {
+                circular_buffer_mb: 64,
+                providers,
+                rundown_keyword,
+                request_stackwalk,
+            })
+            .code()
+        };
+        use CommandCode as C;
+        assert_eq!(request(vec![plain.clone()], 0, true), C::CollectTracing2);
+        assert_eq!(request(vec![plain.clone()], DEFAULT_RUNDOWN_KEYWORD, true), C::CollectTracing);
+        assert_eq!(request(vec![plain.clone()], 0, false), C::CollectTracing3);
+        assert_eq!(
+            request(vec![plain.clone()], DEFAULT_RUNDOWN_KEYWORD, false),
+            C::CollectTracing3
+        );
+        assert_eq!(request(vec![plain.clone()], 0x8, true), C::CollectTracing4);
+        assert_eq!(request(vec![plain.clone(), filtered], 0, true), C::CollectTracing5);
+        let ct2 = oldest_collect_tracing(&TracingRequest {
+            circular_buffer_mb: 64,
+            providers: vec![plain],
+            rundown_keyword: 0,
+            request_stackwalk: true,
+        });
+        assert_eq!(
+            ct2,
+            CollectTracing::V2 {
+                circular_buffer_mb: 64,
+                format: TraceFormat::NetTrace,
+                request_rundown: false,
+                providers: vec![runtime_provider()],
+            }
+        );
+    }
+
+    #[test]
+    fn ok_replies() {
+        let session = reply(0, &0xdead_beef_u64.to_le_bytes());
+        assert_eq!(session.len(), 28);
+        assert_eq!(
+            decode_reply(ReplyShape::SessionId, &session),
+            Ok(Reply::SessionId(0xdead_beef))
+        );
+        assert_eq!(decode_reply(ReplyShape::Status, &reply(0, &[0; 4])), Ok(Reply::Status(0)));
+    }
+
+    #[test]
+    fn error_replies_name_the_hresult() {
+        let r = decode_reply(ReplyShape::ProcessInfo3, &reply(0xFF, &0x8013_1385u32.to_le_bytes()));
+        assert_eq!(r, Ok(Reply::Error { error: ServerError::UnknownCommand, message: None }));
+        let with_message = [0x8000_4005u32.to_le_bytes().as_slice(), &utf16z("boom")].concat();
+        assert_eq!(
+            decode_reply(ReplyShape::SessionId, &reply(0xFF, &with_message)),
+            Ok(Reply::Error { error: ServerError::Fail, message: Some("boom".into()) })
+        );
+        for hresult in [0x8013_1384, 0x8013_1386, 0x8013_1515, 0x8013_135B, 0x1234_5678] {
+            assert_eq!(ServerError::from_hresult(hresult).hresult(), hresult);
+        }
+        assert!(ServerError::UnknownCommand.to_string().contains("older"));
+        assert_eq!(ServerError::Other(0x1234_5678).to_string(), "unrecognised HRESULT 0x12345678");
+    }
+
+    fn process_info_payload(version: Option<u32>) -> Vec<u8> {
+        let mut p = Vec::new();
+        if let Some(v) = version {
+            p.extend_from_slice(&v.to_le_bytes());
+        }
+        p.extend_from_slice(&42u64.to_le_bytes());
+        p.extend_from_slice(&[
+            0x78, 0x56, 0x34, 0x12, 0x34, 0x12, 0x78, 0x56, 1, 2, 3, 4, 5, 6, 7, 8,
+        ]);
+        p.extend_from_slice(&utf16z("/usr/bin/python3 host.py"));
+        p.extend_from_slice(&utf16z("Linux"));
+        p.extend_from_slice(&utf16z("x64"));
+        p
+    }
+
+    #[test]
+    fn process_info_versions() {
+        let v1 = decode_reply(ReplyShape::ProcessInfo, &reply(0, &process_info_payload(None)));
+        let Ok(Reply::ProcessInfo(info)) = v1 else { panic!("{v1:?}") };
+        assert_eq!(info.process_id, 42);
+        assert_eq!(info.runtime_cookie.to_string(), "12345678-1234-5678-0102-030405060708");
+        assert_eq!(info.command_line, "/usr/bin/python3 host.py");
+        assert_eq!((info.os.as_str(), info.arch.as_str()), ("Linux", "x64"));
+        assert_eq!(info.clr_product_version, None);
+
+        let mut p3 = process_info_payload(Some(1));
+        p3.extend_from_slice(&utf16z("python3"));
+        p3.extend_from_slice(&utf16z("8.0.4+2d7eea252964e69be94cb9c847b371b23e4dd470"));
+        p3.extend_from_slice(&utf16z("linux-x64"));
+        let Ok(Reply::ProcessInfo(info)) = decode_reply(ReplyShape::ProcessInfo3, &reply(0, &p3))
+        else {
+            panic!()
+        };
+        assert_eq!(info.info_version, Some(1));
+        assert_eq!(info.managed_entrypoint_assembly.as_deref(), Some("python3"));
+        assert!(info.clr_product_version.unwrap().starts_with("8.0.4+"));
+        assert_eq!(info.portable_rid.as_deref(), Some("linux-x64"));
+
+        // A later ProcessInfo3 version may append fields; version 1 may not.
+        let mut p3_future = p3.clone();
+        p3_future[..4].copy_from_slice(&2u32.to_le_bytes());
+        p3_future.extend_from_slice(&[9, 9, 9]);
+        assert!(decode_reply(ReplyShape::ProcessInfo3, &reply(0, &p3_future)).is_ok());
+        let mut p3_trailing = p3;
+        p3_trailing.push(9);
+        let len = 20 + p3_trailing.len();
+        assert_eq!(
+            decode_reply(ReplyShape::ProcessInfo3, &reply(0, &p3_trailing)),
+            Err(DecodeError::TrailingBytes {
+                offset: len - 1,
+                extra: 1,
+                shape: ReplyShape::ProcessInfo3
+            })
+        );
+    }
+
+    #[test]
+    fn hostile_replies_are_refused_with_offsets() {
+        let shape = ReplyShape::SessionId;
+        let mut bad_magic = reply(0, &[0; 8]);
+        bad_magic[3] = b'X';
+        assert!(matches!(decode_reply(shape, &bad_magic), Err(DecodeError::BadMagic { .. })));
+        assert_eq!(
+            decode_reply(shape, &header(28, 0x02, 0)),
+            Err(DecodeError::NotAReply { found: 0x02 })
+        );
+        assert_eq!(
+            decode_reply(shape, &header(28, 0xFF, 0x01)),
+            Err(DecodeError::UnknownReplyId { found: 0x01 })
+        );
+        assert_eq!(
+            decode_reply(shape, &header(19, 0xFF, 0)),
+            Err(DecodeError::SizeTooSmall { size: 19 })
+        );
+        assert_eq!(
+            decode_reply(shape, &b"DOTNET"[..]),
+            Err(DecodeError::Truncated {
+                offset: 0,
+                what: "reply header",
+                needed: 20,
+                available: 6
+            })
+        );
+        // A session reply announcing 60 KB is refused from its header alone.
+        assert_eq!(
+            decode_reply_header(shape, &header(60_000, 0xFF, 0)),
+            Err(DecodeError::Oversize { size: 60_000, max: 28, shape, kind: "OK" })
+        );
+        let mut short = reply(0, &[0; 8]);
+        short.truncate(24);
+        assert_eq!(
+            decode_reply(shape, &short),
+            Err(DecodeError::Truncated {
+                offset: 24,
+                what: "reply payload",
+                needed: 4,
+                available: 0
+            })
+        );
+        let mut long = reply(0, &[0; 8]);
+        long.push(0);
+        assert_eq!(
+            decode_reply(shape, &long),
+            Err(DecodeError::LengthMismatch { declared: 28, actual: 29 })
+        );
+        // A 4-byte payload where a session id (8 bytes) is due.
+        assert_eq!(
+            decode_reply(shape, &reply(0, &[0; 4])),
+            Err(DecodeError::Truncated { offset: 20, what: "session id", needed: 8, available: 4 })
+        );
+    }
+
+    #[test]
+    fn hostile_strings_are_refused_with_offsets() {
+        let shape = ReplyShape::ProcessInfo;
+        let strings_at = 20 + 8 + 16;
+        let with_command_line = |s: &[u8]| {
+            let mut p = process_info_payload(None)[..24].to_vec();
+            p.extend_from_slice(s);
+            reply(0, &p)
+        };
+        // Count says 3 units but the last one is not NUL.
+        let unterminated = [3u32.to_le_bytes().as_slice(), &[b'a', 0, b'b', 0, b'c', 0]].concat();
+        assert_eq!(
+            decode_reply(shape, &with_command_line(&unterminated)),
+            Err(DecodeError::StringNotTerminated { offset: strings_at, what: "command line" })
+        );
+        let too_long = [1000u32.to_le_bytes().as_slice(), &[b'a', 0, 0, 0]].concat();
+        assert_eq!(
+            decode_reply(shape, &with_command_line(&too_long)),
+            Err(DecodeError::StringTooLong {
+                offset: strings_at,
+                what: "command line",
+                units: 1000,
+                available: 4
+            })
+        );
+        let huge = u32::MAX.to_le_bytes();
+        assert!(matches!(
+            decode_reply(shape, &with_command_line(&huge)),
+            Err(DecodeError::StringTooLong { units: u32::MAX, available: 0, .. })
+        ));
+        // A lone high surrogate (0xD800) followed by the terminator.
+        let lone_surrogate = [2u32.to_le_bytes().as_slice(), &[0x00, 0xD8, 0, 0]].concat();
+        assert_eq!(
+            decode_reply(shape, &with_command_line(&lone_surrogate)),
+            Err(DecodeError::InvalidUtf16 { offset: strings_at, what: "command line" })
+        );
+        // Valid command line, then the OS string is cut off.
+        let cut = [utf16z("x"), 2u32.to_le_bytes().to_vec()].concat();
+        assert_eq!(
+            decode_reply(shape, &with_command_line(&cut)),
+            Err(DecodeError::StringTooLong {
+                offset: strings_at + 8,
+                what: "OS",
+                units: 2,
+                available: 0
+            })
+        );
+    }
+}

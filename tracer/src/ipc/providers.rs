@@ -1,0 +1,191 @@
+//! Provider lists in dotnet-trace's `--providers` syntax and named profiles. Pure parsing.
+//!
+//! Syntax: comma-separated `Name[:Keywords[:Level[:Arguments]]]`
+//! * `Keywords`: hexadecimal with or without `0x`; empty or absent = all keywords.
+//! * `Level`: `0`–`5` or a level name (`LogAlways`, `Critical`, `Error`, `Warning`,
+//!   `Informational`, `Verbose`, any case); empty or absent = Verbose, as dotnet-trace does.
+//! * `Arguments`: the rest of the entry, passed unchanged (`key=value;key=value`).
+//!
+//! Profiles:
+//! * `gc`: `Microsoft-Windows-DotNETRuntime:0x1:4` — GC keyword at Informational (GCStart,
+//!   GCEnd, GCHeapStats, …), the cheapest useful session.
+//! * `default`: dotnet-trace's default when no profile is given (`cpu-sampling`, as documented
+//!   on learn.microsoft.com for dotnet-trace ≤ 9 and printed by the tool itself):
+//!   `Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4` and
+//!   `Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:4`.
+
+use thiserror::Error;
+
+use crate::decode::ipc::{EventLevel, FilteredProvider, ProviderConfig};
+
+pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
+pub const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler";
+
+/// Names accepted by [`profile`], for `--help` and error messages.
+pub const PROFILE_NAMES: [&str; 2] = ["gc", "default"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProviderSpecError {
+    #[error("empty provider entry #{index} in {spec:?}: remove the extra comma")]
+    EmptyEntry { spec: String, index: usize },
+    #[error("provider entry {entry:?} has no provider name before ':'")]
+    MissingName { entry: String },
+    #[error("keywords {value:?} of provider {provider:?} are not a 64-bit hex number (e.g. 0x1)")]
+    BadKeywords { provider: String, value: String },
+    #[error(
+        "level {value:?} of provider {provider:?} is not 0-5 or one of LogAlways, Critical, \
+         Error, Warning, Informational, Verbose"
+    )]
+    BadLevel { provider: String, value: String },
+    #[error("unknown profile {name:?}: known profiles are gc, default")]
+    UnknownProfile { name: String },
+}
+
+/// Parses a `--providers` value into providers without event filters.
+pub fn parse_providers(spec: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
+    spec.split(',')
+        .enumerate()
+        .map(|(index, entry)| {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                return Err(ProviderSpecError::EmptyEntry { spec: spec.to_owned(), index });
+            }
+            parse_entry(entry).map(|provider| FilteredProvider { provider, filter: None })
+        })
+        .collect()
+}
+
+fn parse_entry(entry: &str) -> Result<ProviderConfig, ProviderSpecError> {
+    let mut parts = entry.splitn(4, ':');
+    let name = parts.next().unwrap_or_default().trim();
+    if name.is_empty() {
+        return Err(ProviderSpecError::MissingName { entry: entry.to_owned() });
+    }
+    let keywords = match parts.next().map(str::trim).filter(|k| !k.is_empty()) {
+        None => u64::MAX,
+        Some(k) => {
+            let digits = k.strip_prefix("0x").or_else(|| k.strip_prefix("0X")).unwrap_or(k);
+            u64::from_str_radix(digits, 16).map_err(|_| ProviderSpecError::BadKeywords {
+                provider: name.to_owned(),
+                value: k.to_owned(),
+            })?
+        }
+    };
+    let level = match parts.next().map(str::trim).filter(|l| !l.is_empty()) {
+        None => EventLevel::Verbose,
+        Some(l) => parse_level(l).ok_or_else(|| ProviderSpecError::BadLevel {
+            provider: name.to_owned(),
+            value: l.to_owned(),
+        })?,
+    };
+    let arguments = parts.next().map(str::to_owned);
+    Ok(ProviderConfig { name: name.to_owned(), keywords, level, arguments })
+}
+
+fn parse_level(value: &str) -> Option<EventLevel> {
+    if let Ok(n) = value.parse::<u32>() {
+        return EventLevel::from_u32(n);
+    }
+    let levels = [
+        ("logalways", EventLevel::LogAlways),
+        ("critical", EventLevel::Critical),
+        ("error", EventLevel::Error),
+        ("warning", EventLevel::Warning),
+        ("informational", EventLevel::Informational),
+        ("verbose", EventLevel::Verbose),
+    ];
+    levels.iter().find(|(name, _)| value.eq_ignore_ascii_case(name)).map(|(_, level)| *level)
+}
+
+/// The providers of a named profile.
+pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
+    let provider = |name: &str, keywords, level| FilteredProvider {
+        provider: ProviderConfig { name: name.to_owned(), keywords, level, arguments: None },
+        filter: None,
+    };
+    match name {
+        "gc" => Ok(vec![provider(RUNTIME_PROVIDER, 0x1, EventLevel::Informational)]),
+        "default" => Ok(vec![
+            provider(SAMPLE_PROFILER_PROVIDER, 0xF000_0000_0000, EventLevel::Informational),
+            provider(RUNTIME_PROVIDER, 0x14_C14F_CCBD, EventLevel::Informational),
+        ]),
+        _ => Err(ProviderSpecError::UnknownProfile { name: name.to_owned() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str, keywords: u64, level: EventLevel, args: Option<&str>) -> ProviderConfig {
+        ProviderConfig { name: name.into(), keywords, level, arguments: args.map(str::to_owned) }
+    }
+
+    fn parsed(spec: &str) -> Vec<ProviderConfig> {
+        parse_providers(spec).unwrap().into_iter().map(|p| p.provider).collect()
+    }
+
+    #[test]
+    fn dotnet_trace_syntax() {
+        assert_eq!(
+            parsed("Microsoft-Windows-DotNETRuntime:0x1:4,MyEventSource"),
+            vec![
+                config(RUNTIME_PROVIDER, 1, EventLevel::Informational, None),
+                config("MyEventSource", u64::MAX, EventLevel::Verbose, None),
+            ]
+        );
+        assert_eq!(
+            parsed("A:ff:Warning:key=v;k2=a:b"),
+            vec![config("A", 0xff, EventLevel::Warning, Some("key=v;k2=a:b"))]
+        );
+        assert_eq!(
+            parsed("A::informational"),
+            vec![config("A", u64::MAX, EventLevel::Informational, None)]
+        );
+        assert_eq!(parsed(" A:0X10 "), vec![config("A", 0x10, EventLevel::Verbose, None)]);
+        assert_eq!(parsed("A:1:5:"), vec![config("A", 1, EventLevel::Verbose, Some(""))]);
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        assert_eq!(
+            parse_providers("A,,B"),
+            Err(ProviderSpecError::EmptyEntry { spec: "A,,B".into(), index: 1 })
+        );
+        assert_eq!(
+            parse_providers(":1"),
+            Err(ProviderSpecError::MissingName { entry: ":1".into() })
+        );
+        assert_eq!(
+            parse_providers("A:0xZZ"),
+            Err(ProviderSpecError::BadKeywords { provider: "A".into(), value: "0xZZ".into() })
+        );
+        assert_eq!(
+            parse_providers("A:1:6"),
+            Err(ProviderSpecError::BadLevel { provider: "A".into(), value: "6".into() })
+        );
+        assert_eq!(
+            parse_providers("A:10000000000000000"),
+            Err(ProviderSpecError::BadKeywords {
+                provider: "A".into(),
+                value: "10000000000000000".into()
+            })
+        );
+    }
+
+    #[test]
+    fn profiles() {
+        let gc: Vec<_> = profile("gc").unwrap().into_iter().map(|p| p.provider).collect();
+        assert_eq!(gc, parsed("Microsoft-Windows-DotNETRuntime:0x1:4"));
+        let default: Vec<_> = profile("default").unwrap().into_iter().map(|p| p.provider).collect();
+        assert_eq!(
+            default,
+            parsed(
+                "Microsoft-DotNETCore-SampleProfiler:0x0000F00000000000:4,\
+                 Microsoft-Windows-DotNETRuntime:0x00000014C14FCCBD:4"
+            )
+        );
+        assert_eq!(profile("cpu"), Err(ProviderSpecError::UnknownProfile { name: "cpu".into() }));
+        assert_eq!(PROFILE_NAMES.map(|n| profile(n).is_ok()), [true, true]);
+    }
+}
