@@ -7,6 +7,9 @@ Protocol, one line each way:
   stdout at start:  READY <pid> <runtime version>
   stdin  `gc N`    → calls System.GC.Collect() N times → `GC_DONE N <GC.CollectionCount(0)>`
   stdin  `ping`    → `PONG <GC.CollectionCount(0)>` (proves the runtime still runs managed code)
+  stdin  `throw`   → a managed FormatException is thrown and caught → `THROWN <exception type>`
+  stdin  `alloc N` → allocates N managed byte[100000] arrays (≈ one GCAllocationTick each) → `ALLOC_DONE N`
+  stdin  `rent N`  → N × ArrayPool<byte>.Shared.Rent/Return (EventSource events with metadata) → `RENT_DONE N`
   stdin  `exit` or EOF → exits 0
 """
 import os
@@ -25,7 +28,8 @@ import pythonnet  # noqa: E402
 
 pythonnet.set_runtime(runtime)
 import clr  # noqa: E402,F401
-from System import GC, Environment  # noqa: E402
+from System import GC, Array, Byte, Environment, Int32  # noqa: E402
+from System.Buffers import ArrayPool  # noqa: E402
 
 print("READY", os.getpid(), Environment.Version, flush=True)
 for line in sys.stdin:
@@ -39,6 +43,21 @@ for line in sys.stdin:
         print("GC_DONE", n, GC.CollectionCount(0), flush=True)
     elif cmd[0] == "ping":
         print("PONG", GC.CollectionCount(0), flush=True)
+    elif cmd[0] == "throw":
+        try:
+            Int32.Parse("not a number")
+        except Exception as e:  # the managed exception surfaces as a Python exception
+            print("THROWN", type(e).__name__, flush=True)
+    elif cmd[0] == "alloc":
+        n = int(cmd[1])
+        keep = [Array.CreateInstance(Byte, 100000) for _ in range(n)]
+        print("ALLOC_DONE", len(keep), flush=True)
+    elif cmd[0] == "rent":
+        n = int(cmd[1])
+        pool = ArrayPool[Byte].Shared
+        for _ in range(n):
+            pool.Return(pool.Rent(4096 * 1024))
+        print("RENT_DONE", n, flush=True)
     elif cmd[0] == "exit":
         break
     else:

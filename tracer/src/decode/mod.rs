@@ -5,3 +5,5 @@ pub mod ftrace;
 pub mod names;
 
 pub mod ipc;
+pub mod nettrace;
+pub mod user_events;

@@ -1,0 +1,107 @@
+//! Bounds-checked little-endian reads over a byte slice. Every read returns `None` when the slice
+//! is too short, so callers turn a short read into a typed error carrying the position.
+
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+/// Why a UTF-16Z string could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Utf16Problem {
+    /// No terminating NUL code unit before the end of the data.
+    Unterminated,
+    /// More code units than the caller allows.
+    TooLong,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, pos: 0 }
+    }
+
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let bytes = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(bytes)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N).map(|b| b.try_into().expect("take returned N bytes"))
+    }
+
+    pub(crate) fn u8(&mut self) -> Option<u8> {
+        self.array::<1>().map(|b| b[0])
+    }
+
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_le_bytes)
+    }
+
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    pub(crate) fn i64(&mut self) -> Option<i64> {
+        self.array().map(i64::from_le_bytes)
+    }
+
+    pub(crate) fn guid(&mut self) -> Option<[u8; 16]> {
+        self.array()
+    }
+
+    /// LEB128, at most `max_bytes` bytes; `None` when short or when the value overflows u64.
+    fn varuint(&mut self, max_bytes: usize) -> Option<u64> {
+        let mut value = 0u64;
+        for i in 0..max_bytes {
+            let byte = self.u8()?;
+            value |= u64::from(byte & 0x7f).checked_shl(7 * i as u32)?;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn varuint32(&mut self) -> Option<u32> {
+        self.varuint(5).and_then(|v| u32::try_from(v).ok())
+    }
+
+    pub(crate) fn varuint64(&mut self) -> Option<u64> {
+        self.varuint(10)
+    }
+
+    /// A NUL-terminated UTF-16LE string of at most `max_units` code units (terminator excluded).
+    /// Unpaired surrogates become U+FFFD rather than an error: the text is for humans.
+    pub(crate) fn utf16z(&mut self, max_units: usize) -> Result<String, Utf16Problem> {
+        let rest = &self.buf[self.pos..];
+        let units = rest.len() / 2;
+        let nul = (0..units.min(max_units + 1))
+            .find(|&i| rest[2 * i] == 0 && rest[2 * i + 1] == 0)
+            .ok_or(if units > max_units {
+                Utf16Problem::TooLong
+            } else {
+                Utf16Problem::Unterminated
+            })?;
+        let text = char::decode_utf16(
+            rest[..2 * nul].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])),
+        )
+        .map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect();
+        self.pos += 2 * nul + 2;
+        Ok(text)
+    }
+}

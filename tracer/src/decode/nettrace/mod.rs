@@ -1,0 +1,784 @@
+//! Streaming nettrace parser (reference §6): the byte stream a runtime sends after CollectTracing.
+//!
+//! Feed it chunks of any size with [`NettraceParser::feed`]; it calls back once per event, in
+//! stream order, and gives identical results however the stream is split. Memory is bounded: at
+//! most one top-level object (one block, capped by [`Limits::max_block_size`]) is buffered, plus
+//! the metadata table and per-thread sequence state, both capped.
+//!
+//! Every error carries the absolute stream offset of the problem. After an error the parser is
+//! poisoned (a corrupt stream cannot be resynchronised) and returns the same error again.
+
+mod cursor;
+pub mod metadata;
+pub mod payload;
+pub mod runtime_events;
+mod sequence;
+
+use serde::Serialize;
+
+use cursor::Cursor;
+pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
+pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid};
+use sequence::SequenceTracker;
+
+/// Caps on what an untrusted stream may make the parser hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest accepted block (the runtime flushes at about 100 KiB).
+    pub max_block_size: u32,
+    /// Largest metadata id, and so the most metadata entries kept.
+    pub max_metadata_id: u32,
+    /// Most capture threads tracked for sequence numbers.
+    pub max_threads: usize,
+    pub metadata: MetadataLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_block_size: 16 << 20,
+            max_metadata_id: 100_000,
+            max_threads: 65_536,
+            metadata: MetadataLimits::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NettraceError {
+    #[error("offset {offset}: not a nettrace stream (bad prologue)")]
+    BadPrologue { offset: u64 },
+    #[error("offset {offset}: unexpected serialization tag {tag:#04x}")]
+    BadTag { offset: u64, tag: u8 },
+    #[error("offset {offset}: object type name of {len} bytes is too long")]
+    TypeNameTooLong { offset: u64, len: u32 },
+    #[error("offset {offset}: unknown object type {name:?}")]
+    UnknownObject { offset: u64, name: String },
+    #[error(
+        "offset {offset}: {name} needs reader version {min_reader}, this parser reads {supported}"
+    )]
+    UnsupportedVersion { offset: u64, name: &'static str, min_reader: i32, supported: i32 },
+    #[error("offset {offset}: block of {size} bytes exceeds the {max}-byte limit")]
+    BlockTooLarge { offset: u64, size: u32, max: u32 },
+    #[error("offset {offset}: {what}")]
+    Corrupt { offset: u64, what: &'static str },
+    #[error("offset {offset}: pointer size {size} is neither 4 nor 8")]
+    BadPointerSize { offset: u64, size: u32 },
+    #[error("offset {offset}: metadata id {id} is 0 or above the limit of {max}")]
+    MetadataIdOutOfRange { offset: u64, id: u32, max: u32 },
+    #[error("offset {offset}: metadata id {id} defined twice")]
+    DuplicateMetadata { offset: u64, id: u32 },
+    #[error("offset {offset}: event refers to undefined metadata id {id}")]
+    UnknownMetadata { offset: u64, id: u32 },
+    #[error("offset {offset}: invalid metadata: {source}")]
+    Metadata { offset: u64, source: MetadataError },
+    #[error("offset {offset}: more than {max} capture threads")]
+    TooManyThreads { offset: u64, max: usize },
+    #[error("offset {offset}: data after the end-of-stream tag")]
+    TrailingData { offset: u64 },
+    #[error(
+        "offset {offset}: stream ended without the end-of-stream tag ({pending} bytes of an \
+         incomplete object); the runtime exited or the connection was cut"
+    )]
+    Truncated { offset: u64, pending: usize },
+}
+
+/// The Trace object (§6.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceInfo {
+    /// Year, Month, DayOfWeek, Day, Hour, Minute, Second, Millisecond (UTC).
+    pub sync_time_utc: [u16; 8],
+    pub sync_time_qpc: i64,
+    pub qpc_frequency: i64,
+    pub pointer_size: u32,
+    pub process_id: u32,
+    pub number_of_processors: u32,
+    pub expected_cpu_sampling_rate: u32,
+}
+
+/// One event, borrowed from the parser for the duration of the callback.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    pub metadata: &'a EventMetadata,
+    pub sequence: u32,
+    pub thread_id: u64,
+    pub capture_thread_id: u64,
+    pub proc_num: u32,
+    pub stack_id: u32,
+    /// QPC ticks; CLOCK_MONOTONIC ns on Linux (§6.12).
+    pub timestamp: i64,
+    pub activity_id: [u8; 16],
+    pub related_activity_id: [u8; 16],
+    pub is_sorted: bool,
+    pub payload: &'a [u8],
+    pub pointer_size: u32,
+    /// Absolute stream offset of the event's header.
+    pub offset: u64,
+}
+
+/// An event ready for output (the pipeline adds the envelope: ts, mono_ns, pid, kind).
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodedEvent<'a> {
+    pub provider: &'a str,
+    pub event: String,
+    pub id: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    pub level: u32,
+    /// Hex (`"0x1"`): u64 keywords do not fit a JSON double.
+    pub keywords: String,
+    pub thread: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u32>,
+    pub timestamp: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activity_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub related_activity_id: Option<String>,
+    pub fields: Fields<'a>,
+    /// Set when the payload did not match its layout; `fields` then holds `raw_payload`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_error: Option<String>,
+}
+
+impl<'a> Event<'a> {
+    /// Decodes the payload for output (see [`DecodedEvent::new`]).
+    pub fn decode(&self) -> DecodedEvent<'a> {
+        DecodedEvent::new(
+            self.metadata,
+            self.payload,
+            self.pointer_size,
+            EventContext {
+                thread: self.thread_id,
+                sequence: Some(self.sequence),
+                timestamp: self.timestamp,
+                activity_id: self.activity_id,
+                related_activity_id: self.related_activity_id,
+            },
+        )
+    }
+}
+
+/// Per-event facts that come from the transport rather than the metadata.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventContext {
+    pub thread: u64,
+    pub sequence: Option<u32>,
+    pub timestamp: i64,
+    pub activity_id: [u8; 16],
+    pub related_activity_id: [u8; 16],
+}
+
+impl<'a> DecodedEvent<'a> {
+    /// Decodes `payload` with `meta`. A payload that does not fit its layout is kept as hex
+    /// with the error, so no event disappears from the output.
+    pub fn new(
+        meta: &'a EventMetadata,
+        payload: &[u8],
+        pointer_size: u32,
+        context: EventContext,
+    ) -> Self {
+        let (fields, decode_error) = match decode_payload(meta, payload, pointer_size) {
+            Ok(fields) => (fields, None),
+            Err(e) => {
+                let raw = Fields(vec![("raw_payload", Value::Bytes(payload.to_vec()))]);
+                (raw, Some(e.to_string()))
+            }
+        };
+        let guid = |g: &[u8; 16]| (*g != [0; 16]).then(|| format_guid(g));
+        DecodedEvent {
+            provider: &meta.provider,
+            event: meta.display_name(),
+            id: meta.event_id,
+            version: meta.version,
+            level: meta.level,
+            keywords: format!("{:#x}", meta.keywords),
+            thread: context.thread,
+            sequence: context.sequence,
+            timestamp: context.timestamp,
+            activity_id: guid(&context.activity_id),
+            related_activity_id: guid(&context.related_activity_id),
+            fields,
+            decode_error,
+        }
+    }
+}
+
+/// Counters of what the stream contained and lost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NettraceStats {
+    pub bytes: u64,
+    pub events: u64,
+    pub metadata: u64,
+    pub event_blocks: u64,
+    pub metadata_blocks: u64,
+    pub stack_blocks: u64,
+    pub stacks: u64,
+    pub sequence_points: u64,
+    /// Events the runtime numbered but never sent (sequence gaps and sequence points).
+    pub lost_events: u64,
+}
+
+const PROLOGUE: &[u8; 32] = b"Nettrace\x14\x00\x00\x00!FastSerialization.1";
+const TAG_NULL: u8 = 0x01;
+const TAG_BEGIN_PRIVATE: u8 = 0x05;
+const TAG_END: u8 = 0x06;
+/// `05` `05 01` version minReader nameLen — then the name and `06`.
+const OBJECT_HEADER_FIXED: usize = 15;
+const MAX_TYPE_NAME: u32 = 64;
+const TRACE_PAYLOAD: usize = 48;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    Event,
+    Metadata,
+    Stack,
+    SequencePoint,
+}
+
+impl BlockKind {
+    fn from_name(name: &[u8]) -> Option<Self> {
+        Some(match name {
+            b"EventBlock" => BlockKind::Event,
+            b"MetadataBlock" => BlockKind::Metadata,
+            b"StackBlock" => BlockKind::Stack,
+            b"SPBlock" => BlockKind::SequencePoint,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BlockKind::Event => "EventBlock",
+            BlockKind::Metadata => "MetadataBlock",
+            BlockKind::Stack => "StackBlock",
+            BlockKind::SequencePoint => "SPBlock",
+        }
+    }
+}
+
+/// A complete top-level unit found at the front of the buffered bytes.
+#[derive(Debug, Clone, Copy)]
+enum Unit {
+    Prologue,
+    End,
+    Trace { payload_at: usize },
+    Block { kind: BlockKind, content_at: usize, size: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Prologue,
+    Objects,
+    Ended,
+}
+
+/// Streaming nettrace parser; see the module documentation.
+pub struct NettraceParser {
+    limits: Limits,
+    state: State,
+    /// Absolute stream offset of `pending[0]` (or of the next byte when `pending` is empty).
+    offset: u64,
+    /// Bytes of an incomplete unit; never more than one unit.
+    pending: Vec<u8>,
+    trace: Option<TraceInfo>,
+    /// Indexed by metadata id (ids are dense, starting at 1).
+    metadata: Vec<Option<Box<EventMetadata>>>,
+    sequences: SequenceTracker,
+    stats: NettraceStats,
+    failed: Option<NettraceError>,
+}
+
+impl Default for NettraceParser {
+    fn default() -> Self {
+        Self::new(Limits::default())
+    }
+}
+
+impl NettraceParser {
+    pub fn new(limits: Limits) -> Self {
+        NettraceParser {
+            limits,
+            state: State::Prologue,
+            offset: 0,
+            pending: Vec::new(),
+            trace: None,
+            metadata: Vec::new(),
+            sequences: SequenceTracker::new(limits.max_threads),
+            stats: NettraceStats::default(),
+            failed: None,
+        }
+    }
+
+    /// The Trace object, once parsed.
+    pub fn trace(&self) -> Option<&TraceInfo> {
+        self.trace.as_ref()
+    }
+
+    pub fn stats(&self) -> NettraceStats {
+        NettraceStats { lost_events: self.sequences.total_lost(), ..self.stats.clone() }
+    }
+
+    /// (capture thread id, lost events) for every thread that lost events.
+    pub fn lost_by_thread(&self) -> Vec<(u64, u64)> {
+        self.sequences.lost_by_thread()
+    }
+
+    /// True once the end-of-stream tag was read.
+    pub fn is_complete(&self) -> bool {
+        self.state == State::Ended
+    }
+
+    /// Parses `data`, calling `on_event` for every complete event.
+    pub fn feed(
+        &mut self,
+        mut data: &[u8],
+        mut on_event: impl FnMut(&Event<'_>),
+    ) -> Result<(), NettraceError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.stats.bytes += data.len() as u64;
+        let result = self.feed_inner(&mut data, &mut on_event);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    /// Call at end of input: an error when the stream ended before the end-of-stream tag.
+    pub fn finish(&self) -> Result<(), NettraceError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.state {
+            State::Ended => Ok(()),
+            _ => Err(NettraceError::Truncated {
+                offset: self.offset + self.pending.len() as u64,
+                pending: self.pending.len(),
+            }),
+        }
+    }
+
+    fn feed_inner<F: FnMut(&Event<'_>)>(
+        &mut self,
+        data: &mut &[u8],
+        on_event: &mut F,
+    ) -> Result<(), NettraceError> {
+        // Complete a unit started by an earlier chunk, copying only what it still needs.
+        while !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            let found = self.find_unit(&pending, self.offset);
+            self.pending = pending;
+            let wanted = match found? {
+                Some((len, unit)) if self.pending.len() >= len => {
+                    let pending = std::mem::take(&mut self.pending);
+                    self.process(&pending[..len], unit, on_event)?;
+                    self.pending = pending;
+                    self.pending.drain(..len);
+                    self.offset += len as u64;
+                    continue;
+                }
+                Some((len, _)) => len - self.pending.len(),
+                // Not even the header is complete: headers are small, take a little more.
+                None => 1,
+            };
+            if data.is_empty() {
+                return Ok(());
+            }
+            let take = wanted.max(1).min(data.len());
+            self.pending.extend_from_slice(&data[..take]);
+            *data = &data[take..];
+        }
+        // Fast path: whole units straight from the caller's buffer.
+        while let Some((len, unit)) = self.find_unit(data, self.offset)? {
+            if data.len() < len {
+                break;
+            }
+            self.process(&data[..len], unit, on_event)?;
+            *data = &data[len..];
+            self.offset += len as u64;
+        }
+        self.pending.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// Finds the unit at the front of `buf` (at absolute offset `at`): `None` when `buf` is too
+    /// short to tell its length, else its total length (which may exceed `buf.len()`).
+    fn find_unit(&self, buf: &[u8], at: u64) -> Result<Option<(usize, Unit)>, NettraceError> {
+        match self.state {
+            State::Prologue => {
+                let n = buf.len().min(PROLOGUE.len());
+                if buf[..n] != PROLOGUE[..n] {
+                    let bad = buf.iter().zip(PROLOGUE).position(|(a, b)| a != b).unwrap_or(0);
+                    return Err(NettraceError::BadPrologue { offset: at + bad as u64 });
+                }
+                Ok((n == PROLOGUE.len()).then_some((PROLOGUE.len(), Unit::Prologue)))
+            }
+            State::Ended => match buf.is_empty() {
+                true => Ok(None),
+                false => Err(NettraceError::TrailingData { offset: at }),
+            },
+            State::Objects => self.find_object(buf, at),
+        }
+    }
+
+    fn find_object(&self, buf: &[u8], at: u64) -> Result<Option<(usize, Unit)>, NettraceError> {
+        let Some(&tag) = buf.first() else { return Ok(None) };
+        match tag {
+            TAG_NULL => return Ok(Some((1, Unit::End))),
+            TAG_BEGIN_PRIVATE => {}
+            _ => return Err(NettraceError::BadTag { offset: at, tag }),
+        }
+        for (i, expected) in [(1, TAG_BEGIN_PRIVATE), (2, TAG_NULL)] {
+            if let Some(&tag) = buf.get(i).filter(|&&t| t != expected) {
+                return Err(NettraceError::BadTag { offset: at + i as u64, tag });
+            }
+        }
+        let Some(fixed) = buf.get(..OBJECT_HEADER_FIXED) else { return Ok(None) };
+        let name_len = u32::from_le_bytes(fixed[11..15].try_into().expect("4 bytes"));
+        if name_len > MAX_TYPE_NAME {
+            return Err(NettraceError::TypeNameTooLong { offset: at + 11, len: name_len });
+        }
+        let header_len = OBJECT_HEADER_FIXED + name_len as usize + 1;
+        let Some(header) = buf.get(..header_len) else { return Ok(None) };
+        if header[header_len - 1] != TAG_END {
+            let offset = at + header_len as u64 - 1;
+            return Err(NettraceError::BadTag { offset, tag: header[header_len - 1] });
+        }
+        let name = &header[OBJECT_HEADER_FIXED..header_len - 1];
+        let min_reader = i32::from_le_bytes(fixed[7..11].try_into().expect("4 bytes"));
+        if name == b"Trace" {
+            check_version(at + 7, "Trace", min_reader, 5)?;
+            return Ok(Some((
+                header_len + TRACE_PAYLOAD + 1,
+                Unit::Trace { payload_at: header_len },
+            )));
+        }
+        let Some(kind) = BlockKind::from_name(name) else {
+            let name = String::from_utf8_lossy(name).into_owned();
+            return Err(NettraceError::UnknownObject { offset: at, name });
+        };
+        check_version(at + 7, kind.name(), min_reader, 2)?;
+        let Some(size) = buf.get(header_len..header_len + 4) else { return Ok(None) };
+        let size = u32::from_le_bytes(size.try_into().expect("4 bytes"));
+        if size > self.limits.max_block_size {
+            let offset = at + header_len as u64;
+            return Err(NettraceError::BlockTooLarge {
+                offset,
+                size,
+                max: self.limits.max_block_size,
+            });
+        }
+        // Block content is 4-byte aligned in the *stream*, prologue included (§6.4).
+        let after_size = at + header_len as u64 + 4;
+        let padding = (after_size.wrapping_neg() % 4) as usize;
+        let content_at = header_len + 4 + padding;
+        let size = size as usize;
+        Ok(Some((content_at + size + 1, Unit::Block { kind, content_at, size })))
+    }
+
+    /// Handles one complete unit; `unit_bytes` holds exactly its bytes, starting at `self.offset`.
+    fn process<F: FnMut(&Event<'_>)>(
+        &mut self,
+        unit_bytes: &[u8],
+        unit: Unit,
+        on_event: &mut F,
+    ) -> Result<(), NettraceError> {
+        let at = self.offset;
+        let end_tag = |pos: usize| match unit_bytes[pos] {
+            TAG_END => Ok(()),
+            tag => Err(NettraceError::BadTag { offset: at + pos as u64, tag }),
+        };
+        match unit {
+            Unit::Prologue => self.state = State::Objects,
+            Unit::End => self.state = State::Ended,
+            Unit::Trace { payload_at } => {
+                end_tag(payload_at + TRACE_PAYLOAD)?;
+                if self.trace.is_some() {
+                    return Err(NettraceError::Corrupt { offset: at, what: "second Trace object" });
+                }
+                self.trace = Some(parse_trace(&unit_bytes[payload_at..], at + payload_at as u64)?);
+            }
+            Unit::Block { kind, content_at, size } => {
+                end_tag(content_at + size)?;
+                let Some(trace) = &self.trace else {
+                    return Err(NettraceError::Corrupt { offset: at, what: "block before Trace" });
+                };
+                let pointer_size = trace.pointer_size;
+                let content = &unit_bytes[content_at..content_at + size];
+                let content_offset = at + content_at as u64;
+                match kind {
+                    BlockKind::Metadata => {
+                        self.stats.metadata_blocks += 1;
+                        self.metadata_block(content, content_offset)?;
+                    }
+                    BlockKind::Event => {
+                        self.stats.event_blocks += 1;
+                        self.event_block(content, content_offset, pointer_size, on_event)?;
+                    }
+                    BlockKind::Stack => {
+                        self.stats.stack_blocks += 1;
+                        self.stats.stacks += count_stacks(content, content_offset)?;
+                    }
+                    BlockKind::SequencePoint => {
+                        self.stats.sequence_points += 1;
+                        self.sequence_point(content, content_offset)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn metadata_block(&mut self, content: &[u8], base: u64) -> Result<(), NettraceError> {
+        let limits = self.limits;
+        let table = &mut self.metadata;
+        let count = &mut self.stats.metadata;
+        for_each_blob(content, base, |_, payload, offset| {
+            let meta = metadata::parse_nettrace_metadata(payload, &limits.metadata)
+                .map_err(|source| NettraceError::Metadata { offset, source })?;
+            let id = meta.metadata_id;
+            if id == 0 || id > limits.max_metadata_id {
+                return Err(NettraceError::MetadataIdOutOfRange {
+                    offset,
+                    id,
+                    max: limits.max_metadata_id,
+                });
+            }
+            let slot = id as usize;
+            if table.len() <= slot {
+                table.resize_with(slot + 1, || None);
+            }
+            if table[slot].is_some() {
+                return Err(NettraceError::DuplicateMetadata { offset, id });
+            }
+            table[slot] = Some(Box::new(meta));
+            *count += 1;
+            Ok(())
+        })
+    }
+
+    fn event_block<F: FnMut(&Event<'_>)>(
+        &mut self,
+        content: &[u8],
+        base: u64,
+        pointer_size: u32,
+        on_event: &mut F,
+    ) -> Result<(), NettraceError> {
+        let table = &self.metadata;
+        let sequences = &mut self.sequences;
+        let events = &mut self.stats.events;
+        for_each_blob(content, base, |header, payload, offset| {
+            let id = header.metadata_id;
+            let Some(metadata) = table.get(id as usize).and_then(|m| m.as_deref()) else {
+                return Err(NettraceError::UnknownMetadata { offset, id });
+            };
+            sequences
+                .observe(header.capture_thread_id, header.sequence)
+                .map_err(|max| NettraceError::TooManyThreads { offset, max })?;
+            *events += 1;
+            on_event(&Event {
+                metadata,
+                sequence: header.sequence,
+                thread_id: header.thread_id,
+                capture_thread_id: header.capture_thread_id,
+                proc_num: header.proc_num,
+                stack_id: header.stack_id,
+                timestamp: header.timestamp,
+                activity_id: header.activity_id,
+                related_activity_id: header.related_activity_id,
+                is_sorted: header.is_sorted,
+                payload,
+                pointer_size,
+                offset,
+            });
+            Ok(())
+        })
+    }
+
+    fn sequence_point(&mut self, content: &[u8], base: u64) -> Result<(), NettraceError> {
+        let mut cur = Cursor::new(content);
+        let corrupt =
+            |cur: &Cursor, what| NettraceError::Corrupt { offset: base + cur.pos() as u64, what };
+        cur.i64().ok_or_else(|| corrupt(&cur, "SPBlock: truncated timestamp"))?;
+        let count = cur.u32().ok_or_else(|| corrupt(&cur, "SPBlock: truncated thread count"))?;
+        for _ in 0..count {
+            let offset = base + cur.pos() as u64;
+            let thread = cur.u64().ok_or_else(|| corrupt(&cur, "SPBlock: truncated thread id"))?;
+            let seq = cur.u32().ok_or_else(|| corrupt(&cur, "SPBlock: truncated sequence"))?;
+            self.sequences
+                .sequence_point(thread, seq)
+                .map_err(|max| NettraceError::TooManyThreads { offset, max })?;
+        }
+        Ok(())
+    }
+}
+
+fn check_version(
+    offset: u64,
+    name: &'static str,
+    min_reader: i32,
+    supported: i32,
+) -> Result<(), NettraceError> {
+    if min_reader > supported {
+        return Err(NettraceError::UnsupportedVersion { offset, name, min_reader, supported });
+    }
+    Ok(())
+}
+
+fn parse_trace(bytes: &[u8], at: u64) -> Result<TraceInfo, NettraceError> {
+    let mut cur = Cursor::new(bytes);
+    let truncated = NettraceError::Corrupt { offset: at, what: "truncated Trace object" };
+    let mut sync_time_utc = [0u16; 8];
+    for v in &mut sync_time_utc {
+        *v = cur.u16().ok_or(truncated.clone())?;
+    }
+    let sync_time_qpc = cur.i64().ok_or(truncated.clone())?;
+    let qpc_frequency = cur.i64().ok_or(truncated.clone())?;
+    let pointer_size = cur.u32().ok_or(truncated.clone())?;
+    let process_id = cur.u32().ok_or(truncated.clone())?;
+    let number_of_processors = cur.u32().ok_or(truncated.clone())?;
+    let expected_cpu_sampling_rate = cur.u32().ok_or(truncated)?;
+    if pointer_size != 4 && pointer_size != 8 {
+        return Err(NettraceError::BadPointerSize { offset: at + 32, size: pointer_size });
+    }
+    Ok(TraceInfo {
+        sync_time_utc,
+        sync_time_qpc,
+        qpc_frequency,
+        pointer_size,
+        process_id,
+        number_of_processors,
+        expected_cpu_sampling_rate,
+    })
+}
+
+fn count_stacks(content: &[u8], base: u64) -> Result<u64, NettraceError> {
+    let mut cur = Cursor::new(content);
+    let corrupt =
+        |cur: &Cursor, what| NettraceError::Corrupt { offset: base + cur.pos() as u64, what };
+    cur.u32().ok_or_else(|| corrupt(&cur, "StackBlock: truncated first id"))?;
+    let count = cur.u32().ok_or_else(|| corrupt(&cur, "StackBlock: truncated count"))?;
+    for _ in 0..count {
+        let size = cur.u32().ok_or_else(|| corrupt(&cur, "StackBlock: truncated stack size"))?;
+        cur.take(size as usize).ok_or_else(|| corrupt(&cur, "StackBlock: stack exceeds block"))?;
+    }
+    Ok(count.into())
+}
+
+/// Header fields of one blob in an EventBlock or MetadataBlock (§6.6, §6.7).
+#[derive(Debug, Clone, Copy, Default)]
+struct BlobHeader {
+    metadata_id: u32,
+    sequence: u32,
+    thread_id: u64,
+    capture_thread_id: u64,
+    proc_num: u32,
+    stack_id: u32,
+    timestamp: i64,
+    activity_id: [u8; 16],
+    related_activity_id: [u8; 16],
+    is_sorted: bool,
+    payload_size: u32,
+}
+
+const FLAG_COMPRESSED: u16 = 0x01;
+const MIN_BLOCK_HEADER: u16 = 20;
+
+/// Walks the blobs of an EventBlock or MetadataBlock, calling `f(header, payload, offset)`.
+fn for_each_blob(
+    content: &[u8],
+    base: u64,
+    mut f: impl FnMut(&BlobHeader, &[u8], u64) -> Result<(), NettraceError>,
+) -> Result<(), NettraceError> {
+    let mut cur = Cursor::new(content);
+    let header_size =
+        cur.u16().ok_or(NettraceError::Corrupt { offset: base, what: "block header truncated" })?;
+    let flags =
+        cur.u16().ok_or(NettraceError::Corrupt { offset: base, what: "block header truncated" })?;
+    if header_size < MIN_BLOCK_HEADER || header_size as usize > content.len() {
+        return Err(NettraceError::Corrupt {
+            offset: base,
+            what: "block header size out of range",
+        });
+    }
+    cur.take(header_size as usize - 4);
+    let compressed = flags & FLAG_COMPRESSED != 0;
+    let mut prev = BlobHeader::default();
+    while cur.remaining() > 0 {
+        let offset = base + cur.pos() as u64;
+        let (header, payload) =
+            if compressed { read_compressed(&mut cur, &prev) } else { read_uncompressed(&mut cur) }
+                .ok_or(NettraceError::Corrupt {
+                    offset,
+                    what: "event header or payload exceeds its block",
+                })?;
+        f(&header, payload, offset)?;
+        prev = header;
+    }
+    Ok(())
+}
+
+fn read_compressed<'a>(cur: &mut Cursor<'a>, prev: &BlobHeader) -> Option<(BlobHeader, &'a [u8])> {
+    let mut h = *prev;
+    let flags = cur.u8()?;
+    if flags & 0x01 != 0 {
+        h.metadata_id = cur.varuint32()?;
+    }
+    if flags & 0x02 != 0 {
+        // The writer stores `seq - prev_seq - 1` (§6.6).
+        h.sequence = prev.sequence.wrapping_add(cur.varuint32()?).wrapping_add(1);
+        h.capture_thread_id = cur.varuint64()?;
+        h.proc_num = cur.varuint32()?;
+    } else if h.metadata_id != 0 {
+        h.sequence = prev.sequence.wrapping_add(1);
+    }
+    if flags & 0x04 != 0 {
+        h.thread_id = cur.varuint64()?;
+    }
+    if flags & 0x08 != 0 {
+        h.stack_id = cur.varuint32()?;
+    }
+    h.timestamp = prev.timestamp.wrapping_add(cur.varuint64()? as i64);
+    if flags & 0x10 != 0 {
+        h.activity_id = cur.guid()?;
+    }
+    if flags & 0x20 != 0 {
+        h.related_activity_id = cur.guid()?;
+    }
+    h.is_sorted = flags & 0x40 != 0;
+    if flags & 0x80 != 0 {
+        h.payload_size = cur.varuint32()?;
+    }
+    let payload = cur.take(h.payload_size as usize)?;
+    Some((h, payload))
+}
+
+/// Fixed header size after EventSize (§6.7).
+const UNCOMPRESSED_FIXED: usize = 4 + 4 + 8 + 8 + 4 + 4 + 8 + 16 + 16 + 4;
+
+fn read_uncompressed<'a>(cur: &mut Cursor<'a>) -> Option<(BlobHeader, &'a [u8])> {
+    let size = cur.u32()? as usize;
+    let mut blob = Cursor::new(cur.take(size)?);
+    let raw_metadata_id = blob.u32()?;
+    let h = BlobHeader {
+        metadata_id: raw_metadata_id & 0x7fff_ffff,
+        is_sorted: raw_metadata_id & 0x8000_0000 == 0,
+        sequence: blob.u32()?,
+        thread_id: blob.u64()?,
+        capture_thread_id: blob.u64()?,
+        proc_num: blob.u32()?,
+        stack_id: blob.u32()?,
+        timestamp: blob.i64()?,
+        activity_id: blob.guid()?,
+        related_activity_id: blob.guid()?,
+        payload_size: blob.u32()?,
+    };
+    debug_assert_eq!(blob.pos(), UNCOMPRESSED_FIXED);
+    let payload = blob.take(h.payload_size as usize)?;
+    Some((h, payload)) // the rest of EventSize is alignment padding
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! Payload decoding into named, typed values: from metadata field lists (EventSource events) or
+//! from the built-in layouts of native runtime events. Shared by nettrace and user_events.
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+use super::cursor::{Cursor, Utf16Problem};
+use super::metadata::{EventMetadata, FieldDef, FieldType};
+use super::runtime_events::{Kind, RuntimeField};
+
+/// One decoded value. Serialises to plain JSON: numbers, strings, arrays, objects.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'m> {
+    Bool(bool),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Str(String),
+    /// A GUID in Windows memory layout; shown as `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    Guid([u8; 16]),
+    Array(Vec<Value<'m>>),
+    Object(Fields<'m>),
+    /// A value with a name from a manifest value map; shown as the name.
+    Enum {
+        value: u64,
+        name: &'static str,
+    },
+    /// Bytes no layout describes; shown as lowercase hex.
+    Bytes(Vec<u8>),
+}
+
+/// Named values in payload order; serialises as a JSON object keeping that order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fields<'m>(pub Vec<(&'m str, Value<'m>)>);
+
+impl<'m> Fields<'m> {
+    pub fn get(&self, name: &str) -> Option<&Value<'m>> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+}
+
+impl Value<'_> {
+    /// The integer behind an integer or mapped value.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U64(v) | Value::Enum { value: v, .. } => Some(v),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for Value<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Bool(v) => s.serialize_bool(*v),
+            Value::I64(v) => s.serialize_i64(*v),
+            Value::U64(v) => s.serialize_u64(*v),
+            Value::F64(v) => s.serialize_f64(*v),
+            Value::Str(v) => s.serialize_str(v),
+            Value::Guid(g) => s.serialize_str(&format_guid(g)),
+            Value::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Value::Object(fields) => fields.serialize(s),
+            Value::Enum { name, .. } => s.serialize_str(name),
+            Value::Bytes(bytes) => {
+                s.serialize_str(&bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+            }
+        }
+    }
+}
+
+/// Formats a GUID stored in Windows memory layout (u32, u16, u16 little-endian, then 8 bytes).
+pub fn format_guid(g: &[u8; 16]) -> String {
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        u32::from_le_bytes([g[0], g[1], g[2], g[3]]),
+        u16::from_le_bytes([g[4], g[5]]),
+        u16::from_le_bytes([g[6], g[7]]),
+        g[8],
+        g[9],
+        g[10],
+        g[11],
+        g[12],
+        g[13],
+        g[14],
+        g[15]
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadProblem {
+    /// The payload ends before this field.
+    Short,
+    UnterminatedString,
+    /// More decoded values than [`MAX_VALUES`] (arrays of empty objects).
+    TooManyValues,
+    /// The pointer size is neither 4 nor 8.
+    BadPointerSize,
+}
+
+/// Why a payload could not be decoded; `at` is the byte position inside the payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payload byte {at}: field {field}: {problem:?} (payload is {len} bytes)")]
+pub struct PayloadError {
+    pub field: String,
+    pub at: usize,
+    pub len: usize,
+    pub problem: PayloadProblem,
+}
+
+/// Cap on values decoded from one payload, so nested arrays cannot multiply work.
+pub const MAX_VALUES: usize = 65_536;
+
+/// Decodes `payload` using the event's metadata fields, else its built-in runtime layout.
+/// Events with neither and a non-empty payload yield one `raw_payload` field (hex).
+/// `pointer_size` comes from the Trace object (nettrace) or the target process (user_events).
+pub fn decode_payload<'m>(
+    meta: &'m EventMetadata,
+    payload: &[u8],
+    pointer_size: u32,
+) -> Result<Fields<'m>, PayloadError> {
+    let mut decoder =
+        Decoder { cur: Cursor::new(payload), len: payload.len(), pointer_size, budget: MAX_VALUES };
+    if !meta.fields.is_empty() {
+        return decoder.fields(&meta.fields);
+    }
+    if let Some(runtime) = meta.runtime_event {
+        let candidates = runtime.layouts_for(meta.version);
+        let mut first_error = None;
+        for layout in candidates {
+            let mut attempt = Decoder { cur: Cursor::new(payload), ..decoder };
+            match attempt.runtime_fields(layout) {
+                Ok(fields) => return Ok(fields),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        return Err(first_error.expect("every runtime event has a layout"));
+    }
+    if payload.is_empty() {
+        return Ok(Fields::default());
+    }
+    Ok(Fields(vec![("raw_payload", Value::Bytes(payload.to_vec()))]))
+}
+
+struct Decoder<'p> {
+    cur: Cursor<'p>,
+    len: usize,
+    pointer_size: u32,
+    budget: usize,
+}
+
+impl<'p> Decoder<'p> {
+    fn error(&self, field: &str, at: usize, problem: PayloadProblem) -> PayloadError {
+        PayloadError { field: field.to_owned(), at, len: self.len, problem }
+    }
+
+    fn fields<'m>(&mut self, defs: &'m [FieldDef]) -> Result<Fields<'m>, PayloadError> {
+        let mut out = Vec::with_capacity(defs.len());
+        for def in defs {
+            let value = self.value(&def.name, &def.ty)?;
+            out.push((def.name.as_str(), value));
+        }
+        Ok(Fields(out))
+    }
+
+    fn take(&mut self, field: &str, n: usize) -> Result<&'p [u8], PayloadError> {
+        let at = self.cur.pos();
+        self.cur.take(n).ok_or_else(|| self.error(field, at, PayloadProblem::Short))
+    }
+
+    fn fixed<const N: usize>(&mut self, field: &str) -> Result<[u8; N], PayloadError> {
+        Ok(self.take(field, N)?.try_into().expect("take returned N bytes"))
+    }
+
+    fn string(&mut self, field: &str) -> Result<String, PayloadError> {
+        let at = self.cur.pos();
+        self.cur.utf16z(usize::MAX / 2).map_err(|p| {
+            debug_assert_eq!(p, Utf16Problem::Unterminated);
+            self.error(field, at, PayloadProblem::UnterminatedString)
+        })
+    }
+
+    fn pointer(&mut self, field: &str) -> Result<u64, PayloadError> {
+        match self.pointer_size {
+            4 => Ok(u32::from_le_bytes(self.fixed(field)?).into()),
+            8 => Ok(u64::from_le_bytes(self.fixed(field)?)),
+            _ => Err(self.error(field, self.cur.pos(), PayloadProblem::BadPointerSize)),
+        }
+    }
+
+    fn value<'m>(&mut self, field: &str, ty: &'m FieldType) -> Result<Value<'m>, PayloadError> {
+        let at = self.cur.pos();
+        self.budget = self
+            .budget
+            .checked_sub(1)
+            .ok_or_else(|| self.error(field, at, PayloadProblem::TooManyValues))?;
+        Ok(match ty {
+            FieldType::Object(defs) => Value::Object(self.fields(defs)?),
+            FieldType::Boolean => Value::Bool(u32::from_le_bytes(self.fixed(field)?) != 0),
+            FieldType::Char16 => {
+                let unit = u16::from_le_bytes(self.fixed(field)?);
+                Value::Str(char::decode_utf16([unit]).map(|c| c.unwrap_or('\u{fffd}')).collect())
+            }
+            FieldType::SByte => Value::I64(i8::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Byte => Value::U64(u8::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Int16 => Value::I64(i16::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::UInt16 => Value::U64(u16::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Int32 => Value::I64(i32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::UInt32 => Value::U64(u32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Int64 | FieldType::DateTime => {
+                Value::I64(i64::from_le_bytes(self.fixed(field)?))
+            }
+            FieldType::UInt64 => Value::U64(u64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Single => Value::F64(f32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Double => Value::F64(f64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Guid => Value::Guid(self.fixed(field)?),
+            FieldType::String => Value::Str(self.string(field)?),
+            FieldType::Array(element) => {
+                let count = u16::from_le_bytes(self.fixed(field)?);
+                let mut items = Vec::new();
+                for _ in 0..count {
+                    items.push(self.value(field, element)?);
+                }
+                Value::Array(items)
+            }
+        })
+    }
+
+    fn runtime_fields(
+        &mut self,
+        layout: &'static [RuntimeField],
+    ) -> Result<Fields<'static>, PayloadError> {
+        let mut out = Vec::with_capacity(layout.len());
+        for field in layout {
+            let raw = match field.kind {
+                Kind::U16 => Value::U64(u16::from_le_bytes(self.fixed(field.name)?).into()),
+                Kind::U32 => Value::U64(u32::from_le_bytes(self.fixed(field.name)?).into()),
+                Kind::U64 => Value::U64(u64::from_le_bytes(self.fixed(field.name)?)),
+                Kind::F64 => Value::F64(f64::from_le_bytes(self.fixed(field.name)?)),
+                Kind::Pointer => Value::U64(self.pointer(field.name)?),
+                Kind::Utf16Z => Value::Str(self.string(field.name)?),
+            };
+            let value = match (field.map, raw.as_u64()) {
+                (Some(map), Some(value)) => match map(value) {
+                    Some(name) => Value::Enum { value, name },
+                    None => raw,
+                },
+                _ => raw,
+            };
+            out.push((field.name, value));
+        }
+        Ok(Fields(out))
+    }
+}

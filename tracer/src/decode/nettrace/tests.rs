@@ -1,0 +1,647 @@
+use super::*;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/../tests/fixtures/nettrace/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+}
+
+/// Every event as its JSON line plus header facts, so two runs can be compared exactly.
+fn parse_chunked(
+    data: &[u8],
+    mut chunk: impl FnMut(usize) -> usize,
+) -> (Vec<String>, NettraceParser) {
+    let mut parser = NettraceParser::default();
+    let mut lines = Vec::new();
+    let mut at = 0;
+    let mut i = 0;
+    while at < data.len() {
+        let n = chunk(i).clamp(1, data.len() - at);
+        parser
+            .feed(&data[at..at + n], |e| {
+                let json = serde_json::to_string(&e.decode()).unwrap();
+                lines.push(format!("{} {} {} {}", e.offset, e.capture_thread_id, e.stack_id, json));
+            })
+            .unwrap();
+        at += n;
+        i += 1;
+    }
+    (lines, parser)
+}
+
+fn parse_all(data: &[u8]) -> (Vec<String>, NettraceParser) {
+    parse_chunked(data, |_| usize::MAX)
+}
+
+#[test]
+fn gc_fixture_has_exactly_five_induced_gc_starts() {
+    let data = fixture("coreclr8_gc_induced5.nettrace");
+    let mut parser = NettraceParser::default();
+    let mut starts = Vec::new();
+    parser
+        .feed(&data, |e| {
+            if e.metadata.provider == runtime_events::RUNTIME_PROVIDER && e.metadata.event_id == 1 {
+                let fields = decode_payload(e.metadata, e.payload, e.pointer_size).unwrap();
+                let reason = match fields.get("Reason") {
+                    Some(&Value::Enum { value, name }) => (value, name),
+                    other => panic!("Reason {other:?}"),
+                };
+                let count = fields.get("Count").unwrap().as_u64().unwrap();
+                starts.push((e.thread_id, count, reason, e.metadata.display_name()));
+            }
+        })
+        .unwrap();
+    parser.finish().unwrap();
+    let trace = parser.trace().unwrap();
+    assert_eq!(trace.pointer_size, 8);
+    assert_eq!(trace.qpc_frequency, 1_000_000_000);
+    assert_eq!(starts.len(), 5, "{starts:?}");
+    for (i, (thread, count, reason, name)) in starts.iter().enumerate() {
+        // GC.Collect() runs on the host's main thread, whose tid is the process id.
+        assert_eq!(*thread, u64::from(trace.process_id));
+        assert_eq!(*count, i as u64 + 1);
+        assert_eq!(*reason, (1, "Induced"));
+        assert_eq!(name, "GCStart");
+    }
+    let stats = parser.stats();
+    assert_eq!(stats.lost_events, 0);
+    assert!(parser.lost_by_thread().is_empty());
+    assert_eq!(stats.bytes, data.len() as u64);
+    assert!(parser.is_complete());
+}
+
+#[test]
+fn gc_fixture_json_shape() {
+    let (lines, _) = parse_all(&fixture("coreclr8_gc_induced5.nettrace"));
+    let start = lines.iter().find(|l| l.contains("\"GCStart\"")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(start.splitn(4, ' ').nth(3).unwrap()).unwrap();
+    assert_eq!(json["provider"], "Microsoft-Windows-DotNETRuntime");
+    assert_eq!(json["event"], "GCStart");
+    assert_eq!(json["id"], 1);
+    assert_eq!(json["version"], 2);
+    assert_eq!(json["level"], 4);
+    assert_eq!(json["keywords"], "0x1");
+    assert_eq!(json["fields"]["Reason"], "Induced");
+    assert_eq!(json["fields"]["Type"], "NonConcurrentGC");
+    assert_eq!(json["fields"]["Count"], 1);
+    assert_eq!(json["fields"]["Depth"], 2);
+}
+
+#[test]
+fn verbose_fixture_decodes_exceptions_allocation_ticks_and_eventsource_fields() {
+    let (lines, parser) = parse_all(&fixture("coreclr8_verbose.nettrace"));
+    parser.finish().unwrap();
+    assert_eq!(parser.stats().lost_events, 0);
+    let events: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l.splitn(4, ' ').nth(3).unwrap()).unwrap())
+        .collect();
+    assert!(events.iter().all(|e| e.get("decode_error").is_none()));
+
+    let thrown: Vec<_> = events.iter().filter(|e| e["event"] == "ExceptionThrown").collect();
+    let first = &thrown[0]["fields"];
+    assert_eq!(first["ExceptionType"], "System.FormatException");
+    assert_eq!(
+        first["ExceptionMessage"],
+        "The input string 'not a number' was not in a correct format."
+    );
+    assert_eq!(first["ExceptionHRESULT"], 0x8013_1537u32); // COR_E_FORMAT
+
+    let ticks: Vec<_> = events.iter().filter(|e| e["event"] == "GCAllocationTick").collect();
+    assert!(ticks.len() >= 20, "20 × 100 KB arrays give at least 20 ticks, got {}", ticks.len());
+    assert!(ticks.iter().all(|t| t["version"] == 4 && t["fields"]["ObjectSize"].is_u64()));
+    // byte[100000] is above the 85000-byte threshold: large object heap.
+    let mut large = ticks.iter().filter(|t| t["fields"]["TypeName"] == "System.Byte[]");
+    assert!(large.clone().count() >= 10);
+    assert!(large.all(|t| t["fields"]["AllocationKind"] == "Large"));
+
+    let rented: Vec<_> = events.iter().filter(|e| e["event"] == "BufferRented").collect();
+    assert!(!rented.is_empty());
+    // Field order is the metadata's (serde_json::Value would sort keys: check the line).
+    let line = lines.iter().find(|l| l.contains("\"BufferRented\"")).unwrap();
+    assert!(
+        line.contains(
+            r#""fields":{"bufferId":44115416,"bufferSize":128,"poolId":61494432,"bucketId":3}"#
+        ),
+        "{line}"
+    );
+    assert_eq!(rented[0]["provider"], "System.Buffers.ArrayPoolEventSource");
+
+    let info = events.iter().find(|e| e["event"] == "ProcessInfo").unwrap();
+    assert_eq!(info["fields"]["OSInformation"], "Linux");
+}
+
+#[test]
+fn any_chunking_gives_identical_results() {
+    for name in ["coreclr8_gc_induced5.nettrace", "coreclr8_verbose.nettrace"] {
+        let data = fixture(name);
+        let (whole, whole_parser) = parse_all(&data);
+        let (bytewise, byte_parser) = parse_chunked(&data, |_| 1);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let (random, random_parser) = parse_chunked(&data, |_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % 300) as usize + 1
+        });
+        assert!(!whole.is_empty());
+        assert_eq!(whole, bytewise, "{name}");
+        assert_eq!(whole, random, "{name}");
+        assert_eq!(whole_parser.stats(), byte_parser.stats());
+        assert_eq!(whole_parser.stats(), random_parser.stats());
+        byte_parser.finish().unwrap();
+    }
+}
+
+#[test]
+fn truncated_real_stream_is_reported() {
+    let data = fixture("coreclr8_gc_induced5.nettrace");
+    let (_, parser) = parse_all(&data[..data.len() - 1]);
+    assert_eq!(
+        parser.finish(),
+        Err(NettraceError::Truncated { offset: data.len() as u64 - 1, pending: 0 })
+    );
+    // Cut inside the first MetadataBlock (starts at 102): the partial object is reported.
+    let (_, parser) = parse_all(&data[..200]);
+    assert_eq!(parser.finish(), Err(NettraceError::Truncated { offset: 200, pending: 98 }));
+}
+
+// ---- hand-built streams ----
+
+fn utf16z(s: &str) -> Vec<u8> {
+    s.encode_utf16().chain([0]).flat_map(u16::to_le_bytes).collect()
+}
+
+fn varuint(mut v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+const PID: u32 = 4242;
+
+struct Stream(Vec<u8>);
+
+impl Stream {
+    fn new() -> Self {
+        let mut s = Stream(PROLOGUE.to_vec());
+        s.header("Trace", 4);
+        for v in [2026u16, 11, 0, 29, 22, 0, 0, 0] {
+            s.0.extend(v.to_le_bytes());
+        }
+        s.0.extend(1000i64.to_le_bytes());
+        s.0.extend(1_000_000_000i64.to_le_bytes());
+        for v in [8u32, PID, 2, 1_000_000] {
+            s.0.extend(v.to_le_bytes());
+        }
+        s.0.push(TAG_END);
+        s
+    }
+
+    fn header(&mut self, name: &str, version: i32) {
+        self.0.extend([TAG_BEGIN_PRIVATE, TAG_BEGIN_PRIVATE, TAG_NULL]);
+        self.0.extend(version.to_le_bytes());
+        self.0.extend(version.to_le_bytes());
+        self.0.extend((name.len() as u32).to_le_bytes());
+        self.0.extend(name.as_bytes());
+        self.0.push(TAG_END);
+    }
+
+    /// Appends a block object; returns the absolute offset of its content.
+    fn block(&mut self, name: &str, content: &[u8]) -> usize {
+        self.header(name, 2);
+        self.0.extend((content.len() as u32).to_le_bytes());
+        while !self.0.len().is_multiple_of(4) {
+            self.0.push(0);
+        }
+        let at = self.0.len();
+        self.0.extend(content);
+        self.0.push(TAG_END);
+        at
+    }
+
+    fn end(mut self) -> Vec<u8> {
+        self.0.push(TAG_NULL);
+        self.0
+    }
+}
+
+fn blob_block(flags: u16, blobs: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = 20u16.to_le_bytes().to_vec();
+    out.extend(flags.to_le_bytes());
+    out.extend([0; 16]);
+    for b in blobs {
+        out.extend(b);
+    }
+    out
+}
+
+/// A metadata payload: id, provider, event id, name, keywords, version, level, then `rest`
+/// (field count + fields + tags).
+fn metadata_payload(id: u32, provider: &str, event_id: u32, name: &str, rest: &[u8]) -> Vec<u8> {
+    let mut out = id.to_le_bytes().to_vec();
+    out.extend(utf16z(provider));
+    out.extend(event_id.to_le_bytes());
+    out.extend(utf16z(name));
+    out.extend(0x30u64.to_le_bytes());
+    out.extend(1u32.to_le_bytes());
+    out.extend(4u32.to_le_bytes());
+    out.extend(rest);
+    out
+}
+
+/// A compressed metadata blob (metadata id 0, only the payload size flagged).
+fn metadata_blob(payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x80, 0];
+    out.extend(varuint(payload.len() as u64));
+    out.extend(payload);
+    out
+}
+
+/// One metadata entry: `Demo` event 7 with a single Int32 field `value`.
+fn demo_metadata(id: u32) -> Vec<u8> {
+    let mut fields = 1u32.to_le_bytes().to_vec();
+    fields.extend(9u32.to_le_bytes());
+    fields.extend(utf16z("value"));
+    blob_block(1, &[metadata_blob(&metadata_payload(id, "Demo", 7, "Tick", &fields))])
+}
+
+/// A compressed event: metadata id 1, thread 100/capture 100, sequence `seq` given as a delta
+/// from `prev_seq`, payload = i32 value.
+fn demo_event(prev_seq: u32, seq: u32, capture_thread: u64, value: i32) -> Vec<u8> {
+    let mut out = vec![0x01 | 0x02 | 0x04 | 0x80];
+    out.extend(varuint(1));
+    out.extend(varuint(u64::from(seq - prev_seq - 1)));
+    out.extend(varuint(capture_thread));
+    out.extend(varuint(0));
+    out.extend(varuint(capture_thread));
+    out.extend(varuint(10));
+    out.extend(varuint(4));
+    out.extend(value.to_le_bytes());
+    out
+}
+
+/// (sequence, capture thread, timestamp, payload) of one event.
+type Seen = (u32, u64, i64, Vec<u8>);
+
+fn collect(data: &[u8]) -> (Result<(), NettraceError>, Vec<Seen>, NettraceParser) {
+    let mut parser = NettraceParser::default();
+    let mut events = Vec::new();
+    let result = parser.feed(data, |e| {
+        events.push((e.sequence, e.capture_thread_id, e.timestamp, e.payload.to_vec()))
+    });
+    (result.and_then(|()| parser.finish()), events, parser)
+}
+
+#[test]
+fn trace_object_and_first_block_offsets_match_the_reference() {
+    let mut s = Stream::new();
+    assert_eq!(s.0.len(), 102, "Trace object spans 32..102");
+    let content_at = s.block("MetadataBlock", &demo_metadata(1));
+    assert_eq!(content_at, 136, "size at 131..135, one padding byte");
+    let (result, _, parser) = collect(&s.end());
+    result.unwrap();
+    assert_eq!(parser.trace().unwrap().process_id, PID);
+    assert_eq!(parser.stats().metadata, 1);
+}
+
+#[test]
+fn padding_follows_the_absolute_stream_offset() {
+    // Stack blocks of growing size shift the next block through all four alignments.
+    for extra in 0..4u32 {
+        let mut s = Stream::new();
+        let mut stack = 1u32.to_le_bytes().to_vec();
+        stack.extend(1u32.to_le_bytes());
+        stack.extend(extra.to_le_bytes());
+        stack.extend(vec![0xAA; extra as usize]);
+        s.block("StackBlock", &stack);
+        s.block("MetadataBlock", &demo_metadata(1));
+        s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 5)]));
+        let (result, events, parser) = collect(&s.end());
+        result.unwrap();
+        assert_eq!(events.len(), 1, "extra {extra}");
+        assert_eq!(events[0].3, 5i32.to_le_bytes());
+        assert_eq!(parser.stats().stacks, 1);
+    }
+}
+
+#[test]
+fn every_compressed_header_flag() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let activity: [u8; 16] = core::array::from_fn(|i| i as u8 + 1);
+    let related: [u8; 16] = core::array::from_fn(|i| 0xF0 - i as u8);
+    let mut first = vec![0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80];
+    first.extend(varuint(1)); // metadata id
+    first.extend(varuint(4)); // sequence delta → 0 + 4 + 1 = 5
+    first.extend(varuint(300)); // capture thread
+    first.extend(varuint(1)); // proc
+    first.extend(varuint(301)); // thread
+    first.extend(varuint(9)); // stack
+    first.extend(varuint(1 << 40)); // timestamp delta
+    first.extend(activity);
+    first.extend(related);
+    first.extend(varuint(4));
+    first.extend(7i32.to_le_bytes());
+    // No flags: everything carries over, sequence + 1, timestamp + delta, same payload size.
+    let mut second = vec![0x00];
+    second.extend(varuint(3));
+    second.extend(8i32.to_le_bytes());
+    s.block("EventBlock", &blob_block(1, &[first, second]));
+
+    let mut seen = Vec::new();
+    let mut parser = NettraceParser::default();
+    parser
+        .feed(&s.end(), |e| {
+            seen.push((
+                e.sequence,
+                e.capture_thread_id,
+                e.thread_id,
+                e.proc_num,
+                e.stack_id,
+                e.timestamp,
+                e.activity_id,
+                e.related_activity_id,
+                e.is_sorted,
+                e.payload.to_vec(),
+            ))
+        })
+        .unwrap();
+    parser.finish().unwrap();
+    let t = 1i64 << 40;
+    assert_eq!(
+        seen,
+        [
+            (5, 300, 301, 1, 9, t, activity, related, true, 7i32.to_le_bytes().to_vec()),
+            (6, 300, 301, 1, 9, t + 3, activity, related, false, 8i32.to_le_bytes().to_vec()),
+        ]
+    );
+    // Sequence 5 as the first number on a thread means 4 events were dropped before it.
+    assert_eq!(parser.lost_by_thread(), [(300, 4)]);
+}
+
+#[test]
+fn header_state_resets_at_each_block() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 1)]));
+    // The next block starts from zero again: delta 1 from 0 means sequence 2.
+    s.block("EventBlock", &blob_block(1, &[demo_event(0, 2, 100, 2)]));
+    let (result, events, parser) = collect(&s.end());
+    result.unwrap();
+    assert_eq!(events.iter().map(|e| (e.0, e.2)).collect::<Vec<_>>(), [(1, 10), (2, 10)]);
+    assert_eq!(parser.stats().lost_events, 0);
+}
+
+#[test]
+fn uncompressed_event_headers() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let mut blob = Vec::new();
+    let mut body = (1u32 | 0x8000_0000).to_le_bytes().to_vec(); // not sorted
+    body.extend(1u32.to_le_bytes()); // sequence
+    body.extend(55u64.to_le_bytes()); // thread
+    body.extend(56u64.to_le_bytes()); // capture thread
+    body.extend(3u32.to_le_bytes()); // proc
+    body.extend(0u32.to_le_bytes()); // stack
+    body.extend(777i64.to_le_bytes());
+    body.extend([0u8; 32]);
+    body.extend(2u32.to_le_bytes());
+    body.extend([0xAB, 0xCD, 0, 0]); // payload + padding to 4
+    blob.extend((body.len() as u32).to_le_bytes());
+    blob.extend(body);
+    s.block("EventBlock", &blob_block(0, &[blob]));
+    let mut seen = Vec::new();
+    let mut parser = NettraceParser::default();
+    parser
+        .feed(&s.end(), |e| {
+            seen.push((
+                e.sequence,
+                e.thread_id,
+                e.capture_thread_id,
+                e.timestamp,
+                e.is_sorted,
+                e.payload.to_vec(),
+            ))
+        })
+        .unwrap();
+    parser.finish().unwrap();
+    assert_eq!(seen, [(1, 55, 56, 777, false, vec![0xAB, 0xCD])]);
+}
+
+#[test]
+fn sequence_gaps_and_sequence_points_count_losses_per_thread() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let events = [
+        demo_event(0, 1, 7, 0),
+        demo_event(1, 2, 7, 0),
+        demo_event(2, 5, 7, 0), // 3 and 4 dropped
+    ];
+    s.block("EventBlock", &blob_block(1, &events));
+    let mut sp = 0i64.to_le_bytes().to_vec();
+    sp.extend(2u32.to_le_bytes());
+    sp.extend(7u64.to_le_bytes());
+    sp.extend(8u32.to_le_bytes()); // 6, 7, 8 dropped
+    sp.extend(9u64.to_le_bytes());
+    sp.extend(4u32.to_le_bytes()); // a thread never seen: 4 dropped
+    s.block("SPBlock", &sp);
+    s.block("EventBlock", &blob_block(1, &[demo_event(0, 9, 7, 0)])); // continues: no loss
+    let (result, events, parser) = collect(&s.end());
+    result.unwrap();
+    assert_eq!(events.len(), 4);
+    assert_eq!(parser.stats().lost_events, 9);
+    assert_eq!(parser.stats().sequence_points, 1);
+    assert_eq!(parser.lost_by_thread(), [(7, 5), (9, 4)]);
+}
+
+#[test]
+fn block_larger_than_the_limit_is_rejected_with_its_offset() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &[0; 24]);
+    let mut data = s.end();
+    data[131..135].copy_from_slice(&(17u32 << 20).to_le_bytes());
+    let (result, _, _) = collect(&data);
+    assert_eq!(
+        result,
+        Err(NettraceError::BlockTooLarge { offset: 131, size: 17 << 20, max: 16 << 20 })
+    );
+}
+
+#[test]
+fn payload_size_beyond_its_block_is_corrupt() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let mut event = demo_event(0, 1, 100, 1);
+    let size_at = event.len() - 5;
+    event[size_at] = 40; // payload size 40, only 4 bytes present
+    let content_at = s.block("EventBlock", &blob_block(1, &[event]));
+    let (result, events, _) = collect(&s.end());
+    assert!(events.is_empty());
+    assert_eq!(
+        result,
+        Err(NettraceError::Corrupt {
+            offset: content_at as u64 + 20,
+            what: "event header or payload exceeds its block"
+        })
+    );
+}
+
+#[test]
+fn framing_errors_are_typed() {
+    let (result, _, _) = collect(b"Nettrace\x14\x00\x00\x00!FastSerializatioX.1");
+    assert_eq!(result, Err(NettraceError::BadPrologue { offset: 29 }));
+
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let mut data = s.end();
+    let last_block_end = data.len() - 2;
+    data[last_block_end] = 0x07;
+    let (result, _, _) = collect(&data);
+    assert_eq!(result, Err(NettraceError::BadTag { offset: last_block_end as u64, tag: 7 }));
+
+    let mut s = Stream::new();
+    s.block("Surprise", &[]);
+    let (result, _, _) = collect(&s.end());
+    assert_eq!(result, Err(NettraceError::UnknownObject { offset: 102, name: "Surprise".into() }));
+
+    let mut s = Stream::new();
+    let content_at = s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 1)]));
+    let (result, _, _) = collect(&s.end());
+    assert_eq!(
+        result,
+        Err(NettraceError::UnknownMetadata { offset: content_at as u64 + 20, id: 1 })
+    );
+
+    let mut data = Stream::new().end();
+    data.push(0);
+    let (result, _, mut parser) = collect(&data);
+    assert_eq!(result, Err(NettraceError::TrailingData { offset: 103 }));
+    // A poisoned parser keeps reporting the first error.
+    assert_eq!(parser.feed(&[1], |_| {}), Err(NettraceError::TrailingData { offset: 103 }));
+}
+
+#[test]
+fn metadata_with_nested_objects_v2_arrays_and_opcode() {
+    // V1: Object { a: UInt16, s: String }, then a Boolean.
+    let mut v1 = 2u32.to_le_bytes().to_vec();
+    v1.extend(1u32.to_le_bytes());
+    v1.extend(2u32.to_le_bytes());
+    v1.extend(8u32.to_le_bytes());
+    v1.extend(utf16z("a"));
+    v1.extend(18u32.to_le_bytes());
+    v1.extend(utf16z("s"));
+    v1.extend(utf16z("inner"));
+    v1.extend(3u32.to_le_bytes());
+    v1.extend(utf16z("flag"));
+    v1.extend(1u32.to_le_bytes()); // opcode tag: 1 byte payload
+    v1.push(1);
+    v1.push(10);
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(3, "P", 1, "E", &v1),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(meta.opcode, Some(10));
+    let mut payload = 0x1234u16.to_le_bytes().to_vec();
+    payload.extend(utf16z("hé"));
+    payload.extend(1u32.to_le_bytes());
+    payload.extend([0xEE]); // longer payloads are tolerated
+    let fields = decode_payload(&meta, &payload, 8).unwrap();
+    assert_eq!(
+        serde_json::to_string(&fields).unwrap(),
+        r#"{"inner":{"a":4660,"s":"hé"},"flag":true}"#
+    );
+
+    // V2Params tag: an array of UInt32 and a Guid; the V1 list is empty.
+    let def = |name: &str, types: &[u32]| {
+        let mut body = utf16z(name);
+        for t in types {
+            body.extend(t.to_le_bytes());
+        }
+        let mut out = ((body.len() + 4) as u32).to_le_bytes().to_vec();
+        out.extend(body);
+        out
+    };
+    let mut tag = 2u32.to_le_bytes().to_vec();
+    tag.extend(def("ids", &[19, 10]));
+    tag.extend(def("g", &[17]));
+    let mut v2 = 0u32.to_le_bytes().to_vec();
+    v2.extend((tag.len() as u32).to_le_bytes());
+    v2.push(2);
+    v2.extend(tag);
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(4, "P", 2, "E2", &v2),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    let mut payload = 2u16.to_le_bytes().to_vec();
+    payload.extend(5u32.to_le_bytes());
+    payload.extend(6u32.to_le_bytes());
+    payload.extend([0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 8, 9, 10, 11, 12, 13, 14, 15]);
+    let fields = decode_payload(&meta, &payload, 8).unwrap();
+    assert_eq!(
+        serde_json::to_string(&fields).unwrap(),
+        r#"{"ids":[5,6],"g":"00112233-4455-6677-0809-0a0b0c0d0e0f"}"#
+    );
+    let short = decode_payload(&meta, &payload[..5], 8).unwrap_err();
+    assert_eq!(
+        (short.field.as_str(), short.at, short.problem),
+        ("ids", 2, payload::PayloadProblem::Short)
+    );
+}
+
+#[test]
+fn metadata_limits_are_enforced() {
+    let limits = MetadataLimits { max_fields: 2, max_depth: 2, max_name_units: 8 };
+    let mut three = 3u32.to_le_bytes().to_vec();
+    for _ in 0..3 {
+        three.extend(9u32.to_le_bytes());
+        three.extend(utf16z("f"));
+    }
+    let err = metadata::parse_nettrace_metadata(&metadata_payload(1, "P", 1, "E", &three), &limits);
+    assert!(matches!(err, Err(MetadataError::TooManyFields { max: 2, .. })), "{err:?}");
+    let err = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "ProviderNameTooLong", 1, "E", &0u32.to_le_bytes()),
+        &limits,
+    );
+    assert_eq!(err, Err(MetadataError::StringTooLong { at: 4, what: "provider name", max: 8 }));
+    let mut unterminated = 1u32.to_le_bytes().to_vec();
+    unterminated.extend([b'P', 0]);
+    assert_eq!(
+        metadata::parse_nettrace_metadata(&unterminated, &MetadataLimits::default()),
+        Err(MetadataError::UnterminatedString { at: 4, what: "provider name" })
+    );
+}
+
+#[test]
+fn runtime_layouts_reject_short_and_tolerate_long_payloads() {
+    let mut meta = EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 1);
+    meta.version = Some(2);
+    let mut payload = [1u32, 2, 1, 0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>();
+    payload.extend(0u16.to_le_bytes());
+    let err = decode_payload(&meta, &payload, 8).unwrap_err();
+    assert_eq!(
+        (err.field.as_str(), err.at, err.problem),
+        ("ClientSequenceNumber", 18, payload::PayloadProblem::Short)
+    );
+    payload.extend(9u64.to_le_bytes());
+    payload.extend([0xFF; 6]);
+    let fields = decode_payload(&meta, &payload, 8).unwrap();
+    assert_eq!(fields.get("ClientSequenceNumber"), Some(&Value::U64(9)));
+    assert_eq!(fields.get("Reason"), Some(&Value::Enum { value: 1, name: "Induced" }));
+
+    // Without a version (user_events), the newest template that fits is used.
+    let stats = EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 4);
+    assert_eq!(stats.event_name, "GCHeapStats");
+    assert_eq!(decode_payload(&stats, &[0; 94], 8).unwrap().0.len(), 14);
+    assert_eq!(decode_payload(&stats, &[0; 110], 8).unwrap().0.len(), 16);
+    assert!(decode_payload(&stats, &[0; 93], 8).is_err());
+}
