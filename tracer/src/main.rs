@@ -21,6 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Audit(tracer::pipeline::audit::AuditArgs),
+    Run(tracer::pipeline::run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,5 +29,6 @@ fn main() -> ExitCode {
     env_logger::Builder::new().parse_filters(&cli.log_level).format_timestamp_millis().init();
     match cli.command {
         Command::Audit(args) => tracer::pipeline::audit::main(args),
+        Command::Run(args) => tracer::pipeline::run::main(args),
     }
 }

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 pub mod audit;
 pub mod registrations;
+pub mod run;
 
 /// Why a pipeline stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
