@@ -38,10 +38,15 @@ impl CoreclrHost {
 
     /// Starts the runtime as a container would: new pid and mount namespaces
     /// (`unshare --pid --mount --fork`), a private tmpfs on `/tmp`, and `TMPDIR=inner_tmpdir`
-    /// (a path inside that tmpfs).
-    pub fn spawn_in_namespaces(inner_tmpdir: &str) -> Result<CoreclrHost> {
+    /// (a path inside that tmpfs). `own_proc` mounts a /proc of the new pid namespace, as
+    /// container runtimes do.
+    pub fn spawn_in_namespaces(inner_tmpdir: &str, own_proc: bool) -> Result<CoreclrHost> {
         let mut command = Command::new("unshare");
-        command.args(["--pid", "--mount", "--fork", "--kill-child", "sh", "-c"]).arg(
+        command.args(["--pid", "--mount", "--fork", "--kill-child"]);
+        if own_proc {
+            command.arg("--mount-proc");
+        }
+        command.args(["sh", "-c"]).arg(
             r#"mount -t tmpfs tracer-test-tmp /tmp && mkdir -p "$0" && TMPDIR="$0" exec python3 "$1""#,
         );
         command.args([inner_tmpdir, SCRIPT]);
