@@ -1,0 +1,206 @@
+//! Plays the processes `tracer audit` must detect, and reports exactly what it did as JSON lines
+//! on stdout so tests can compare tracer's output field by field. Steps wait for a line on stdin
+//! so a test decides when each one happens.
+//!
+//! Modes:
+//! * `sequence` — prints `started`; on a stdin line: `memfd_create("dotnet_ipc_created")` +
+//!   `mmap(PROT_NONE, MAP_PRIVATE)`, `memfd_create("unrelated")` + mmap, then
+//!   `ioctl(/dev/null, DIAG_IOCSREG, &user_reg)` (fails with ENOTTY), prints `registered`;
+//!   on the next line: fork, the child execs /bin/true, waits for it, prints `done`, exits.
+//! * `map-and-hold` — creates and maps the `dotnet_ipc_created` memfd, prints `mapped`, then
+//!   holds the mapping until stdin closes.
+//! * `mmap-loop N`, `ioctl-loop N` — the hooked syscalls' common path, which every process on
+//!   the machine pays for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on
+//!   /dev/null; prints `{"ns_per_op":…}` (benchmarks).
+//! * `latency N` — N fresh `dotnet_ipc_created` memfds mapped one after another, each followed by
+//!   `{"mapped_mono_ns":…,"addr":…}` with CLOCK_MONOTONIC read right after mmap returned.
+use std::ffi::CStr;
+use std::io::{BufRead as _, Write as _};
+use std::time::Instant;
+
+use serde_json::json;
+
+const DIAG_IOCSREG: libc::c_ulong = 0xC008_2A00;
+const PAGE: usize = 4096;
+const NAME_ARGS: &CStr = c"tracer_test_event u32 count; char[8] tag";
+
+/// `struct user_reg` (packed, 28 bytes).
+#[repr(C, packed)]
+struct UserReg {
+    size: u32,
+    enable_bit: u8,
+    enable_size: u8,
+    flags: u16,
+    enable_addr: u64,
+    name_args: u64,
+    write_index: u32,
+}
+
+fn check<T: PartialOrd + Default>(ret: T, what: &str) -> T {
+    if ret < T::default() {
+        panic!("{what}: {}", std::io::Error::last_os_error());
+    }
+    ret
+}
+
+fn memfd(name: &CStr) -> i32 {
+    // SAFETY: valid NUL-terminated name.
+    let fd = check(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) }, "memfd_create");
+    // SAFETY: fd is ours.
+    check(unsafe { libc::ftruncate(fd, PAGE as libc::off_t) }, "ftruncate");
+    fd
+}
+
+fn map(fd: i32, prot: i32) -> u64 {
+    // SAFETY: a fresh mapping of our own fd; nothing else refers to the address.
+    let addr = unsafe { libc::mmap(std::ptr::null_mut(), PAGE, prot, libc::MAP_PRIVATE, fd, 0) };
+    assert_ne!(addr, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    addr as u64
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn say(value: serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{value}").unwrap();
+    out.flush().unwrap();
+}
+
+/// Blocks until the test sends a line (or closes stdin).
+fn wait_for_go() {
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+}
+
+/// DIAG_IOCSREG on a non-user_events fd; returns (ret, errno).
+fn register(fd: i32, enable_word: &mut u32) -> (i32, i32) {
+    let mut reg = UserReg {
+        size: size_of::<UserReg>() as u32,
+        enable_bit: 7,
+        enable_size: 4,
+        flags: 0,
+        enable_addr: enable_word as *mut u32 as u64,
+        name_args: NAME_ARGS.as_ptr() as u64,
+        write_index: 0,
+    };
+    // SAFETY: the argument is a valid user_reg whose pointers outlive the call.
+    let ret = unsafe { libc::ioctl(fd, DIAG_IOCSREG, &mut reg as *mut UserReg) };
+    (ret, std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+fn sequence() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    say(json!({"phase": "started", "pid": pid}));
+    wait_for_go();
+
+    let ipc_fd = memfd(c"dotnet_ipc_created");
+    let ipc_addr = map(ipc_fd, libc::PROT_NONE);
+    let unrelated_fd = memfd(c"unrelated");
+    let unrelated_addr = map(unrelated_fd, libc::PROT_READ);
+    // SAFETY: valid path.
+    let null_fd = check(unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) }, "open");
+    let mut enable_word = Box::new(0u32);
+    let (ioctl_ret, ioctl_errno) = register(null_fd, &mut enable_word);
+    say(json!({
+        "phase": "registered",
+        "pid": pid,
+        "ipc_fd": ipc_fd,
+        "ipc_addr": format!("{ipc_addr:#x}"),
+        "unrelated_fd": unrelated_fd,
+        "unrelated_addr": format!("{unrelated_addr:#x}"),
+        "ioctl_fd": null_fd,
+        "ioctl_ret": ioctl_ret,
+        "ioctl_errno": ioctl_errno,
+        "name_args": NAME_ARGS.to_str().unwrap(),
+        "enable_addr": format!("{:#x}", &*enable_word as *const u32 as u64),
+        "enable_bit": 7,
+        "enable_size": 4,
+    }));
+    wait_for_go();
+
+    // SAFETY: the child only calls async-signal-safe functions (execv, _exit).
+    let child = check(unsafe { libc::fork() }, "fork");
+    if child == 0 {
+        let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
+        // SAFETY: NUL-terminated argv.
+        unsafe {
+            libc::execv(c"/bin/true".as_ptr(), argv.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    check(unsafe { libc::waitpid(child, &mut status, 0) }, "waitpid");
+    say(json!({"phase": "done", "pid": pid, "child_pid": child, "child_status": status}));
+}
+
+fn map_and_hold() {
+    let fd = memfd(c"dotnet_ipc_created");
+    let addr = map(fd, libc::PROT_NONE);
+    // SAFETY: getpid has no preconditions.
+    say(json!({"phase": "mapped", "pid": unsafe { libc::getpid() }, "addr": format!("{addr:#x}")}));
+    wait_for_go();
+}
+
+fn mmap_loop(n: u64) {
+    let fd = memfd(c"unrelated");
+    let start = Instant::now();
+    for _ in 0..n {
+        let addr = map(fd, libc::PROT_NONE);
+        // SAFETY: unmapping the mapping just created.
+        unsafe { libc::munmap(addr as *mut libc::c_void, PAGE) };
+    }
+    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+}
+
+fn ioctl_loop(n: u64) {
+    // SAFETY: valid path.
+    let fd = check(unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) }, "open");
+    let mut pending = 0 as libc::c_int;
+    let start = Instant::now();
+    for _ in 0..n {
+        // SAFETY: FIONREAD writes one int.
+        unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) };
+    }
+    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+}
+
+/// Each mapping is reported once per process: a fresh memfd per sample.
+fn latency(n: u64) {
+    for _ in 0..n {
+        let fd = memfd(c"dotnet_ipc_created");
+        let addr = map(fd, libc::PROT_NONE);
+        let mapped = mono_ns();
+        say(json!({"mapped_mono_ns": mapped, "addr": format!("{addr:#x}")}));
+        // SAFETY: our own mapping and fd.
+        unsafe {
+            libc::munmap(addr as *mut libc::c_void, PAGE);
+            libc::close(fd);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let count = || args.get(1).and_then(|n| n.parse().ok()).expect("a count argument");
+    match args.first().map(String::as_str) {
+        Some("sequence") => sequence(),
+        Some("map-and-hold") => map_and_hold(),
+        Some("mmap-loop") => mmap_loop(count()),
+        Some("ioctl-loop") => ioctl_loop(count()),
+        Some("latency") => latency(count()),
+        _ => {
+            eprintln!(
+                "usage: detect_helper sequence|map-and-hold|mmap-loop N|ioctl-loop N|latency N"
+            );
+            std::process::exit(2);
+        }
+    }
+}

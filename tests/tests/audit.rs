@@ -1,0 +1,482 @@
+//! `tracer audit` on the real kernel (root): the library entry point and the built binary,
+//! against `detect_helper` and a real CoreCLR 8.0.4. Every wait is on an event or a line with a
+//! timeout; assertions compare exact fields and counts for the processes each test started.
+use std::io::{BufRead as _, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+use tracer::sink::JsonLines;
+
+const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// CoreCLR start-up under load can take a while.
+const CORECLR_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Forwards complete lines written to it over a channel.
+struct LineSink {
+    buf: Vec<u8>,
+    tx: Sender<String>,
+}
+
+impl Write for LineSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=nl).collect();
+            let _ = self.tx.send(String::from_utf8_lossy(&line[..nl]).into_owned());
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A running `audit::run` on its own thread and runtime.
+struct Audit {
+    lines: Receiver<String>,
+    seen: Vec<Value>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<anyhow::Result<AuditSummary>>>,
+}
+
+impl Audit {
+    /// Starts the audit and returns once it reports being attached.
+    fn start(config: AuditConfig) -> Audit {
+        let (line_tx, lines) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async move {
+                let (ready, ready_signal) = oneshot::channel();
+                let sink = JsonLines::writer(LineSink { buf: Vec::new(), tx: line_tx });
+                let run = audit::run(config, sink, async { drop(stop_rx.await) }, Some(ready));
+                tokio::pin!(run);
+                tokio::select! {
+                    result = &mut run => return result,
+                    _ = ready_signal => { let _ = ready_tx.send(()); }
+                }
+                run.await
+            })
+        });
+        match ready_rx.recv_timeout(TIMEOUT) {
+            Ok(()) => {}
+            Err(_) => match thread.join() {
+                Ok(Err(e)) => panic!("audit failed to start: {e:#}"),
+                other => panic!("audit did not become ready within {TIMEOUT:?}: {other:?}"),
+            },
+        }
+        Audit { lines, seen: Vec::new(), stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Waits for (and returns) the first line, already seen or new, matching `pred`.
+    fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(v) = self.seen.iter().find(|v| pred(v)) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let v: Value = serde_json::from_str(&line)
+                        .unwrap_or_else(|e| panic!("invalid JSON line {line:?}: {e}"));
+                    self.seen.push(v.clone());
+                    if pred(&v) {
+                        return v;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!("no {what} within {TIMEOUT:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("audit ended before {what}"),
+            }
+        }
+    }
+
+    /// Stops (detach + drain) and returns every line and the summary.
+    fn stop(mut self) -> (Vec<Value>, AuditSummary) {
+        let _ = self.stop.take().unwrap().send(());
+        let summary = self.thread.take().unwrap().join().unwrap().expect("audit run failed");
+        let mut all = std::mem::take(&mut self.seen);
+        all.extend(self.lines.try_iter().map(|l| serde_json::from_str(&l).unwrap()));
+        (all, summary)
+    }
+}
+
+impl Drop for Audit {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A helper process whose stdout lines arrive on a channel.
+struct Helper {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Helper {
+    fn spawn(program: &str, args: &[&str]) -> Helper {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {program}: {e}"));
+        let stdin = child.stdin.take();
+        let lines = line_channel(child.stdout.take().unwrap());
+        Helper { child, stdin, lines }
+    }
+
+    fn line(&self, timeout: Duration) -> String {
+        self.lines.recv_timeout(timeout).expect("helper printed nothing in time")
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.line(TIMEOUT)).unwrap()
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn wait(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "helper failed: {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "helper did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn line_channel(r: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn pid_of(v: &Value) -> u64 {
+    v["pid"].as_u64().unwrap()
+}
+
+fn is(v: &Value, kind: &str, pid: u64) -> bool {
+    v["kind"] == kind && v["pid"] == pid
+}
+
+/// What `detect_helper sequence` reported about itself.
+struct SequenceRun {
+    pid: u64,
+    child_pid: u64,
+    registered: Value,
+}
+
+/// Drives a started `sequence` helper through all steps; returns once tracer reported both
+/// exits (the helper's and its child's).
+fn drive_sequence(audit: Option<&mut Audit>, mut helper: Helper) -> SequenceRun {
+    let started = helper.json();
+    assert_eq!(started["phase"], "started");
+    helper.send("go");
+    let registered = helper.json();
+    assert_eq!(registered["phase"], "registered");
+    let pid = pid_of(&registered);
+    // Let tracer see the ioctl while the fd is open, so the /proc fd check can answer.
+    let mut audit = audit;
+    if let Some(a) = audit.as_deref_mut() {
+        a.wait_for("the helper's user_events_register", |v| is(v, "user_events_register", pid));
+    }
+    helper.send("go");
+    let done = helper.json();
+    assert_eq!(done["phase"], "done");
+    assert_eq!(done["child_status"], 0);
+    let child_pid = done["child_pid"].as_u64().unwrap();
+    helper.wait();
+    if let Some(a) = audit {
+        a.wait_for("the child's exit", |v| is(v, "process_exit", child_pid));
+        a.wait_for("the helper's exit", |v| is(v, "process_exit", pid));
+    }
+    SequenceRun { pid, child_pid, registered }
+}
+
+/// Exactly the events the helper's sequence must produce, field by field.
+fn assert_sequence_reported(lines: &[Value], run: &SequenceRun) {
+    let r = &run.registered;
+    let of = |pid: u64| -> Vec<&Value> { lines.iter().filter(|v| v["pid"] == pid).collect() };
+    let kinds = |pid: u64| -> Vec<String> {
+        of(pid).iter().map(|v| v["kind"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(
+        kinds(run.pid),
+        [
+            "memfd_create",
+            "dotnet_ipc_ready",
+            "user_events_register",
+            "process_fork",
+            "process_exit"
+        ],
+        "helper events: {:#?}",
+        of(run.pid)
+    );
+    assert_eq!(kinds(run.child_pid), ["process_exec", "process_exit"]);
+    for v in of(run.pid).into_iter().chain(of(run.child_pid)) {
+        assert_eq!(v["source"], "kernel");
+        assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+        assert!(v["mono_ns"].as_u64().unwrap() > 0);
+        assert!(v["cgroup_id"].as_u64().is_some());
+        assert_eq!(v["uid"], 0);
+    }
+    let h = of(run.pid);
+    let (memfd, ready, reg, fork, exit) = (h[0], h[1], h[2], h[3], h[4]);
+    assert_eq!(memfd["name"], "dotnet_ipc_created");
+    assert_eq!(memfd["memfd"], "dotnet_ipc_created");
+    assert_eq!(memfd["flags"], "MFD_CLOEXEC");
+    assert_eq!(memfd["ret"], r["ipc_fd"]);
+    assert_eq!(memfd["comm"], "detect_helper");
+
+    assert_eq!(ready["tid"], run.pid);
+    assert_eq!(ready["memfd"], "dotnet_ipc_created");
+    assert_eq!(ready["fd"], r["ipc_fd"]);
+    assert_eq!(ready["addr"], r["ipc_addr"]);
+    assert_eq!(ready["len"], 4096);
+    assert_eq!(ready["prot"], "PROT_NONE");
+    assert_eq!(ready["flags"], "MAP_PRIVATE");
+    assert_eq!(ready["offset"], 0);
+
+    assert_eq!(r["ioctl_ret"], -1);
+    assert_eq!(r["ioctl_errno"], libc::ENOTTY);
+    assert_eq!(reg["ret"], -libc::ENOTTY);
+    assert_eq!(reg["error"], "ENOTTY");
+    assert_eq!(reg["fd"], r["ioctl_fd"]);
+    assert_eq!(reg["cmd"], "0xc0082a00");
+    assert_eq!(reg["name_args"], r["name_args"]);
+    assert_eq!(reg["enable_addr"], r["enable_addr"]);
+    assert_eq!(reg["enable_bit"], r["enable_bit"]);
+    assert_eq!(reg["enable_size"], r["enable_size"]);
+    assert_eq!(reg["size"], 28);
+    assert_eq!(reg["user_events_data"], false, "/dev/null is not user_events_data");
+    assert!(reg.get("write_index").is_none(), "a failed REG has no write_index: {reg}");
+
+    assert_eq!(fork["child_pid"], run.child_pid);
+    assert!(!fork["clone_flags"].as_str().unwrap().contains("CLONE_THREAD"));
+    assert!(exit.get("child_pid").is_none());
+
+    let c = of(run.child_pid);
+    assert_eq!(c[0]["filename"], "/bin/true");
+    assert_eq!(c[0]["comm"], "true");
+    assert_eq!(c[0]["old_tid"], run.child_pid);
+
+    for v in lines {
+        assert!(!v.to_string().contains("unrelated"), "unrelated memfd reported: {v}");
+        if let Some(addr) = v.get("addr") {
+            assert_ne!(addr, &r["unrelated_addr"], "unrelated mapping reported: {v}");
+        }
+    }
+}
+
+#[test]
+fn helper_sequence_is_reported_exactly() {
+    let mut audit = Audit::start(AuditConfig::default());
+    let helper = Helper::spawn(HELPER, &["sequence"]);
+    let run = drive_sequence(Some(&mut audit), helper);
+    let (lines, summary) = audit.stop();
+    assert_sequence_reported(&lines, &run);
+    assert_eq!(summary.decode_errors, 0);
+    assert!(summary.kernel_events["dotnet_ipc_ready"] >= 1);
+    assert!(summary.registrations.is_none());
+}
+
+#[test]
+fn registration_table_is_printed_on_request() {
+    let mut audit = Audit::start(AuditConfig { registrations: true, ..AuditConfig::default() });
+    let run = drive_sequence(Some(&mut audit), Helper::spawn(HELPER, &["sequence"]));
+    let (lines, summary) = audit.stop();
+    let last = lines.last().unwrap();
+    assert_eq!(last["kind"], "registration_table");
+    // The helper's only REG failed (ENOTTY) and it has exited: it holds no registration.
+    let table = summary.registrations.expect("table requested");
+    assert!(table.get(run.pid as u32).is_empty());
+    assert!(table.get(run.child_pid as u32).is_empty());
+    assert!(!last["processes"].as_array().unwrap().iter().any(|p| p["pid"] == run.pid), "{last}");
+}
+
+#[test]
+fn preexisting_mapping_is_reported_from_procfs() {
+    let mut helper = Helper::spawn(HELPER, &["map-and-hold"]);
+    let mapped = helper.json();
+    assert_eq!(mapped["phase"], "mapped");
+    let pid = pid_of(&mapped);
+    let mut audit = Audit::start(AuditConfig::default());
+    let v = audit.wait_for("the procfs finding", |v| is(v, "dotnet_ipc_ready", pid));
+    assert_eq!(v["source"], "procfs");
+    assert_eq!(v["addr"], mapped["addr"]);
+    assert_eq!(v["len"], 4096);
+    assert_eq!(v["prot"], "PROT_NONE");
+    assert_eq!(v["flags"], "MAP_PRIVATE");
+    assert_eq!(v["memfd"], "dotnet_ipc_created");
+    assert_eq!(v["comm"], "detect_helper");
+    assert_eq!(v["path"], "/memfd:dotnet_ipc_created (deleted)");
+    assert_eq!(v["uid"], 0);
+    helper.send("go");
+    helper.wait();
+    let (lines, _) = audit.stop();
+    let mine: Vec<&Value> = lines.iter().filter(|v| v["pid"] == pid).collect();
+    assert_eq!(mine.len(), 1, "only the procfs finding: {mine:#?}");
+}
+
+#[test]
+fn coreclr_runtime_is_seen_live() {
+    let mut audit = Audit::start(AuditConfig::default());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("dotnet/coreclr_host.py");
+    let mut host = Helper::spawn("python3", &[script.to_str().unwrap()]);
+    let ready = host.line(CORECLR_TIMEOUT);
+    let fields: Vec<&str> = ready.split_whitespace().collect();
+    assert_eq!(fields.first(), Some(&"READY"), "CoreCLR host failed to start: {ready}");
+    assert!(fields[2].starts_with("8.0.4"), "{ready}");
+    let pid: u64 = fields[1].parse().unwrap();
+    let v = audit.wait_for("the CoreCLR doublemapper", |v| is(v, "dotnet_runtime_seen", pid));
+    assert_eq!(v["source"], "kernel");
+    assert_eq!(v["memfd"], "doublemapper");
+    assert!(v["addr"].as_str().unwrap().starts_with("0x"));
+    host.send("exit");
+    host.wait();
+    audit.wait_for("the CoreCLR host's exit", |v| is(v, "process_exit", pid));
+    let (lines, _) = audit.stop();
+    let seen = lines.iter().filter(|v| is(v, "dotnet_runtime_seen", pid)).count();
+    assert_eq!(seen, 1, "reported once per process");
+    let created = lines.iter().filter(|v| is(v, "memfd_create", pid)).collect::<Vec<_>>();
+    assert!(created.iter().all(|v| v["memfd"] == "doublemapper"), "{created:#?}");
+}
+
+#[test]
+fn pid_filter_excludes_other_processes() {
+    let target = Helper::spawn(HELPER, &["sequence"]);
+    let other = Helper::spawn(HELPER, &["sequence"]);
+    // Both wait at `started` until told to go; their pids are known before tracer attaches.
+    let target_pid = target.child.id();
+    let mut audit =
+        Audit::start(AuditConfig { target_pids: vec![target_pid], ..AuditConfig::default() });
+    let other_thread = std::thread::spawn(move || drive_sequence(None, other));
+    let run = drive_sequence(Some(&mut audit), target);
+    let other_run = other_thread.join().unwrap();
+    let (lines, _) = audit.stop();
+    assert_eq!(run.pid, u64::from(target_pid));
+    assert_sequence_reported(&lines, &run);
+    for v in &lines {
+        assert_ne!(v["pid"], other_run.pid, "filtered process reported: {v}");
+        assert_ne!(v["pid"], other_run.child_pid, "filtered child reported: {v}");
+    }
+}
+
+/// `target/<profile>/tracer`, next to the directory holding this test executable.
+fn tracer_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = profile_dir.join("tracer");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (`cargo build -p tracer`, or `cargo xtask test`)",
+        bin.display()
+    );
+    bin
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "tracer did not exit within {TIMEOUT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn cli_exits_zero_on_sigint_with_summary() {
+    let mut tracer = Command::new(tracer_binary())
+        .args(["audit", "--registrations"])
+        .env("TRACER_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = line_channel(tracer.stdout.take().unwrap());
+    let stderr = line_channel(tracer.stderr.take().unwrap());
+    let mut err_text = String::new();
+    loop {
+        let line = stderr.recv_timeout(TIMEOUT).expect("tracer did not report attaching");
+        err_text.push_str(&line);
+        err_text.push('\n');
+        if line.contains("attached") {
+            break;
+        }
+    }
+    let run = drive_sequence(None, Helper::spawn(HELPER, &["sequence"]));
+    // Wait for the helper's exit line on stdout before stopping.
+    let mut out = Vec::new();
+    loop {
+        let line = stdout.recv_timeout(TIMEOUT).expect("helper exit not printed");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let done = is(&v, "process_exit", run.pid);
+        out.push(v);
+        if done {
+            break;
+        }
+    }
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) }, 0);
+    let status = wait_exit(&mut tracer);
+    assert_eq!(status.code(), Some(0), "stderr:\n{err_text}");
+    err_text.extend(stderr.iter().map(|l| l + "\n"));
+    out.extend(stdout.iter().map(|l| serde_json::from_str(&l).unwrap()));
+    assert!(err_text.contains("tracer audit summary"), "{err_text}");
+    assert!(err_text.contains("losses:"), "{err_text}");
+    assert!(err_text.contains("sequence gaps:"), "{err_text}");
+    assert!(err_text.contains("user_events registrations at exit:"), "{err_text}");
+    assert_eq!(out.last().unwrap()["kind"], "registration_table");
+    assert_eq!(out.iter().filter(|v| is(v, "dotnet_ipc_ready", run.pid)).count(), 1);
+}
+
+#[test]
+fn cli_without_capabilities_names_the_missing_ones() {
+    // Root without any capability: an empty bounding set leaves nothing to gain at exec.
+    let output = Command::new("setpriv")
+        .args(["--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"])
+        .arg(tracer_binary())
+        .args(["audit", "--duration", "1s"])
+        .output()
+        .expect("setpriv (util-linux) is needed for this test");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "stderr: {stderr}");
+    assert!(stderr.contains("missing: CAP_BPF, CAP_PERFMON"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
