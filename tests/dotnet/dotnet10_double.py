@@ -191,6 +191,9 @@ class StreamingSession:
         self.thread_id = threading.get_native_id()
         self.lock = threading.Lock()
         self.closed = False
+
+    def start_stream(self):
+        """Prologue and Trace object; called (under `lock`) right after the OK reply."""
         self.send(b"Nettrace" + struct.pack("<I", 20) + b"!FastSerialization.1")
         self.send(self.object_start("Trace", 4, 4) + self.trace_payload() + b"\x06")
 
@@ -508,10 +511,14 @@ class Server:
             conn.close()
             return
         sid = self.new_session_id()
-        conn.sendall(ok_reply(struct.pack("<Q", sid)))
         session = StreamingSession(sid, conn, providers)
-        with self.lock:
-            self.sessions[sid] = session
+        # Like the runtime (ep_enable before the reply), the session is live before the client
+        # learns its id: an event fired right after the reply must reach it.
+        with session.lock:
+            with self.lock:
+                self.sessions[sid] = session
+            conn.sendall(ok_reply(struct.pack("<Q", sid)))
+            session.start_stream()
         say("SESSION_STARTED", hex(sid), "streaming")
 
     def start_user_events(self, conn, r):
