@@ -2,7 +2,9 @@
 //! `tests/src/bin/` that play the processes tracer observes.
 
 pub mod coreclr;
+pub mod double;
 pub mod peer;
+pub mod pipeline;
 pub mod process;
 pub mod procfs;
 pub mod scratch;

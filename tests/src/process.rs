@@ -6,7 +6,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 
 pub struct LineProcess {
     name: String,
@@ -60,6 +60,34 @@ impl LineProcess {
         line.strip_prefix(prefix)
             .map(|rest| rest.trim().to_owned())
             .ok_or_else(|| anyhow!("{}: expected {prefix:?}, got {line:?}", self.name))
+    }
+
+    /// Waits for a line starting with `prefix`, skipping other lines; returns the rest of it.
+    pub fn wait_line(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .next_line(left)
+                .with_context(|| format!("waiting for {prefix:?} from {}", self.name))?;
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return Ok(rest.trim().to_owned());
+            }
+        }
+    }
+
+    /// Waits until the process exits by itself; an error if it is still running after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                ensure!(status.success(), "{} exited with {status}", self.name);
+                return Ok(());
+            }
+            // Polling the exit status: there is no event to wait on without a pidfd.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        bail!("{} still running after {timeout:?}", self.name)
     }
 
     pub fn send_line(&mut self, line: &str) -> Result<()> {

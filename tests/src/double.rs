@@ -1,0 +1,73 @@
+//! The .NET 10 runtime test double (`tests/dotnet/dotnet10_double.py`) driven over its line
+//! protocol: it binds its diagnostic socket, then maps the `dotnet_ipc_created` memfd.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+
+use crate::process::LineProcess;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/dotnet/dotnet10_double.py");
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Dotnet10Double {
+    process: LineProcess,
+    /// Its diagnostic socket.
+    pub socket: String,
+}
+
+impl Dotnet10Double {
+    /// Starts the double with `TMPDIR=tmpdir`.
+    pub fn spawn(tmpdir: &Path) -> Result<Dotnet10Double> {
+        let mut command = Command::new("python3");
+        command.arg(SCRIPT).env("TMPDIR", tmpdir);
+        Self::spawn_with(command)
+    }
+
+    /// Starts the double from a prepared command (extra environment, wrappers).
+    pub fn spawn_with(command: Command) -> Result<Dotnet10Double> {
+        let mut process = LineProcess::spawn("dotnet10_double", command)?;
+        let ready = process.wait_line("READY", TIMEOUT)?;
+        let (pid, socket) = ready.split_once(' ').context("READY <pid> <socket>")?;
+        ensure!(pid.parse::<u32>()? == process.pid(), "READY pid {pid} is not the child");
+        Ok(Dotnet10Double { process, socket: socket.to_owned() })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Waits for `SESSION_STARTED <id> <type>`; returns the rest (`<id> <type>`).
+    pub fn expect_session_started(&mut self) -> Result<String> {
+        self.process.wait_line("SESSION_STARTED", TIMEOUT)
+    }
+
+    pub fn expect_session_ended(&mut self) -> Result<String> {
+        self.process.wait_line("SESSION_ENDED", TIMEOUT)
+    }
+
+    /// `gc n`: one GCStart (reason Induced) + GCEnd per GC; returns the double's GC total.
+    pub fn gc(&mut self, n: u32) -> Result<u64> {
+        self.process.send_line(&format!("gc {n}"))?;
+        let reply = self.process.wait_line("GC_DONE", TIMEOUT)?;
+        reply.split_whitespace().nth(1).context("GC_DONE n total")?.parse().context("GC total")
+    }
+
+    /// `emit n` TestDouble/Tick events; returns (written, skipped because not enabled) summed
+    /// over its sessions.
+    pub fn emit(&mut self, n: u32) -> Result<(u64, u64)> {
+        self.process.send_line(&format!("emit {n}"))?;
+        let reply = self.process.wait_line("EMITTED", TIMEOUT)?;
+        let f: Vec<u64> = reply.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+        ensure!(f.len() == 3 && f[0] == u64::from(n), "unexpected reply EMITTED {reply}");
+        Ok((f[1], f[2]))
+    }
+
+    /// Asks the double to exit and waits for it.
+    pub fn exit(&mut self) -> Result<()> {
+        self.process.send_line("exit")?;
+        self.process.wait_exit(TIMEOUT)
+    }
+}

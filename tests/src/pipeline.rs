@@ -1,0 +1,166 @@
+//! Runs one of tracer's pipelines (`audit::run`, `run::run`, …) in-process on its own thread and
+//! runtime, collecting its JSON lines so a test can await the line it expects (with a timeout,
+//! never a sleep) and then stop the pipeline the way a signal would.
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tracer::sink::JsonLines;
+
+/// Resolves when the test asks the pipeline to stop.
+pub type StopSignal = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Forwards complete lines written to it over a channel.
+pub struct LineSink {
+    buf: Vec<u8>,
+    tx: Sender<String>,
+}
+
+impl LineSink {
+    pub fn new(tx: Sender<String>) -> LineSink {
+        LineSink { buf: Vec::new(), tx }
+    }
+}
+
+impl Write for LineSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=nl).collect();
+            let _ = self.tx.send(String::from_utf8_lossy(&line[..nl]).into_owned());
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A pipeline running on its own thread; `S` is its summary.
+pub struct Running<S> {
+    lines: Receiver<String>,
+    seen: Vec<Value>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<anyhow::Result<S>>>,
+}
+
+impl<S: Send + 'static> Running<S> {
+    /// Starts `pipeline(sink, stop, ready)` and returns once it sent `ready` (it has attached and
+    /// reported what already existed), or panics with its error.
+    pub fn start<F, Fut>(ready_timeout: Duration, pipeline: F) -> Running<S>
+    where
+        F: FnOnce(JsonLines, StopSignal, oneshot::Sender<()>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<S>>,
+    {
+        let (line_tx, lines) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let (ready, ready_signal) = oneshot::channel();
+                let sink = JsonLines::writer(LineSink::new(line_tx));
+                let stop: StopSignal = Box::pin(async { drop(stop_rx.await) });
+                let run = pipeline(sink, stop, ready);
+                tokio::pin!(run);
+                tokio::select! {
+                    result = &mut run => return result,
+                    _ = ready_signal => { let _ = ready_tx.send(()); }
+                }
+                run.await
+            })
+        });
+        if ready_rx.recv_timeout(ready_timeout).is_err() {
+            match thread.join() {
+                Ok(Err(e)) => panic!("pipeline failed to start: {e:#}"),
+                Ok(Ok(_)) => panic!("pipeline ended before it was ready"),
+                Err(_) => panic!("pipeline panicked before it was ready"),
+            }
+        }
+        Running { lines, seen: Vec::new(), stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Every line received so far.
+    pub fn seen(&mut self) -> &[Value] {
+        self.collect_pending();
+        &self.seen
+    }
+
+    fn collect_pending(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(parse(&line));
+        }
+    }
+
+    /// Waits for (and returns) the first line, already seen or new, matching `pred`.
+    pub fn wait_for(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_for_count(what, timeout, 1, pred).pop().expect("one line")
+    }
+
+    /// Waits until `count` lines matching `pred` were received; returns them in order.
+    pub fn wait_for_count(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        count: usize,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.collect_pending();
+            let found: Vec<Value> = self.seen.iter().filter(|v| pred(v)).cloned().collect();
+            if found.len() >= count {
+                return found;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(parse(&line)),
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{} of {count} {what} within {timeout:?}; lines so far:\n{}",
+                    found.len(),
+                    self.seen.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!("pipeline ended before {what}"),
+            }
+        }
+    }
+
+    /// Stops the pipeline (as SIGINT would) and returns every line and its summary.
+    pub fn stop(mut self) -> (Vec<Value>, S) {
+        let _ = self.stop.take().expect("stopped once").send(());
+        let summary = match self.thread.take().expect("stopped once").join() {
+            Ok(Ok(summary)) => summary,
+            Ok(Err(e)) => panic!("pipeline failed: {e:#}"),
+            Err(_) => panic!("pipeline panicked"),
+        };
+        self.collect_pending();
+        (std::mem::take(&mut self.seen), summary)
+    }
+}
+
+impl<S> Drop for Running<S> {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn parse(line: &str) -> Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("invalid JSON line {line:?}: {e}"))
+}
+
+/// `line[key]` as u64 (panics with the line when absent: tests want exact fields).
+pub fn u64_field(line: &Value, key: &str) -> u64 {
+    line[key].as_u64().unwrap_or_else(|| panic!("no numeric {key:?} in {line}"))
+}

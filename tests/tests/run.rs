@@ -1,0 +1,174 @@
+//! `tracer run` end to end on the real kernel (root): live detection → diagnostic IPC session →
+//! nettrace decoding → JSON lines, against a real CoreCLR 8.0.4, the .NET 10 test double and a
+//! runtime inside pid + mount namespaces. Other tests run in parallel, so every assertion is
+//! about the processes this test started.
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::coreclr::CoreclrHost;
+use tests::double::Dotnet10Double;
+use tests::pipeline::{Running, u64_field};
+use tests::scratch::ScratchDir;
+use tracer::ipc::client::Timeouts;
+use tracer::pipeline::run::{self, RunConfig, RunSummary};
+use tracer::session::streaming::SessionConfig;
+
+const READY: Duration = Duration::from_secs(60);
+/// CoreCLR start-up and first flush on a loaded 2-core machine.
+const SESSION: Duration = Duration::from_secs(120);
+const EVENTS: Duration = Duration::from_secs(30);
+
+fn config(providers: &str) -> RunConfig {
+    let providers = tracer::ipc::providers::parse_providers(providers).expect("provider spec");
+    RunConfig {
+        session: SessionConfig {
+            request: tracer::decode::ipc::TracingRequest {
+                circular_buffer_mb: 64,
+                providers: providers.clone(),
+                rundown_keyword: 0,
+                request_stackwalk: true,
+            },
+            timeouts: Timeouts::default(),
+            locate_for: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(10),
+        },
+        providers,
+        target_pids: Vec::new(),
+        live_status: false,
+    }
+}
+
+fn start(config: RunConfig) -> Running<RunSummary> {
+    Running::start(READY, move |sink, stop, ready| run::run(config, sink, stop, Some(ready)))
+}
+
+fn is(line: &Value, kind: &str, pid: u32) -> bool {
+    line["kind"] == kind && line["pid"] == pid
+}
+
+fn is_event(line: &Value, pid: u32, event: &str) -> bool {
+    is(line, "dotnet_event", pid) && line["event"] == event
+}
+
+fn count(lines: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
+    lines.iter().filter(|l| pred(l)).count()
+}
+
+#[test]
+fn real_coreclr_gc_session_reports_exactly_the_induced_gcs_and_leaves_the_runtime_healthy() {
+    const N: u32 = 5;
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4"));
+    let tmp = ScratchDir::new("run-coreclr");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
+    let pid = host.host_pid;
+
+    let seen = tracer.wait_for("runtime detection", SESSION, |l| is(l, "dotnet_runtime_seen", pid));
+    assert_eq!(seen["memfd"], "doublemapper");
+    assert_eq!(seen["source"], "kernel");
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert_eq!(started["command"], "CollectTracing2 (0x0203)");
+    assert!(started["runtime_version"].as_str().unwrap().starts_with("8.0.4"), "{started}");
+
+    let before = host.gc(0).expect("gc 0");
+    let after = host.gc(N).expect("induce GCs");
+    assert_eq!(after, before + u64::from(N));
+    let gcs = tracer.wait_for_count("induced GCStart", EVENTS, N as usize, |l| {
+        is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced"
+    });
+
+    let (lines, summary) = tracer.stop();
+    let starts: Vec<&Value> = lines.iter().filter(|l| is_event(l, pid, "GCStart")).collect();
+    assert_eq!(starts.len(), N as usize, "exactly the induced GCs: {starts:?}");
+    assert_eq!(gcs.len(), N as usize);
+    let counts: Vec<u64> = starts.iter().map(|l| u64_field(&l["fields"], "Count")).collect();
+    let expected: Vec<u64> = (before + 1..=after).collect();
+    assert_eq!(counts, expected, "GC counts are the runtime's, increasing by one");
+    for l in &starts {
+        assert_eq!(l["provider"], "Microsoft-Windows-DotNETRuntime");
+        assert_eq!(l["id"], 1);
+        assert_eq!(l["fields"]["Reason"], "Induced");
+    }
+    let ended: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", pid)).collect();
+    assert_eq!(ended.len(), 1, "one session end: {ended:?}");
+    assert_eq!(ended[0]["reason"], "stopped");
+    assert_eq!(ended[0]["lost_events"], 0);
+    assert!(summary.sessions_started >= 1);
+
+    // StopTracing ended only the session: the runtime still runs managed code.
+    assert_eq!(host.ping().expect("runtime healthy after the session"), after);
+}
+
+#[test]
+fn dotnet10_double_is_discovered_live_through_dotnet_ipc_created_and_traced() {
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble"));
+    let tmp = ScratchDir::new("run-double");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+
+    let ready = tracer.wait_for("dotnet_ipc_ready", SESSION, |l| is(l, "dotnet_ipc_ready", pid));
+    assert_eq!(ready["memfd"], "dotnet_ipc_created");
+    assert_eq!(ready["source"], "kernel");
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert_eq!(started["runtime_version"], "10.0.0+test-double");
+    assert_eq!(started["command"], "CollectTracing2 (0x0203)");
+    double.expect_session_started().expect("double saw the session");
+
+    double.gc(3).expect("gc 3");
+    double.emit(4).expect("emit 4");
+    tracer.wait_for_count("GCStart", EVENTS, 3, |l| is_event(l, pid, "GCStart"));
+    let ticks = tracer.wait_for_count("Tick", EVENTS, 4, |l| is_event(l, pid, "Tick"));
+    for (i, t) in ticks.iter().enumerate() {
+        assert_eq!(t["provider"], "TestDouble");
+        assert_eq!(t["fields"]["Sequence"], i as u64 + 1);
+        assert_eq!(t["fields"]["Message"], format!("tick {}", i + 1));
+    }
+
+    let (lines, _) = tracer.stop();
+    assert_eq!(count(&lines, |l| is_event(l, pid, "GCStart")), 3);
+    assert_eq!(count(&lines, |l| is_event(l, pid, "GCEnd")), 3);
+    assert_eq!(count(&lines, |l| is_event(l, pid, "Tick")), 4);
+    let ended: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", pid)).collect();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0]["reason"], "stopped");
+    double.expect_session_ended().expect("double saw StopTracing");
+}
+
+#[test]
+fn process_exiting_mid_session_ends_its_session_once() {
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4"));
+    let tmp = ScratchDir::new("run-exit");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    double.gc(1).expect("gc 1");
+    tracer.wait_for("GCStart", EVENTS, |l| is_event(l, pid, "GCStart"));
+
+    double.exit().expect("double exits");
+    let ended = tracer.wait_for("session_ended", EVENTS, |l| is(l, "session_ended", pid));
+    assert_eq!(ended["reason"], "process_exited");
+    assert!(ended["error"].as_str().unwrap().contains("without the end-of-stream tag"), "{ended}");
+
+    let (lines, summary) = tracer.stop();
+    assert_eq!(count(&lines, |l| is(l, "session_ended", pid)), 1, "reported once");
+    assert_eq!(count(&lines, |l| is(l, "session_failed", pid)), 0);
+    assert!(summary.sessions_ended["process_exited"] >= 1);
+}
+
+#[test]
+fn runtime_in_pid_and_mount_namespaces_with_private_tmp_is_traced_from_the_host() {
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4"));
+    let mut host = CoreclrHost::spawn_in_namespaces("/tmp/app-tmp", true).expect("namespaced host");
+    let pid = host.host_pid;
+    assert_ne!(pid, host.ns_pid, "the runtime has its own pid namespace");
+
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert!(started["runtime_version"].as_str().unwrap().starts_with("8.0.4"));
+    host.gc(2).expect("gc 2");
+    tracer.wait_for_count("induced GCStart", EVENTS, 2, |l| {
+        is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced"
+    });
+    let (lines, _) = tracer.stop();
+    assert_eq!(count(&lines, |l| is_event(l, pid, "GCStart")), 2);
+    assert_eq!(count(&lines, |l| is(l, "session_ended", pid) && l["reason"] == "stopped"), 1);
+    host.ping().expect("runtime healthy");
+}
