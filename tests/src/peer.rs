@@ -19,8 +19,22 @@ pub struct HostilePeer {
 impl HostilePeer {
     /// `binary` is `env!("CARGO_BIN_EXE_hostile_peer")`; `tmpdir` becomes its `TMPDIR`.
     pub fn spawn(binary: &str, tmpdir: &Path, args: &[&str]) -> Result<HostilePeer> {
+        Self::spawn_with(binary, tmpdir, args, false)
+    }
+
+    /// Like [`HostilePeer::spawn`]; with `ipc_memfd` the peer also maps a `dotnet_ipc_created`
+    /// memfd, so tracer's detection takes it for a .NET runtime.
+    pub fn spawn_with(
+        binary: &str,
+        tmpdir: &Path,
+        args: &[&str],
+        ipc_memfd: bool,
+    ) -> Result<HostilePeer> {
         let mut command = Command::new(binary);
         command.args(args).env("TMPDIR", tmpdir);
+        if ipc_memfd {
+            command.env("HOSTILE_PEER_IPC_MEMFD", "1");
+        }
         let mut process = LineProcess::spawn(&format!("hostile_peer {args:?}"), command)?;
         let path = PathBuf::from(process.expect_line("READY", TIMEOUT)?);
         Ok(HostilePeer { process, path })

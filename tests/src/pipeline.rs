@@ -103,7 +103,12 @@ impl<S: Send + 'static> Running<S> {
     }
 
     /// Waits for (and returns) the first line, already seen or new, matching `pred`.
-    pub fn wait_for(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+    pub fn wait_for(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         self.wait_for_count(what, timeout, 1, pred).pop().expect("one line")
     }
 

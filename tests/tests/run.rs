@@ -172,3 +172,107 @@ fn runtime_in_pid_and_mount_namespaces_with_private_tmp_is_traced_from_the_host(
     assert_eq!(count(&lines, |l| is(l, "session_ended", pid) && l["reason"] == "stopped"), 1);
     host.ping().expect("runtime healthy");
 }
+
+/// Hostile owners of "runtime" sockets (each maps `dotnet_ipc_created`, so detection picks it
+/// up): (a) garbage replies, (b) a 60 KB announcement with 10 bytes, (c) silence, (d) a symlink to
+/// another socket, (e) a socket bound by a different process. Each gets a clear
+/// `session_failed` within its timeout, nothing is ever sent to (d)'s target or (e)'s squatter,
+/// and a well-behaved runtime started alongside them is traced as usual.
+#[test]
+fn hostile_peers_fail_clearly_within_the_timeout_and_other_targets_are_still_traced() {
+    const BIN: &str = env!("CARGO_BIN_EXE_hostile_peer");
+    const IPC_TIMEOUT: Duration = Duration::from_secs(1);
+    use tests::peer::HostilePeer;
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    cfg.session.timeouts = Timeouts { connect: IPC_TIMEOUT, write: IPC_TIMEOUT, read: IPC_TIMEOUT };
+    cfg.session.locate_for = Duration::from_secs(20);
+    let mut tracer = start(cfg);
+
+    let dir = ScratchDir::new("run-hostile");
+    let victim_dir = ScratchDir::new("run-hostile-victim");
+    let victim_path = victim_dir.path().join("victim.sock");
+    let mut victim =
+        HostilePeer::spawn(BIN, victim_dir.path(), &["listen", victim_path.to_str().unwrap()])
+            .unwrap();
+    let garbage = HostilePeer::spawn_with(BIN, dir.path(), &["garbage"], true).unwrap();
+    let short = HostilePeer::spawn_with(BIN, dir.path(), &["short"], true).unwrap();
+    let silent = HostilePeer::spawn_with(BIN, dir.path(), &["silent"], true).unwrap();
+    let symlink =
+        HostilePeer::spawn_with(BIN, dir.path(), &["symlink", victim_path.to_str().unwrap()], true)
+            .unwrap();
+    // (e): the detected process listens elsewhere; another process binds its runtime name.
+    let elsewhere = dir.path().join("elsewhere.sock");
+    let squatted =
+        HostilePeer::spawn_with(BIN, dir.path(), &["listen", elsewhere.to_str().unwrap()], true)
+            .unwrap();
+    let mut squatter =
+        HostilePeer::spawn(BIN, dir.path(), &["squat", &squatted.pid().to_string()]).unwrap();
+    let good_dir = ScratchDir::new("run-hostile-good");
+    let mut good = Dotnet10Double::spawn(good_dir.path()).expect("double");
+
+    let failure = |tracer: &mut Running<RunSummary>, pid: u32| -> (Value, Duration) {
+        let detected = tracer.wait_for("detection", SESSION, |l| is(l, "dotnet_ipc_ready", pid));
+        let failed = tracer.wait_for("session_failed", SESSION, |l| is(l, "session_failed", pid));
+        let took = u64_field(&failed, "mono_ns") - u64_field(&detected, "mono_ns");
+        (failed, Duration::from_nanos(took))
+    };
+    let error = |l: &Value| l["error"].as_str().unwrap().to_owned();
+    // Scheduling slack on a shared 2-core machine.
+    let margin = Duration::from_secs(3);
+
+    let (f, took) = failure(&mut tracer, garbage.pid());
+    assert!(
+        error(&f).contains("invalid reply to ProcessInfo3") && error(&f).contains("bad magic"),
+        "{f}"
+    );
+    assert_eq!(f["refused"], false);
+    assert!(took < IPC_TIMEOUT + margin, "garbage refused after {took:?}");
+
+    let (f, took) = failure(&mut tracer, short.pid());
+    assert!(error(&f).contains("timed out after 1s in ReadReplyPayload"), "{f}");
+    assert!(took < IPC_TIMEOUT + margin, "short reply gave up after {took:?}");
+
+    let (f, took) = failure(&mut tracer, silent.pid());
+    assert!(error(&f).contains("timed out after 1s in ReadReplyHeader"), "{f}");
+    assert!(took < IPC_TIMEOUT + margin, "silent peer gave up after {took:?}");
+
+    let (f, _) = failure(&mut tracer, symlink.pid());
+    assert_eq!(f["refused"], true);
+    assert!(error(&f).contains("symbolic link"), "{f}");
+
+    let (f, _) = failure(&mut tracer, squatted.pid());
+    assert_eq!(f["refused"], true);
+    assert!(
+        error(&f).contains(&format!(
+            "belongs to pid {}, not to the detected pid {}",
+            squatter.pid(),
+            squatted.pid()
+        )),
+        "{f}"
+    );
+
+    // The well-behaved runtime is traced despite the hostile ones.
+    let pid = good.pid();
+    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    good.expect_session_started().unwrap();
+    good.gc(2).unwrap();
+    tracer.wait_for_count("GCStart", EVENTS, 2, |l| is_event(l, pid, "GCStart"));
+
+    let (lines, summary) = tracer.stop();
+    assert_eq!(summary.sessions_refused, 2, "symlink and squatter");
+    for hostile in [garbage.pid(), short.pid(), silent.pid(), symlink.pid(), squatted.pid()] {
+        assert_eq!(
+            count(&lines, |l| is(l, "session_failed", hostile)),
+            1,
+            "pid {hostile} reported once"
+        );
+        assert_eq!(count(&lines, |l| is(l, "session_started", hostile)), 0);
+    }
+    // Nothing ever reached the symlink's target; the squatter was connected to (to read its
+    // credentials) but received no byte. (Tracers of tests running in parallel refuse it too,
+    // so it may count more than one connection.)
+    assert_eq!(victim.received(0).unwrap(), (0, 0));
+    let (connections, bytes) = squatter.received(1).unwrap();
+    assert!(connections >= 1);
+    assert_eq!(bytes, 0, "not a byte may reach a socket bound by another process");
+}

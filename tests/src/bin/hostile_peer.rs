@@ -10,7 +10,10 @@
 //! * `listen <path>` — binds a plain socket at `<path>` that only records what it receives;
 //! * `squat <pid>` — binds the runtime socket name of *another* process `<pid>`.
 //!
-//! Prints `READY <path>` once the name exists. On stdin, `report <n>` answers
+//! With `HOSTILE_PEER_IPC_MEMFD=1` it then maps a `dotnet_ipc_created` memfd, as a .NET runtime
+//! does once its diagnostic server listens, so tracer's detection finds it.
+//!
+//! Prints `READY <path>` once the name exists (and the mapping, when asked for). On stdin, `report <n>` answers
 //! `RECEIVED <connections> <bytes>` once at least `n` connections were accepted and every one of
 //! them was closed by its client (so bytes in flight are counted), or after 10 s; EOF exits and
 //! removes the name.
@@ -65,6 +68,9 @@ fn main() -> Result<()> {
             "usage: hostile_peer garbage|short|silent|symlink <path>|listen <path>|squat <pid>"
         ),
     };
+    if std::env::var_os("HOSTILE_PEER_IPC_MEMFD").is_some_and(|v| v == "1") {
+        map_ipc_memfd()?;
+    }
     println!("READY {}", created.display());
     for line in std::io::stdin().lock().lines() {
         let line = line?;
@@ -74,6 +80,23 @@ fn main() -> Result<()> {
         }
     }
     let _ = std::fs::remove_file(&created);
+    Ok(())
+}
+
+/// `memfd_create("dotnet_ipc_created")` + a read-only shared mapping kept for the process's life.
+fn map_ipc_memfd() -> Result<()> {
+    // SAFETY: plain syscalls on a fresh fd; the mapping is intentionally never unmapped.
+    unsafe {
+        let fd = libc::memfd_create(c"dotnet_ipc_created".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 || libc::ftruncate(fd, 4096) != 0 {
+            bail!("memfd_create/ftruncate: {}", std::io::Error::last_os_error());
+        }
+        let addr = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, fd, 0);
+        if addr == libc::MAP_FAILED {
+            bail!("mmap: {}", std::io::Error::last_os_error());
+        }
+        libc::close(fd);
+    }
     Ok(())
 }
 

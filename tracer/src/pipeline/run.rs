@@ -80,7 +80,8 @@ impl RunConfig {
             Some(spec) => parse_providers(spec)?,
             None => profile(&args.profile)?,
         };
-        let timeouts = Timeouts { connect: args.ipc_timeout, write: args.ipc_timeout, read: args.ipc_timeout };
+        let timeouts =
+            Timeouts { connect: args.ipc_timeout, write: args.ipc_timeout, read: args.ipc_timeout };
         Ok(RunConfig {
             session: SessionConfig {
                 request: TracingRequest {
@@ -162,7 +163,8 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     ready: Option<oneshot::Sender<()>>,
 ) -> anyhow::Result<RunSummary> {
-    let mut detector = Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
+    let mut detector =
+        Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
     let clock = Clock::new();
     let mut summary = RunSummary::default();
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
@@ -176,15 +178,24 @@ pub async fn run(
             return;
         }
         summary.processes += 1;
-        tasks.spawn(streaming::run(pid, config.session.clone(), clock, out_tx.clone(), stop_rx.clone()));
+        tasks.spawn(streaming::run(
+            pid,
+            config.session.clone(),
+            clock,
+            out_tx.clone(),
+            stop_rx.clone(),
+        ));
     };
 
     let me = std::process::id();
     let targets = config.target_pids.clone();
-    let existing = procfs::scan_memfd_mappings(|pid| pid != me && (targets.is_empty() || targets.contains(&pid)))
-        .context("scanning /proc for running .NET processes")?;
+    let existing = procfs::scan_memfd_mappings(|pid| {
+        pid != me && (targets.is_empty() || targets.contains(&pid))
+    })
+    .context("scanning /proc for running .NET processes")?;
     for m in &existing {
-        sink.emit(&procfs_line(m, &clock, procfs::process_identity(m.pid))).context("writing output")?;
+        sink.emit(&procfs_line(m, &clock, procfs::process_identity(m.pid)))
+            .context("writing output")?;
         start_session(m.pid, &mut tasks, &mut summary);
     }
     log::info!(
@@ -219,7 +230,7 @@ pub async fn run(
 
     // Shutdown: StopTracing for every live session, then drain what they still send.
     let _ = stop_tx.send(true);
-    drop(start_session);
+    // The channel closes once every session task (each holds a sender) has finished.
     drop(out_tx);
     while let Some(msg) = out_rx.recv().await {
         handle_message(msg, &clock, &mut sink, &mut summary)?;

@@ -48,10 +48,30 @@ pub enum EndReason {
 /// then exactly one `Ended`; or a single `Failed` when no session could be started.
 #[derive(Debug)]
 pub enum SessionMessage {
-    Started { pid: u32, session_id: u64, command: CommandCode, runtime: Option<ProcessInfo> },
-    Event { pid: u32, provider: String, line: serde_json::Value },
-    Ended { pid: u32, session_id: u64, reason: EndReason, detail: Option<String>, stats: NettraceStats, lost_by_thread: Vec<(u64, u64)> },
-    Failed { pid: u32, error: String, refused: bool },
+    Started {
+        pid: u32,
+        session_id: u64,
+        command: CommandCode,
+        runtime: Option<ProcessInfo>,
+    },
+    Event {
+        pid: u32,
+        provider: String,
+        line: serde_json::Value,
+    },
+    Ended {
+        pid: u32,
+        session_id: u64,
+        reason: EndReason,
+        detail: Option<String>,
+        stats: NettraceStats,
+        lost_by_thread: Vec<(u64, u64)>,
+    },
+    Failed {
+        pid: u32,
+        error: String,
+        refused: bool,
+    },
 }
 
 /// The JSON line of one runtime event: the common envelope, then the decoded event.
@@ -186,7 +206,11 @@ async fn locate(pid: u32, config: &SessionConfig) -> Result<DiagnosticClient, Cl
     }
 }
 
-fn end_of_stream(parser: &NettraceParser, stopping: bool, detail: &mut Option<String>) -> EndReason {
+fn end_of_stream(
+    parser: &NettraceParser,
+    stopping: bool,
+    detail: &mut Option<String>,
+) -> EndReason {
     match parser.finish() {
         Ok(()) if stopping => EndReason::Stopped,
         Ok(()) => EndReason::RuntimeEnded,
