@@ -8,3 +8,4 @@ pub mod pipeline;
 pub mod process;
 pub mod procfs;
 pub mod scratch;
+pub mod ftrace;

@@ -22,6 +22,8 @@ struct Cli {
 enum Command {
     Audit(tracer::pipeline::audit::AuditArgs),
     Run(tracer::pipeline::run::RunArgs),
+    Ftrace(tracer::pipeline::ftrace::FtraceArgs),
+    Check(tracer::pipeline::check::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,5 +32,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Audit(args) => tracer::pipeline::audit::main(args),
         Command::Run(args) => tracer::pipeline::run::main(args),
+        Command::Ftrace(args) => tracer::pipeline::ftrace::main(args),
+        Command::Check(args) => tracer::pipeline::check::main(args),
     }
 }

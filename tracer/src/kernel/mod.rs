@@ -1,5 +1,6 @@
 //! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in `decode`.
 pub mod detect;
+pub mod ftrace_reader;
 pub mod privileges;
 pub mod procfs;
 pub mod tracefs;
