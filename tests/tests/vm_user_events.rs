@@ -152,12 +152,16 @@ fn registration_rejections() {
         "same name, different fields"
     );
     let again = register(&data, c"tracer_vm_reject u32 a", &other).expect("identical definition");
-    assert_eq!({ again.write_index }, 1, "an identical definition shares the event");
+    assert_eq!({ again.write_index }, 0, "an identical definition on the same fd shares its index");
+    let third = Box::new(AtomicU32::new(0));
+    let next = register(&data, c"tracer_vm_reject_next u32 b", &third).expect("second event");
+    assert_eq!({ next.write_index }, 1, "indexes count the fd's distinct events");
     // SAFETY: ioctl with an invalid command on a valid fd.
     let ret = unsafe { libc::ioctl(data.as_raw_fd(), 0x4008_2A1F as libc::c_ulong, 0) };
     assert_eq!((ret, errno()), (-1, libc::ENOTTY));
     assert_eq!(unregister(&data, enable.as_ptr() as u64, ENABLE_BIT), Ok(()));
     assert_eq!(unregister(&data, other.as_ptr() as u64, ENABLE_BIT), Ok(()));
+    assert_eq!(unregister(&data, third.as_ptr() as u64, ENABLE_BIT), Ok(()));
 }
 
 #[test]
