@@ -3,8 +3,10 @@
 //! instance's trace, unregistration, and how registrations follow fork and exec.
 //!
 //! Runs inside the VM (`cargo xtask vm-test`); fails on a kernel without user_events.
+use std::ffi::CStr;
 use std::fs::{self, File};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsRawFd as _, RawFd};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -15,19 +17,24 @@ const ENABLE_BIT: u8 = 31;
 const ENABLED: u32 = 1 << ENABLE_BIT;
 
 /// Registers `name_args` on `fd` with `enable` as the enable word (bit 31, 4 bytes).
-fn register(fd: &File, name_args: &std::ffi::CStr, enable: &AtomicU32) -> Result<UserReg, i32> {
+fn register(fd: &File, name_args: &'static CStr, enable: &AtomicU32) -> Result<UserReg, i32> {
+    register_raw(fd.as_raw_fd(), name_args, enable.as_ptr() as u64)
+}
+
+/// `register` on a raw fd and address; allocation-free, so a forked child may call it.
+fn register_raw(fd: RawFd, name_args: &'static CStr, enable_addr: u64) -> Result<UserReg, i32> {
     let mut reg = UserReg {
         size: size_of::<UserReg>() as u32,
         enable_bit: ENABLE_BIT,
         enable_size: 4,
         flags: 0,
-        enable_addr: enable.as_ptr() as u64,
+        enable_addr,
         name_args: name_args.as_ptr() as u64,
         write_index: u32::MAX,
     };
-    // SAFETY: reg, the name and the enable word outlive the call.
-    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), DIAG_IOCSREG, &mut reg) };
-    if ret == 0 { Ok(reg) } else { Err(std::io::Error::last_os_error().raw_os_error().unwrap()) }
+    // SAFETY: reg and the name outlive the call; the kernel checks enable_addr.
+    let ret = unsafe { libc::ioctl(fd, DIAG_IOCSREG, &mut reg) };
+    if ret == 0 { Ok(reg) } else { Err(errno()) }
 }
 
 /// A private tracefs instance, removed on drop.
@@ -197,13 +204,21 @@ fn registrations_are_inherited_by_fork_and_dropped_by_exec() {
          4 = nothing inherited"
     );
 
-    // Fork + exec: the new image starts with no registrations at all.
-    let probe = std::process::Command::new(env!("CARGO_BIN_EXE_user_events_unreg"))
-        .arg(&tracefs)
-        .arg(format!("{addr:x}"))
-        .arg(ENABLE_BIT.to_string())
-        .output()
-        .expect("running user_events_unreg");
+    // Fork + exec: before exec the child still holds the registration (registering the same
+    // address and bit again is refused); the exec'd image has none left to unregister. The
+    // pre_exec hook also makes std use a real fork() rather than posix_spawn's shared-VM clone.
+    let fd = data.as_raw_fd();
+    let mut probe = std::process::Command::new(env!("CARGO_BIN_EXE_user_events_unreg"));
+    probe.arg(&tracefs).arg(format!("{addr:x}")).arg(ENABLE_BIT.to_string());
+    // SAFETY: the hook only makes an ioctl and builds errors without allocating.
+    unsafe {
+        probe.pre_exec(move || match register_raw(fd, c"tracer_vm_fork u32 a", addr) {
+            Err(libc::EADDRINUSE) => Ok(()),
+            Ok(_) => Err(std::io::Error::from_raw_os_error(libc::EPROTO)),
+            Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+        });
+    }
+    let probe = probe.output().expect("the forked child did not inherit the registration");
     assert!(probe.status.success(), "{probe:?}");
     assert_eq!(String::from_utf8_lossy(&probe.stdout), format!("errno {}\n", libc::ENOENT));
 
