@@ -9,3 +9,4 @@ pub mod process;
 pub mod procfs;
 pub mod scratch;
 pub mod ftrace;
+pub mod user_events;

@@ -7,6 +7,7 @@
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
 mod setup;
 mod util;
+mod vm;
 
 use std::process::ExitCode;
 
@@ -34,6 +35,22 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build (once, cached) a user_events test kernel, boot it under qemu and run the `vm_*`
+    /// integration tests inside it (see docs/vm-tests.md).
+    VmTest {
+        /// Run the `vm_bench*` binaries instead, with TRACER_VM_BENCH=1.
+        #[arg(long)]
+        bench: bool,
+        /// Kill the VM after this long: seconds, or with an s/m suffix.
+        #[arg(long, default_value = "20m", value_parser = vm::parse_timeout)]
+        timeout: std::time::Duration,
+        /// Run only this test binary (e.g. vm_user_events); repeatable.
+        #[arg(long = "test", value_name = "NAME")]
+        only: Vec<String>,
+        /// Arguments for every test binary (e.g. a test name filter, --nocapture).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +59,9 @@ fn main() -> ExitCode {
         Command::Setup => setup::run(),
         Command::Test { args } => test(&args),
         Command::Run { args } => run(&args),
+        Command::VmTest { bench, timeout, only, args } => {
+            setup::run().and_then(|()| vm::run(&vm::Options { bench, timeout, only, args }))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -56,10 +76,23 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     util::require_root("the tests load BPF programs and use tracefs")?;
     setup::run()?;
     util::cargo(&["build", "--workspace", "--all-targets"])?;
-    let mut nextest = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
+    // vm_* tests need user_events, which the host kernel lacks: they run in the VM below.
+    let host_only = format!("not binary(/^{}/)", vm::VM_TEST_PREFIX);
+    let mut nextest = vec!["nextest", "run", "--workspace", "--no-fail-fast", "-E", &host_only];
     nextest.extend(args.iter().map(String::as_str));
-    util::cargo(&nextest)?;
-    Ok(())
+    let host = util::cargo(&nextest);
+    let vm = vm::run(&vm::Options {
+        bench: false,
+        timeout: std::time::Duration::from_secs(20 * 60),
+        only: Vec::new(),
+        args: Vec::new(),
+    });
+    match (host, vm) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(host), Ok(())) => Err(host.context("host tests failed (VM tests passed)")),
+        (Ok(()), Err(vm)) => Err(vm),
+        (Err(host), Err(vm)) => Err(vm.context(format!("host tests failed too: {host:#}"))),
+    }
 }
 
 fn run(args: &[String]) -> anyhow::Result<()> {

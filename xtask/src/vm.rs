@@ -1,0 +1,676 @@
+//! `cargo xtask vm-test`: runs the `vm_*` integration tests inside a user_events-enabled kernel.
+//!
+//! The host kernel lacks CONFIG_USER_EVENTS, so this builds a small kernel from Debian trixie's
+//! `linux-source-6.12` (config: tinyconfig + `xtask/vm/kernel.config`), boots it under qemu TCG with
+//! the host root shared read-only over 9p, and runs the host-built test binaries in a chroot of it.
+//! Every expensive step is cached under `~/.cache/tracer` (or `$TRACER_CACHE_DIR`); see
+//! docs/vm-tests.md.
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{BufRead as _, BufReader, Read, Write};
+use std::os::fd::AsRawFd as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use sha2::{Digest as _, Sha256};
+
+use crate::util::{output, run_cmd, workspace_root};
+
+/// The kernel config fragment; part of the kernel cache key.
+const KERNEL_FRAGMENT: &str = include_str!("../vm/kernel.config");
+/// The guest's /init, with `@@ENV@@` and `@@TESTS@@` placeholders.
+const INIT_TEMPLATE: &str = include_str!("../vm/init.sh");
+const SOURCE_PACKAGE: &str = "linux-source-6.12";
+const DEBIAN_SUITE: &str = "trixie";
+const MARKER: &str = "@@TRACER-VM ";
+/// Test binaries whose name starts with this run in the VM (and are excluded from host runs).
+pub const VM_TEST_PREFIX: &str = "vm_";
+const VM_BENCH_PREFIX: &str = "vm_bench";
+
+pub struct Options {
+    /// Run only `vm_bench*` binaries, with TRACER_VM_BENCH=1.
+    pub bench: bool,
+    /// Wall-clock limit for the whole guest run; qemu is killed after it.
+    pub timeout: Duration,
+    /// Run only these test binaries (names without the hash suffix); empty = all.
+    pub only: Vec<String>,
+    /// Arguments passed to every test binary (e.g. a test name filter, `--nocapture`).
+    pub args: Vec<String>,
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    crate::util::require_root("qemu must read the whole host root to share it with the guest")?;
+    let started = Instant::now();
+    let tests = build_test_binaries(opts)?;
+    let cache = cache_dir()?;
+    let kernel = {
+        let _lock = CacheLock::acquire(&cache)?;
+        let source = fetch_source(&cache)?;
+        build_kernel(&cache, &source)?
+    };
+    let vm_dir = workspace_root().join("target/vm");
+    fs::create_dir_all(&vm_dir)?;
+    let initrd = vm_dir.join("initrd.gz");
+    write_initramfs(&initrd, &init_script(&tests, opts)?)?;
+    let console_log = vm_dir.join("console.log");
+    eprintln!(
+        "vm-test: booting {} with {} test binar{} (timeout {}s, console log {})",
+        kernel.display(),
+        tests.len(),
+        if tests.len() == 1 { "y" } else { "ies" },
+        opts.timeout.as_secs(),
+        console_log.display()
+    );
+    let outcome = boot(&kernel, &initrd, &console_log, opts.timeout)?;
+    report(&tests, &outcome, &console_log, started.elapsed())
+}
+
+/// A `vm_*` integration test executable built on the host.
+struct TestBinary {
+    name: String,
+    path: PathBuf,
+}
+
+/// Builds the workspace binaries the tests start and the `vm_*` test executables, and returns the
+/// selected executables (found through cargo's JSON messages, as their names carry a hash).
+fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
+    crate::util::cargo(&["build", "--workspace", "--bins"])?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let messages = output(
+        Command::new(cargo)
+            .args(["test", "-p", "tests", "--no-run", "--message-format=json"])
+            .current_dir(workspace_root())
+            .stderr(Stdio::inherit()),
+    )?;
+    let mut tests = Vec::new();
+    for line in messages.lines() {
+        let message: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("cargo printed a line that is not JSON: {line}"))?;
+        let target = &message["target"];
+        let is_test = target["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+        let (Some(name), Some(path)) = (target["name"].as_str(), message["executable"].as_str())
+        else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" || !is_test || !name.starts_with(VM_TEST_PREFIX)
+        {
+            continue;
+        }
+        if name.starts_with(VM_BENCH_PREFIX) != opts.bench {
+            continue;
+        }
+        if !opts.only.is_empty() && !opts.only.iter().any(|o| o == name) {
+            continue;
+        }
+        tests.push(TestBinary { name: name.to_owned(), path: PathBuf::from(path) });
+    }
+    tests.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(missing) = opts.only.iter().find(|o| !tests.iter().any(|t| &t.name == *o)) {
+        bail!("no test binary named {missing} (VM tests are tests/tests/{VM_TEST_PREFIX}*.rs)");
+    }
+    if tests.is_empty() {
+        let prefix = if opts.bench { VM_BENCH_PREFIX } else { VM_TEST_PREFIX };
+        bail!("no test binaries to run: add tests/tests/{prefix}*.rs");
+    }
+    Ok(tests)
+}
+
+fn cache_dir() -> anyhow::Result<PathBuf> {
+    let dir = match std::env::var_os("TRACER_CACHE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let home =
+                std::env::var_os("HOME").context("neither TRACER_CACHE_DIR nor HOME is set")?;
+            PathBuf::from(home).join(".cache/tracer")
+        }
+    };
+    fs::create_dir_all(&dir).with_context(|| format!("creating cache dir {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Exclusive lock on the cache directory, so concurrent vm-test runs (other worktrees) do not
+/// download or build into the same directories at once. Held while the file is open.
+struct CacheLock {
+    _file: File,
+}
+
+impl CacheLock {
+    fn acquire(cache: &Path) -> anyhow::Result<Self> {
+        let file = File::create(cache.join("lock"))?;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            eprintln!("vm-test: waiting for another vm-test using {}", cache.display());
+            // SAFETY: as above.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(std::io::Error::last_os_error()).context("locking the cache dir");
+            }
+        }
+        Ok(Self { _file: file })
+    }
+}
+
+/// An extracted kernel source tree and the Debian package version it came from.
+struct KernelSource {
+    version: String,
+    tree: PathBuf,
+}
+
+/// Downloads `linux-source-6.12` from trixie with a private apt configuration (the system's
+/// sources stay untouched) and extracts it. Skips both steps when already done.
+fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
+    let apt_dir = cache.join("apt");
+    let debs = apt_dir.join("debs");
+    let deb = match find_deb(&debs)? {
+        Some(deb) => deb,
+        None => {
+            eprintln!("vm-test: downloading {SOURCE_PACKAGE} from Debian {DEBIAN_SUITE} (~150 MB)");
+            for dir in ["lists/partial", "cache/archives/partial", "debs"] {
+                fs::create_dir_all(apt_dir.join(dir))?;
+            }
+            let sources = apt_dir.join("sources.list");
+            fs::write(
+                &sources,
+                format!(
+                    "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+                     http://deb.debian.org/debian {DEBIAN_SUITE} main\n"
+                ),
+            )?;
+            let apt_options = [
+                format!("Dir::Etc::sourcelist={}", sources.display()),
+                "Dir::Etc::sourceparts=/dev/null".into(),
+                format!("Dir::State::Lists={}", apt_dir.join("lists").display()),
+                format!("Dir::Cache={}", apt_dir.join("cache").display()),
+                // Files live in root's cache dir, which the _apt sandbox user cannot write.
+                "APT::Sandbox::User=root".into(),
+            ];
+            let apt = |action: &[&str]| {
+                let mut cmd = Command::new("apt-get");
+                cmd.arg("-q");
+                for option in &apt_options {
+                    cmd.args(["-o", option]);
+                }
+                run_cmd(cmd.args(action).current_dir(&debs))
+            };
+            apt(&["update"])?;
+            apt(&["download", SOURCE_PACKAGE])?;
+            find_deb(&debs)?.context("apt-get download succeeded but left no .deb")?
+        }
+    };
+    let version =
+        output(Command::new("dpkg-deb").arg("-f").arg(&deb).arg("Version"))?.trim().to_owned();
+    let src_dir = cache.join(format!("src-{version}"));
+    let tree = src_dir.join(SOURCE_PACKAGE);
+    if !tree.join("Makefile").exists() {
+        eprintln!("vm-test: extracting {SOURCE_PACKAGE} {version}");
+        let partial = cache.join(format!("src-{version}.partial"));
+        if partial.exists() {
+            fs::remove_dir_all(&partial)?;
+        }
+        fs::create_dir_all(&partial)?;
+        let tarball = format!("./usr/src/{SOURCE_PACKAGE}.tar.xz");
+        let script = "dpkg-deb --fsys-tarfile \"$1\" | tar -xO \"$2\" | tar -xJ";
+        run_cmd(
+            Command::new("sh")
+                .args(["-euc", &format!("set -o pipefail; {script}"), "extract"])
+                .arg(&deb)
+                .arg(&tarball)
+                .current_dir(&partial),
+        )?;
+        if src_dir.exists() {
+            fs::remove_dir_all(&src_dir)?;
+        }
+        fs::rename(&partial, &src_dir)?;
+    }
+    Ok(KernelSource { version, tree })
+}
+
+fn find_deb(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let prefix = format!("{SOURCE_PACKAGE}_");
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".deb") {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// Returns `kernel-<hash>/bzImage`, building it first unless cached. The hash covers the source
+/// package version and the config fragment.
+fn build_kernel(cache: &Path, source: &KernelSource) -> anyhow::Result<PathBuf> {
+    let mut hasher = Sha256::new();
+    hasher.update(source.version.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(KERNEL_FRAGMENT.as_bytes());
+    let key: String = hasher.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let dir = cache.join(format!("kernel-{key}"));
+    let image = dir.join("bzImage");
+    if image.exists() {
+        eprintln!("vm-test: using cached kernel {}", image.display());
+        return Ok(image);
+    }
+    let build = dir.join("build");
+    fs::create_dir_all(&build)?;
+    let make = |targets: &[&str]| {
+        run_cmd(
+            Command::new("make")
+                .arg("-s")
+                .arg(format!("O={}", build.display()))
+                .args(targets)
+                .env("KBUILD_BUILD_USER", "tracer")
+                .env("KBUILD_BUILD_HOST", "vm-test")
+                .current_dir(&source.tree),
+        )
+    };
+    eprintln!("vm-test: configuring kernel {} in {}", source.version, build.display());
+    make(&["tinyconfig"])?;
+    let config_path = build.join(".config");
+    let mut config = fs::OpenOptions::new().append(true).open(&config_path)?;
+    config.write_all(KERNEL_FRAGMENT.as_bytes())?;
+    drop(config);
+    make(&["olddefconfig"])?;
+    verify_config(&fs::read_to_string(&config_path)?)
+        .with_context(|| format!("checking {}", config_path.display()))?;
+
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!(
+        "vm-test: building the kernel with {jobs} jobs (once per config; ~6 min on 2 idle cores)"
+    );
+    let started = Instant::now();
+    make(&[&format!("-j{jobs}"), "bzImage"])?;
+    eprintln!("vm-test: kernel built in {}s", started.elapsed().as_secs());
+    let partial = dir.join("bzImage.partial");
+    fs::copy(build.join("arch/x86/boot/bzImage"), &partial)?;
+    fs::rename(&partial, &image)?;
+    Ok(image)
+}
+
+/// Fails with the list of fragment options that `olddefconfig` dropped (unmet dependencies or
+/// misspelt names), and of options the fragment turns off that ended up on.
+fn verify_config(config: &str) -> anyhow::Result<()> {
+    let lines: std::collections::HashSet<&str> = config.lines().collect();
+    let mut wrong = Vec::new();
+    for line in KERNEL_FRAGMENT.lines().map(str::trim) {
+        let turned_off = line.strip_prefix("# ").and_then(|l| l.strip_suffix(" is not set"));
+        if let Some(option) = line.strip_suffix("=y") {
+            if !lines.contains(line) {
+                wrong.push(format!("{option} is not =y"));
+            }
+        } else if let Some(option) = turned_off
+            && lines.contains(format!("{option}=y").as_str())
+        {
+            wrong.push(format!("{option} is =y but the fragment turns it off"));
+        }
+    }
+    if !wrong.is_empty() {
+        bail!("the kernel config fragment did not apply:\n  {}", wrong.join("\n  "));
+    }
+    Ok(())
+}
+
+/// Quotes a string for a POSIX shell command line.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn init_script(tests: &[TestBinary], opts: &Options) -> anyhow::Result<String> {
+    let mut env = vec![
+        "HOME=/root".to_owned(),
+        format!("PATH={}", guest_path()),
+        "RUST_BACKTRACE=1".to_owned(),
+        "TRACER_VM=1".to_owned(),
+    ];
+    if opts.bench {
+        env.push("TRACER_VM_BENCH=1".to_owned());
+    }
+    let env: Vec<String> = env.iter().map(|e| shell_quote(e)).collect();
+    // Integration tests run from their package directory, as under `cargo test`.
+    let cwd = workspace_root().join("tests");
+    let mut commands = String::new();
+    for test in tests {
+        let mut words = vec![&test.name[..], path_str(&cwd)?, path_str(&test.path)?];
+        words.extend(opts.args.iter().map(String::as_str));
+        let words: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+        writeln!(commands, "run_test {}", words.join(" "))?;
+    }
+    Ok(INIT_TEMPLATE.replace("@@ENV@@", &env.join(" ")).replace("@@TESTS@@", &commands))
+}
+
+fn path_str(path: &Path) -> anyhow::Result<&str> {
+    path.to_str().with_context(|| format!("{} is not UTF-8", path.display()))
+}
+
+/// PATH inside the guest: the Python that `cargo xtask setup` installed packages into first (the
+/// .NET tests run it), then the usual system directories.
+fn guest_path() -> String {
+    let mut dirs = Vec::new();
+    let python_prefix =
+        output(Command::new("python3").args(["-c", "import sys; print(sys.prefix)"]));
+    if let Ok(prefix) = python_prefix {
+        dirs.push(format!("{}/bin", prefix.trim()));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let home = home.to_string_lossy();
+        dirs.push(format!("{home}/.pyenv/shims"));
+        dirs.push(format!("{home}/.cargo/bin"));
+    }
+    dirs.extend(
+        ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+            .map(String::from),
+    );
+    dirs.join(":")
+}
+
+/// Writes a gzip-compressed newc cpio archive with busybox, /init and /dev/console. Written in
+/// Rust (not with cpio(1)) so the console device node needs no mknod privileges on the host.
+fn write_initramfs(path: &Path, init: &str) -> anyhow::Result<()> {
+    let busybox_path = Path::new("/bin/busybox");
+    let busybox = fs::read(busybox_path).with_context(|| {
+        format!("reading {} (Debian package busybox-static)", busybox_path.display())
+    })?;
+    let mut archive = Newc::default();
+    for dir in ["bin", "dev", "proc", "sys", "host"] {
+        archive.entry(dir, libc::S_IFDIR | 0o755, 0, &[]);
+    }
+    // The kernel opens /dev/console for init's stdio before anything is mounted.
+    archive.entry("dev/console", libc::S_IFCHR | 0o600, libc::makedev(5, 1), &[]);
+    archive.entry("bin/busybox", libc::S_IFREG | 0o755, 0, &busybox);
+    archive.entry("init", libc::S_IFREG | 0o755, 0, init.as_bytes());
+    let data = archive.finish();
+
+    let partial = path.with_extension("partial");
+    let mut gzip = Command::new("gzip")
+        .arg("-c")
+        .stdin(Stdio::piped())
+        .stdout(File::create(&partial)?)
+        .spawn()
+        .context("spawning gzip")?;
+    gzip.stdin.take().expect("piped").write_all(&data)?;
+    let status = gzip.wait()?;
+    if !status.success() {
+        bail!("gzip failed: {status}");
+    }
+    fs::rename(&partial, path)?;
+    Ok(())
+}
+
+/// The "new ASCII" cpio format the kernel unpacks initramfs archives from.
+#[derive(Default)]
+struct Newc {
+    data: Vec<u8>,
+    next_inode: u32,
+}
+
+impl Newc {
+    fn entry(&mut self, name: &str, mode: u32, rdev: libc::dev_t, contents: &[u8]) {
+        self.next_inode += 1;
+        let name_len = name.len() + 1;
+        let fields = [
+            self.next_inode,
+            mode,
+            0, // uid
+            0, // gid
+            1, // nlink
+            0, // mtime: fixed, so the archive is reproducible
+            u32::try_from(contents.len()).expect("initramfs file under 4 GiB"),
+            0, // dev major
+            0, // dev minor
+            libc::major(rdev),
+            libc::minor(rdev),
+            u32::try_from(name_len).expect("short name"),
+            0, // check
+        ];
+        self.data.extend_from_slice(b"070701");
+        for field in fields {
+            self.data.extend_from_slice(format!("{field:08x}").as_bytes());
+        }
+        self.data.extend_from_slice(name.as_bytes());
+        self.data.push(0);
+        self.pad();
+        self.data.extend_from_slice(contents);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while !self.data.len().is_multiple_of(4) {
+            self.data.push(0);
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, 0, &[]);
+        self.data
+    }
+}
+
+/// What the guest reported.
+#[derive(Default)]
+struct Outcome {
+    booted_after: Option<Duration>,
+    /// Test name → exit status, in start order; `None` = started but no END marker.
+    results: Vec<(String, Option<i32>)>,
+    done: bool,
+    setup_failure: Option<String>,
+    kernel_panic: bool,
+    timed_out: bool,
+    qemu_status: Option<std::process::ExitStatus>,
+}
+
+/// Boots the guest, streams its console to stderr and `console_log`, and parses the markers.
+fn boot(
+    kernel: &Path,
+    initrd: &Path,
+    console_log: &Path,
+    timeout: Duration,
+) -> anyhow::Result<Outcome> {
+    let mut qemu = Command::new("qemu-system-x86_64");
+    qemu.args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2"])
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .args([
+            "-virtfs",
+            "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
+        ])
+        .args(["-device", "virtio-rng-pci"])
+        .args(["-nographic", "-no-reboot"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child =
+        qemu.spawn().context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    let mut log =
+        File::create(console_log).with_context(|| format!("creating {}", console_log.display()))?;
+    let forward = |stream: Box<dyn Read + Send>, tx: mpsc::Sender<String>| {
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stream);
+            let mut line = Vec::new();
+            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                if tx.send(String::from_utf8_lossy(&line).into_owned()).is_err() {
+                    break;
+                }
+                line.clear();
+            }
+        })
+    };
+    let stdout_reader = forward(Box::new(child.stdout.take().expect("piped")), lines_tx.clone());
+    let stderr_reader = forward(Box::new(child.stderr.take().expect("piped")), lines_tx);
+
+    let mut outcome = Outcome::default();
+    let deadline = started + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                // Terminals need \r\n; the log keeps plain lines.
+                let text = line.trim_end_matches(['\r', '\n']);
+                eprintln!("{text}");
+                writeln!(log, "{text}")?;
+                outcome.observe(text, started.elapsed());
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                outcome.timed_out = true;
+                eprintln!("vm-test: timeout after {}s: killing qemu", timeout.as_secs());
+                child.kill().context("killing qemu")?;
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    outcome.qemu_status = Some(child.wait()?);
+    // After a kill the readers see EOF; the channel may still hold lines worth logging.
+    let _ = stdout_reader.join();
+    let _ = stderr_reader.join();
+    for line in lines.try_iter() {
+        let text = line.trim_end_matches(['\r', '\n']);
+        writeln!(log, "{text}")?;
+        outcome.observe(text, started.elapsed());
+    }
+    Ok(outcome)
+}
+
+impl Outcome {
+    fn observe(&mut self, line: &str, elapsed: Duration) {
+        if line.contains("Kernel panic") {
+            self.kernel_panic = true;
+        }
+        // A test's output may lack a final newline, so a marker can follow other text.
+        let Some(at) = line.find(MARKER) else { return };
+        let marker = &line[at + MARKER.len()..];
+        let (word, rest) = marker.split_once(' ').unwrap_or((marker, ""));
+        match word {
+            "BOOTED" => self.booted_after = Some(elapsed),
+            "START" => self.results.push((rest.to_owned(), None)),
+            "END" => {
+                let status = rest.rsplit_once(" status=").and_then(|(_, s)| s.parse().ok());
+                let name = rest.rsplit_once(" status=").map_or(rest, |(n, _)| n);
+                if let Some(entry) = self.results.iter_mut().rev().find(|(n, _)| n == name) {
+                    entry.1 = status;
+                }
+            }
+            "DONE" => self.done = true,
+            "SETUP-FAILED" => self.setup_failure = Some(rest.to_owned()),
+            _ => {}
+        }
+    }
+}
+
+fn report(
+    tests: &[TestBinary],
+    outcome: &Outcome,
+    console_log: &Path,
+    elapsed: Duration,
+) -> anyhow::Result<()> {
+    eprintln!("\nvm-test: results");
+    let mut failures = Vec::new();
+    for test in tests {
+        let result = outcome.results.iter().find(|(name, _)| *name == test.name);
+        let verdict = match result {
+            Some((_, Some(0))) => "PASS".to_owned(),
+            Some((_, Some(status))) => format!("FAIL (exit status {status})"),
+            Some((_, None)) => {
+                "FAIL (started, no END marker: hung, crashed the guest or timed out)".into()
+            }
+            None => "NOT RUN".to_owned(),
+        };
+        if verdict != "PASS" {
+            failures.push(format!("{}: {verdict}", test.name));
+        }
+        eprintln!("  {:<32} {verdict}", test.name);
+    }
+    if let Some(booted) = outcome.booted_after {
+        eprintln!("vm-test: guest booted in {:.1}s", booted.as_secs_f64());
+    }
+    eprintln!(
+        "vm-test: total {:.1}s (console log: {})",
+        elapsed.as_secs_f64(),
+        console_log.display()
+    );
+    if let Some(what) = &outcome.setup_failure {
+        failures.push(format!("guest set-up failed: {what}"));
+    }
+    if outcome.kernel_panic {
+        failures.push("the guest kernel panicked".into());
+    }
+    if outcome.timed_out {
+        failures.push("timed out (raise it with --timeout SECONDS)".into());
+    } else if !outcome.done {
+        let status = outcome.qemu_status.map_or("unknown".into(), |s| s.to_string());
+        failures.push(format!("the guest stopped before its DONE marker (qemu {status})"));
+    }
+    if !failures.is_empty() {
+        bail!("VM tests failed (see {}):\n  {}", console_log.display(), failures.join("\n  "));
+    }
+    Ok(())
+}
+
+/// Parses `--timeout`: seconds, or a number with an `s`/`m` suffix.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let (number, scale) = match text.strip_suffix('m') {
+        Some(minutes) => (minutes, 60),
+        None => (text.strip_suffix('s').unwrap_or(text), 1),
+    };
+    let number: u64 = number.parse().map_err(|_| format!("`{text}` is not like 90, 90s or 20m"))?;
+    if number == 0 {
+        return Err("the timeout must be positive".into());
+    }
+    Ok(Duration::from_secs(number * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_parsed_even_after_unterminated_test_output() {
+        let mut outcome = Outcome::default();
+        let t = Duration::from_secs(1);
+        outcome.observe("@@TRACER-VM BOOTED kernel=6.12.117 cpus=2", t);
+        outcome.observe("@@TRACER-VM START vm_a", t);
+        outcome.observe("test result: ok@@TRACER-VM END vm_a status=0", t);
+        outcome.observe("@@TRACER-VM START vm_b", t);
+        outcome.observe("@@TRACER-VM END vm_b status=101", t);
+        outcome.observe("@@TRACER-VM START vm_c", t);
+        assert_eq!(
+            outcome.results,
+            [("vm_a".into(), Some(0)), ("vm_b".into(), Some(101)), ("vm_c".into(), None)]
+        );
+        assert_eq!(outcome.booted_after, Some(t));
+        assert!(!outcome.done);
+        outcome.observe("@@TRACER-VM DONE", t);
+        assert!(outcome.done);
+    }
+
+    #[test]
+    fn fragment_verification_lists_dropped_options() {
+        let err = verify_config("CONFIG_64BIT=y\nCONFIG_MODULES=y\n").unwrap_err().to_string();
+        assert!(err.contains("USER_EVENTS is not =y"), "{err}");
+        assert!(err.contains("MODULES is =y but the fragment turns it off"), "{err}");
+        assert!(!err.contains("CONFIG_64BIT "), "{err}");
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(parse_timeout("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("20m"), Ok(Duration::from_secs(1200)));
+        assert!(parse_timeout("0").is_err());
+        assert!(parse_timeout("1h").is_err());
+    }
+
+    #[test]
+    fn shell_quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}
