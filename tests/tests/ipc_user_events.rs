@@ -21,19 +21,16 @@ const FD_PEER: &str = env!("CARGO_BIN_EXE_fd_peer");
 const HOSTILE_PEER: &str = env!("CARGO_BIN_EXE_hostile_peer");
 const WAIT: Duration = Duration::from_secs(20);
 
-fn user_events_session() -> Result<CollectTracing> {
+fn user_events_providers() -> Result<Vec<UserEventsProvider>> {
     let gc = providers::profile("gc")?.remove(0).provider;
-    Ok(CollectTracing::V5UserEvents {
-        rundown_keyword: 0,
-        providers: vec![UserEventsProvider {
-            provider: gc,
-            filter: Some(EventFilter::Only(vec![1, 2])),
-            tracepoints: TracepointConfig {
-                default_name: None,
-                sets: vec![TracepointSet { name: "tracer_gc".into(), event_ids: vec![1, 2] }],
-            },
-        }],
-    })
+    Ok(vec![UserEventsProvider {
+        provider: gc,
+        filter: Some(EventFilter::Only(vec![1, 2])),
+        tracepoints: TracepointConfig {
+            default_name: None,
+            sets: vec![TracepointSet { name: "tracer_gc".into(), event_ids: vec![1, 2] }],
+        },
+    }])
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -53,11 +50,12 @@ async fn user_events_session_passes_the_fd_after_the_message() -> Result<()> {
     let client = DiagnosticClient::for_pid(runtime.pid(), Timeouts::default())?;
 
     let (read_end, write_end) = pipe()?;
-    let command = user_events_session()?;
-    let session = client.start_user_events_session(&command, write_end.as_fd()).await?;
+    let providers = user_events_providers()?;
+    let session = client.start_user_events_session(0, &providers, write_end.as_fd()).await?;
     drop(write_end);
     assert_eq!(session.session_id, 0x5E_5510);
 
+    let command = CollectTracing::V5UserEvents { rundown_keyword: 0, providers };
     let message_len = Request::CollectTracing(command).encode()?.len();
     // The whole message, then exactly one data byte carrying exactly one fd.
     assert_eq!(runtime.expect_line("RECEIVED", WAIT)?, format!("{message_len} 1 1"));
@@ -84,7 +82,8 @@ async fn no_fd_and_no_byte_reach_a_socket_bound_by_another_process() -> Result<(
         HostilePeer::spawn(HOSTILE_PEER, dir.path(), &["squat", &target_pid.to_string()])?;
     let client = DiagnosticClient::for_pid(target_pid, Timeouts::default())?;
     let (_read_end, write_end) = pipe()?;
-    let result = client.start_user_events_session(&user_events_session()?, write_end.as_fd()).await;
+    let providers = user_events_providers()?;
+    let result = client.start_user_events_session(0, &providers, write_end.as_fd()).await;
     let _ = target.kill();
     let _ = target.wait();
     match result {
@@ -96,4 +95,23 @@ async fn no_fd_and_no_byte_reach_a_socket_bound_by_another_process() -> Result<(
     }
     assert_eq!(squatter.received(1)?, (1, 0));
     Ok(())
+}
+
+#[tokio::test]
+async fn user_events_command_is_not_accepted_as_a_streaming_session() -> Result<()> {
+    // Refused before any connection: the socket need not exist.
+    let socket = tracer::ipc::socket::DiagnosticSocket {
+        host_pid: std::process::id(),
+        ns_pid: std::process::id(),
+        dir: "/nonexistent".into(),
+        file_name: "dotnet-diagnostic-0-0-socket".into(),
+        exact_key: true,
+    };
+    let client = DiagnosticClient::new(socket, Timeouts::default());
+    let command =
+        CollectTracing::V5UserEvents { rundown_keyword: 0, providers: user_events_providers()? };
+    match client.start_streaming_session(&command).await {
+        Err(ClientError::NeedsUserEventsFd) => Ok(()),
+        other => panic!("expected NeedsUserEventsFd, got {other:?}"),
+    }
 }
