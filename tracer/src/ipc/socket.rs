@@ -51,7 +51,8 @@ impl DiagnosticSocket {
 pub enum Refusal {
     #[error("a component of the path is a symbolic link (symlinks are never followed)")]
     Symlink,
-    #[error("the path leaves the process's root or crosses a magic link")]
+    /// openat2 saw the lookup leave the root (EXDEV), e.g. a concurrent rename racing `..`.
+    #[error("resolving the path left the process's root")]
     EscapesRoot,
     #[error("it is not a socket (file mode {mode:#o})")]
     NotASocket { mode: u32 },
