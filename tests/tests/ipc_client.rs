@@ -8,8 +8,8 @@ use tests::coreclr::CoreclrHost;
 use tests::procfs;
 use tests::scratch::ScratchDir;
 use tokio::io::AsyncReadExt;
-use tracer::decode::ipc::{CommandCode, TracingRequest, oldest_collect_tracing};
-use tracer::ipc::client::{DiagnosticClient, RuntimeInfo, Timeouts};
+use tracer::decode::ipc::{CommandCode, ServerError, TracingRequest, oldest_collect_tracing};
+use tracer::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use tracer::ipc::{providers, socket};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,6 +40,21 @@ async fn real_runtime_probe_and_gc_session() -> Result<()> {
     assert!(version.starts_with("8.0.4"), "clrProductVersion {version:?}");
     assert_eq!(info.info_version, Some(1));
     assert_eq!(info.portable_rid.as_deref(), Some("linux-x64"));
+
+    // Stack walking off needs CollectTracing3 (9.0+): 8.0.4 does not know it.
+    let without_stacks = oldest_collect_tracing(&TracingRequest {
+        circular_buffer_mb: 64,
+        providers: providers::profile("gc")?,
+        rundown_keyword: 0,
+        request_stackwalk: false,
+    });
+    assert_eq!(without_stacks.code(), CommandCode::CollectTracing3);
+    match client.start_streaming_session(&without_stacks).await {
+        Err(ClientError::Server { error: ServerError::UnknownCommand, command, .. }) => {
+            assert_eq!(command, CommandCode::CollectTracing3);
+        }
+        other => panic!("expected UNKNOWN_COMMAND from 8.0.4, got {other:?}"),
+    }
 
     // GC keyword at Informational, no rundown, stacks on: CollectTracing2 expresses it.
     let command = oldest_collect_tracing(&TracingRequest {

@@ -46,7 +46,7 @@ async fn runtime_in_pid_and_mount_namespaces_is_found_from_the_host() -> Result<
         .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
         .filter(|name| name.as_ref().map_or(true, |n| n.starts_with("dotnet-diagnostic-")))
         .collect::<Result<_, _>>()?;
-    assert_eq!(names, [located.file_name.clone()]);
+    assert_eq!(names, std::slice::from_ref(&located.file_name));
     // Without its own /proc mount the runtime reads the key from /proc/<nspid>/stat of the host's
     // proc (another process), so the name's key is not the target's start time and only the
     // newest-mtime fallback finds it.

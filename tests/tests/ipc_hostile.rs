@@ -118,6 +118,26 @@ async fn announced_60k_reply_with_10_bytes_times_out_or_is_refused() -> Result<(
 }
 
 #[tokio::test]
+async fn announced_60k_reply_cut_after_10_bytes_is_reported_as_closed() -> Result<()> {
+    let dir = ScratchDir::new("ipc-short-close");
+    let peer = HostilePeer::spawn(BIN, dir.path(), &["short-close"])?;
+    let client = DiagnosticClient::for_pid(peer.pid(), timeouts())?;
+    let (result, took) = timed(client.probe()).await;
+    match result {
+        Err(ClientError::Closed {
+            command: CommandCode::ProcessInfo3,
+            phase: Phase::ReadReplyPayload,
+            received: 10,
+            expected: 59_980,
+            ..
+        }) => {}
+        other => panic!("expected Closed after 10 payload bytes, got {other:?}"),
+    }
+    assert!(took < TIMEOUT, "took {took:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn silent_peer_times_out_on_the_reply_header() -> Result<()> {
     let dir = ScratchDir::new("ipc-silent");
     let mut peer = HostilePeer::spawn(BIN, dir.path(), &["silent"])?;

@@ -5,6 +5,7 @@
 //!   that are not an IPC reply;
 //! * `short` — answers with a valid header announcing a 60 000-byte reply, sends 10 bytes, then
 //!   nothing more (connection kept open);
+//! * `short-close` — the same 10 bytes, then closes the connection;
 //! * `silent` — accepts and never answers;
 //! * `symlink <path>` — creates this process's runtime socket name as a symlink to `<path>`;
 //! * `listen <path>` — binds a plain socket at `<path>` that only records what it receives;
@@ -31,6 +32,7 @@ use tests::procfs;
 enum Behaviour {
     Garbage,
     Short,
+    ShortClose,
     Silent,
 }
 
@@ -53,6 +55,7 @@ fn main() -> Result<()> {
     let created = match (args.first().map(String::as_str), args.get(1)) {
         (Some("garbage"), None) => serve(own_name()?, Behaviour::Garbage, &tally)?,
         (Some("short"), None) => serve(own_name()?, Behaviour::Short, &tally)?,
+        (Some("short-close"), None) => serve(own_name()?, Behaviour::ShortClose, &tally)?,
         (Some("silent"), None) => serve(own_name()?, Behaviour::Silent, &tally)?,
         (Some("listen"), Some(path)) => serve(PathBuf::from(path), Behaviour::Silent, &tally)?,
         (Some("squat"), Some(pid)) => {
@@ -131,6 +134,9 @@ fn handle(mut stream: UnixStream, behaviour: Behaviour, tally: &Shared) {
         if !answered {
             answered = true;
             let _ = stream.write_all(&reply(behaviour));
+            if behaviour == Behaviour::ShortClose {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
         }
     }
     let (lock, changed) = &**tally;
@@ -141,7 +147,7 @@ fn handle(mut stream: UnixStream, behaviour: Behaviour, tally: &Shared) {
 fn reply(behaviour: Behaviour) -> Vec<u8> {
     match behaviour {
         Behaviour::Garbage => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".to_vec(),
-        Behaviour::Short => {
+        Behaviour::Short | Behaviour::ShortClose => {
             let mut r = b"DOTNET_IPC_V1\0".to_vec();
             r.extend_from_slice(&60_000u16.to_le_bytes());
             r.extend_from_slice(&[0xFF, 0x00, 0, 0]);

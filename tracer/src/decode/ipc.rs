@@ -1388,6 +1388,79 @@ mod tests {
         );
     }
 
+    /// Replies captured from the real CoreCLR 8.0.4 host by `tests/dotnet/capture_ipc_replies.py`.
+    mod captured {
+        pub const PROCESS_INFO: &[u8] = include_bytes!("fixtures/ipc/processinfo_8.0.4.bin");
+        pub const PROCESS_INFO2: &[u8] = include_bytes!("fixtures/ipc/processinfo2_8.0.4.bin");
+        pub const PROCESS_INFO3: &[u8] = include_bytes!("fixtures/ipc/processinfo3_8.0.4.bin");
+        pub const SESSION: &[u8] = include_bytes!("fixtures/ipc/collecttracing2_session_8.0.4.bin");
+        pub const STOP: &[u8] = include_bytes!("fixtures/ipc/stoptracing_8.0.4.bin");
+        pub const UNKNOWN_COMMAND: &[u8] =
+            include_bytes!("fixtures/ipc/collecttracing3_unknown_command_8.0.4.bin");
+        pub const DISABLE_PERF_MAP: &[u8] = include_bytes!("fixtures/ipc/disableperfmap_8.0.4.bin");
+    }
+
+    #[test]
+    fn real_8_0_4_process_info_replies() {
+        let decode = |shape, bytes| match decode_reply(shape, bytes) {
+            Ok(Reply::ProcessInfo(info)) => info,
+            other => panic!("{shape:?}: {other:?}"),
+        };
+        let v3 = decode(ReplyShape::ProcessInfo3, captured::PROCESS_INFO3);
+        assert_eq!(v3.info_version, Some(1));
+        assert_eq!(v3.process_id, 4280);
+        assert_eq!(v3.runtime_cookie.to_string(), "d5ec28c1-c576-4f39-81a8-49f6f6035822");
+        assert_eq!(v3.command_line, "/root/.pyenv/versions/3.11.7/bin/python3.11");
+        assert_eq!((v3.os.as_str(), v3.arch.as_str()), ("Linux", "x64"));
+        // Hosted from Python: there is no managed entry point assembly.
+        assert_eq!(v3.managed_entrypoint_assembly.as_deref(), Some(""));
+        assert_eq!(v3.clr_product_version.as_deref(), Some("8.0.4"));
+        assert_eq!(v3.portable_rid.as_deref(), Some("linux-x64"));
+
+        let v2 = decode(ReplyShape::ProcessInfo2, captured::PROCESS_INFO2);
+        let v1 = decode(ReplyShape::ProcessInfo, captured::PROCESS_INFO);
+        assert_eq!(v2, ProcessInfo { info_version: None, portable_rid: None, ..v3.clone() });
+        assert_eq!(
+            v1,
+            ProcessInfo { managed_entrypoint_assembly: None, clr_product_version: None, ..v2 }
+        );
+    }
+
+    #[test]
+    fn real_8_0_4_session_status_and_error_replies() {
+        let session = decode_reply(ReplyShape::SessionId, captured::SESSION);
+        assert_eq!(session, Ok(Reply::SessionId(0x7fe5_e000_16f0)));
+        assert_eq!(decode_reply(ReplyShape::SessionId, captured::STOP), session);
+        assert_eq!(
+            decode_reply(ReplyShape::SessionId, captured::UNKNOWN_COMMAND),
+            Ok(Reply::Error { error: ServerError::UnknownCommand, message: None })
+        );
+        assert_eq!(
+            decode_reply(ReplyShape::Status, captured::DISABLE_PERF_MAP),
+            Ok(Reply::Status(0))
+        );
+    }
+
+    /// Every cut of a real reply, with the header's size patched to match, is refused.
+    #[test]
+    fn every_truncation_of_a_real_reply_is_refused() {
+        let full = captured::PROCESS_INFO3;
+        for len in 0..full.len() {
+            let mut cut = full[..len].to_vec();
+            if len >= HEADER_LEN {
+                cut[14..16].copy_from_slice(&(len as u16).to_le_bytes());
+            }
+            let result = decode_reply(ReplyShape::ProcessInfo3, &cut);
+            assert!(
+                matches!(
+                    result,
+                    Err(DecodeError::Truncated { .. } | DecodeError::StringTooLong { .. })
+                ),
+                "cut at {len}: {result:?}"
+            );
+        }
+    }
+
     #[test]
     fn hostile_replies_are_refused_with_offsets() {
         let shape = ReplyShape::SessionId;

@@ -3,7 +3,7 @@
 //! and never times out on its own, reference §2.5), replies decoded by [`crate::decode::ipc`].
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -12,7 +12,7 @@ use tokio::net::UnixStream;
 
 use crate::decode::ipc::{
     self, CollectTracing, CommandCode, DecodeError, EncodeError, HEADER_LEN, ProcessInfo, Reply,
-    Request, ServerError,
+    Request, ServerError, UserEventsProvider,
 };
 use crate::ipc::socket::{self, DiagnosticSocket, SocketError, VerifiedStream};
 
@@ -75,6 +75,11 @@ pub enum ClientError {
     },
     #[error("pid {pid}: runtime refused {command}: {error}{}", message.as_ref().map(|m| format!(" ({m})")).unwrap_or_default())]
     Server { pid: u32, command: CommandCode, error: ServerError, message: Option<String> },
+    #[error(
+        "a CollectTracing5 user_events session needs the user_events_data fd: use \
+         start_user_events_session"
+    )]
+    NeedsUserEventsFd,
     #[error("pid {pid}: StopTracing for session {sent:#x} was answered for session {echoed:#x}")]
     StopMismatch { pid: u32, sent: u64, echoed: u64 },
 }
@@ -175,6 +180,9 @@ impl DiagnosticClient {
         &self,
         command: &CollectTracing,
     ) -> Result<StreamingSession, ClientError> {
+        if !command.streams_nettrace() {
+            return Err(ClientError::NeedsUserEventsFd);
+        }
         let request = Request::CollectTracing(command.clone());
         let (reply, stream) = self.exchange(&request).await?;
         Ok(StreamingSession { session_id: expect_session_id(reply), stream: stream.into_inner() })
@@ -190,22 +198,26 @@ impl DiagnosticClient {
         Ok(())
     }
 
-    /// Starts a CollectTracing5 user_events session (`command` must be
-    /// [`CollectTracing::V5UserEvents`]): writes the message, then passes `user_events_data` as
-    /// SCM_RIGHTS on one extra byte, then reads the reply (the runtime's order, §4.2). The
-    /// returned stream must stay open for the session's lifetime.
+    /// Starts a CollectTracing5 user_events session: writes the message, then passes
+    /// `user_events_data` as SCM_RIGHTS on one extra byte — only over a [`VerifiedStream`] — then
+    /// reads the reply (the runtime's order, §4.2). The returned stream must stay open for the
+    /// session's lifetime; closing it ends the session.
     pub async fn start_user_events_session(
         &self,
-        command: &CollectTracing,
+        rundown_keyword: u64,
+        providers: &[UserEventsProvider],
         user_events_data: BorrowedFd<'_>,
     ) -> Result<UserEventsSession, ClientError> {
-        let request = Request::CollectTracing(command.clone());
+        let request = Request::CollectTracing(CollectTracing::V5UserEvents {
+            rundown_keyword,
+            providers: providers.to_vec(),
+        });
         let code = request.code();
         let message = self.encode(&request)?;
         let mut stream = socket::connect(&self.socket, self.timeouts.connect).await?;
         self.write(&mut stream, code, &message).await?;
         stream
-            .send_fd(user_events_data.as_raw_fd(), self.timeouts.write)
+            .send_fd(user_events_data, self.timeouts.write)
             .await
             .map_err(|source| self.io_error(code, Phase::SendFd, source, self.timeouts.write))?;
         let reply = self.read_reply(&mut stream, code).await?;

@@ -15,7 +15,7 @@
 use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -51,7 +51,8 @@ impl DiagnosticSocket {
 pub enum Refusal {
     #[error("a component of the path is a symbolic link (symlinks are never followed)")]
     Symlink,
-    #[error("the path leaves the process's root or crosses a magic link")]
+    /// openat2 saw the lookup leave the root (EXDEV), e.g. a concurrent rename racing `..`.
+    #[error("resolving the path left the process's root")]
     EscapesRoot,
     #[error("it is not a socket (file mode {mode:#o})")]
     NotASocket { mode: u32 },
@@ -133,7 +134,8 @@ impl VerifiedStream {
 
     /// Sends one data byte carrying `fd` as SCM_RIGHTS (reference §4.2 step 5), waiting at most
     /// `timeout` for the socket to become writable.
-    pub async fn send_fd(&self, fd: RawFd, timeout: Duration) -> io::Result<()> {
+    pub async fn send_fd(&self, fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
+        let fd = fd.as_raw_fd();
         let send =
             self.stream.async_io(tokio::io::Interest::WRITABLE, || send_fd_once(&self.stream, fd));
         match tokio::time::timeout(timeout, send).await {

@@ -1,0 +1,24 @@
+//! The IPC reply decoder on arbitrary bytes: it must never panic, and whatever it accepts must be
+//! exactly one message whose header it also accepts.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tracer::decode::ipc::{ReplyShape, decode_reply, decode_reply_header};
+
+const SHAPES: [ReplyShape; 5] = [
+    ReplyShape::Status,
+    ReplyShape::SessionId,
+    ReplyShape::ProcessInfo,
+    ReplyShape::ProcessInfo2,
+    ReplyShape::ProcessInfo3,
+];
+
+fuzz_target!(|data: &[u8]| {
+    for shape in SHAPES {
+        let header = decode_reply_header(shape, data);
+        if decode_reply(shape, data).is_ok() {
+            let header = header.expect("an accepted reply has an accepted header");
+            assert_eq!(usize::from(header.size), data.len());
+        }
+    }
+});
