@@ -3,10 +3,10 @@
 
 pub mod coreclr;
 pub mod double;
+pub mod ftrace;
 pub mod peer;
 pub mod pipeline;
 pub mod process;
 pub mod procfs;
 pub mod scratch;
-pub mod ftrace;
 pub mod user_events;

@@ -11,7 +11,7 @@ use tests::pipeline::{Running, u64_field};
 use tests::scratch::ScratchDir;
 use tracer::ipc::client::Timeouts;
 use tracer::pipeline::run::{self, RunConfig, RunSummary};
-use tracer::session::streaming::SessionConfig;
+use tracer::session::{SessionConfig, SessionMode};
 
 const READY: Duration = Duration::from_secs(60);
 /// CoreCLR start-up and first flush on a loaded 2-core machine.
@@ -28,6 +28,7 @@ fn config(providers: &str) -> RunConfig {
                 rundown_keyword: 0,
                 request_stackwalk: true,
             },
+            mode: SessionMode::Auto,
             timeouts: Timeouts::default(),
             locate_for: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
@@ -35,6 +36,7 @@ fn config(providers: &str) -> RunConfig {
         providers,
         target_pids: Vec::new(),
         live_status: false,
+        buffer_size_kb: 1024,
     }
 }
 
@@ -110,6 +112,8 @@ fn dotnet10_double_is_discovered_live_through_dotnet_ipc_created_and_traced() {
     assert_eq!(ready["source"], "kernel");
     let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
     assert_eq!(started["runtime_version"], "10.0.0+test-double");
+    // This host kernel has no user_events: auto mode chose a streaming session.
+    assert_eq!(started["session"], "streaming");
     assert_eq!(started["command"], "CollectTracing2 (0x0203)");
     double.expect_session_started().expect("double saw the session");
 
@@ -275,4 +279,26 @@ fn hostile_peers_fail_clearly_within_the_timeout_and_other_targets_are_still_tra
     let (connections, bytes) = squatter.received(1).unwrap();
     assert!(connections >= 1);
     assert_eq!(bytes, 0, "not a byte may reach a socket bound by another process");
+}
+
+#[test]
+fn without_user_events_forcing_user_events_sessions_fails_with_the_reason() {
+    let tracefs = tracer::kernel::tracefs::Tracefs::find_or_mount().expect("tracefs");
+    assert!(
+        !tracer::kernel::user_events::UserEventsData::available(&tracefs),
+        "this host test needs a kernel without user_events; the vm_* tests cover user_events"
+    );
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    cfg.session.mode = SessionMode::UserEvents;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sink = tracer::sink::JsonLines::writer(std::io::sink());
+    let err = rt.block_on(run::run(cfg, sink, async {}, None)).unwrap_err();
+    assert_eq!(
+        format!("{err:#}"),
+        format!(
+            "--session user-events: this kernel has no user_events ({}/user_events_data is \
+             missing: CONFIG_USER_EVENTS is off); use --session streaming or auto",
+            tracefs.root().display()
+        )
+    );
 }

@@ -664,6 +664,16 @@ pub struct ProcessInfo {
     pub portable_rid: Option<String>,
 }
 
+impl ProcessInfo {
+    /// Major runtime version from `clrProductVersion` (`"10.0.0+abc"` → 10); `None` before
+    /// ProcessInfo2 (.NET 5) or when the string does not start with a number.
+    pub fn major_version(&self) -> Option<u32> {
+        let v = self.clr_product_version.as_deref()?;
+        let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+        v[..digits].parse().ok()
+    }
+}
+
 /// A decoded reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -978,6 +988,28 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn major_version_from_clr_product_version() {
+        let mut info = ProcessInfo {
+            info_version: None,
+            process_id: 1,
+            runtime_cookie: Guid([0; 16]),
+            command_line: String::new(),
+            os: "Linux".into(),
+            arch: "x64".into(),
+            managed_entrypoint_assembly: None,
+            clr_product_version: Some("10.0.0+test-double".into()),
+            portable_rid: None,
+        };
+        assert_eq!(info.major_version(), Some(10));
+        info.clr_product_version = Some("8.0.4".into());
+        assert_eq!(info.major_version(), Some(8));
+        info.clr_product_version = Some("v8".into());
+        assert_eq!(info.major_version(), None);
+        info.clr_product_version = None;
+        assert_eq!(info.major_version(), None);
+    }
     use super::*;
 
     fn header(size: u16, set: u8, id: u8) -> Vec<u8> {

@@ -20,6 +20,25 @@ pub struct RecordLayout {
     pub payload: usize,
 }
 
+impl RecordLayout {
+    /// The offsets from a tracepoint's format (`version`, `event_id`, `extension`, `payload`);
+    /// `None` when a field is missing or has another shape than the runtime's field list.
+    pub fn from_format(
+        format: &crate::decode::ftrace::format::EventFormat,
+    ) -> Option<RecordLayout> {
+        use crate::decode::ftrace::format::DynamicKind;
+        let field = |name: &str, size: usize, dynamic: Option<DynamicKind>| {
+            format.field(name).filter(|f| f.size == size && f.dynamic == dynamic).map(|f| f.offset)
+        };
+        Some(RecordLayout {
+            version: field("version", 1, None)?,
+            event_id: field("event_id", 2, None)?,
+            extension: field("extension", 4, Some(DynamicKind::RelLoc))?,
+            payload: field("payload", 4, Some(DynamicKind::RelLoc))?,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UserEventsError {
     #[error("record byte {offset}: field {field} lies outside the {len}-byte record")]
@@ -272,6 +291,18 @@ impl MetadataCache {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn layout_from_the_kernels_format_of_the_runtime_field_list() {
+        use crate::decode::ftrace::format::EventFormat;
+        // As the 6.12 kernel prints `events/user_events/<name>/format` for the runtime's fields.
+        let text = "name: tp\nID: 1600\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:u8 version;\toffset:8;\tsize:1;\tsigned:0;\n\tfield:u16 event_id;\toffset:9;\tsize:2;\tsigned:0;\n\tfield:__rel_loc u8[] extension;\toffset:11;\tsize:4;\tsigned:0;\n\tfield:__rel_loc u8[] payload;\toffset:15;\tsize:4;\tsigned:0;\n\nprint fmt: \"\"\n";
+        let format = EventFormat::parse(text).unwrap();
+        assert_eq!(RecordLayout::from_format(&format), Some(LAYOUT));
+        let other =
+            EventFormat::parse(&text.replace("__rel_loc u8[] payload", "u32 payload")).unwrap();
+        assert_eq!(RecordLayout::from_format(&other), None);
+    }
     use super::*;
     use crate::decode::nettrace::{DecodedEvent, EventContext, decode_payload};
 

@@ -314,6 +314,12 @@ impl FtraceReader {
         })
     }
 
+    /// Starts decoding another tracepoint (e.g. a user_events tracepoint registered after the
+    /// reader was opened). Add it before enabling it: records of unknown ids are only counted.
+    pub fn add_tracepoint(&mut self, tracepoint: Tracepoint) {
+        self.decoder.by_id.insert(tracepoint.format.id, Arc::new(tracepoint));
+    }
+
     /// The transport in use: [`ReadMode::Mmap`] or [`ReadMode::Read`].
     pub fn mode(&self) -> ReadMode {
         self.mode

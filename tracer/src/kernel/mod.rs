@@ -4,3 +4,4 @@ pub mod ftrace_reader;
 pub mod privileges;
 pub mod procfs;
 pub mod tracefs;
+pub mod user_events;

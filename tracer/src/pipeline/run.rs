@@ -4,7 +4,7 @@
 //! Detection → sessions → decode → sink, in one direction: the detector's events start session
 //! tasks; each task owns its socket and parser and sends finished lines to this loop, the only
 //! writer of the output.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -22,8 +22,10 @@ use crate::ipc::client::Timeouts;
 use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profile};
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
 use crate::kernel::procfs;
+use crate::kernel::tracefs::Tracefs;
+use crate::kernel::user_events::UserEventsData;
 use crate::pipeline::audit::{event_line, procfs_line};
-use crate::session::streaming::{self, EndReason, SessionConfig, SessionMessage};
+use crate::session::{self, SessionConfig, SessionMessage, SessionMode, user_events};
 use crate::sink::{Clock, JsonLines};
 
 /// Detect .NET processes and trace them: one session per process, decoded events as JSON lines.
@@ -63,6 +65,13 @@ pub struct RunArgs {
     /// Request rundown events at session end (method/module names for symbolization).
     #[arg(long)]
     pub rundown: bool,
+    /// Session kind: `auto` uses CollectTracing5 user_events sessions when the kernel has
+    /// user_events and the runtime is .NET 10+, streaming (nettrace over the socket) otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub session: SessionMode,
+    /// Per-CPU ftrace buffer of the user_events instance, in KiB.
+    #[arg(long, default_value_t = 4096)]
+    pub buffer_size_kb: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +81,8 @@ pub struct RunConfig {
     pub session: SessionConfig,
     /// One-line live status on stderr (only when stderr is a terminal).
     pub live_status: bool,
+    /// Per-CPU ftrace buffer for user_events sessions, in KiB.
+    pub buffer_size_kb: u64,
 }
 
 impl RunConfig {
@@ -90,6 +101,7 @@ impl RunConfig {
                     rundown_keyword: if args.rundown { DEFAULT_RUNDOWN_KEYWORD } else { 0 },
                     request_stackwalk: true,
                 },
+                mode: args.session,
                 timeouts,
                 locate_for: Duration::from_secs(10),
                 drain_timeout: args.ipc_timeout,
@@ -97,6 +109,7 @@ impl RunConfig {
             providers,
             target_pids: args.pids.clone(),
             live_status: std::io::stderr().is_terminal(),
+            buffer_size_kb: args.buffer_size_kb,
         })
     }
 }
@@ -114,6 +127,11 @@ pub struct RunSummary {
     pub runtime_lost_events: u64,
     /// Detection losses in the kernel (ring full, failed reads, full maps).
     pub detection_losses: Vec<Loss>,
+    /// user_events sessions: records lost in the ftrace ring buffer, corrupt pages, and records
+    /// that did not decode.
+    pub ftrace_lost_events: u64,
+    pub ftrace_corrupt_pages: u64,
+    pub user_events_decode_errors: u64,
 }
 
 impl RunSummary {
@@ -136,6 +154,13 @@ impl RunSummary {
             eprintln!("    {provider}: {n}");
         }
         eprintln!("  losses: {} runtime events (sequence gaps)", self.runtime_lost_events);
+        if self.ftrace_lost_events + self.ftrace_corrupt_pages + self.user_events_decode_errors > 0
+        {
+            eprintln!(
+                "    user_events: {} lost in the ftrace buffer, {} corrupt pages, {} undecodable records",
+                self.ftrace_lost_events, self.ftrace_corrupt_pages, self.user_events_decode_errors
+            );
+        }
         for l in &self.detection_losses {
             eprintln!("    detection cpu {} {:?} {:?}: {}", l.cpu, l.kind, l.reason, l.count);
         }
@@ -165,25 +190,29 @@ pub async fn run(
 ) -> anyhow::Result<RunSummary> {
     let mut detector =
         Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
+    let mut user_events = start_user_events(&config)?;
+    let backend = user_events.as_ref().map(user_events::Reader::backend);
     let clock = Clock::new();
     let mut summary = RunSummary::default();
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     // Processes that already have (or had) a session: each is traced once.
-    let mut traced: HashMap<u32, ()> = HashMap::new();
+    let mut traced: HashSet<u32> = HashSet::new();
+    let mut events_by_pid: HashMap<u32, u64> = HashMap::new();
 
     let mut start_session = |pid: u32, tasks: &mut JoinSet<()>, summary: &mut RunSummary| {
-        if traced.insert(pid, ()).is_some() {
+        if !traced.insert(pid) {
             return;
         }
         summary.processes += 1;
-        tasks.spawn(streaming::run(
+        tasks.spawn(session::run(
             pid,
             config.session.clone(),
             clock,
             out_tx.clone(),
             stop_rx.clone(),
+            backend.clone(),
         ));
     };
 
@@ -200,7 +229,7 @@ pub async fn run(
     }
     log::info!(
         "watching for .NET processes ({} already running); providers: {}",
-        existing.iter().map(|m| m.pid).collect::<std::collections::BTreeSet<_>>().len(),
+        existing.iter().map(|m| m.pid).collect::<HashSet<_>>().len(),
         config.providers.iter().map(|p| p.provider.name.as_str()).collect::<Vec<_>>().join(", ")
     );
     if let Some(ready) = ready {
@@ -223,23 +252,112 @@ pub async fn run(
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary)?,
+            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid)?,
+            lines = next_user_events(&mut user_events, &clock) => {
+                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+            }
             _ = tick.tick() => status.show(&summary),
         }
     }
 
-    // Shutdown: StopTracing for every live session, then drain what they still send.
+    // Shutdown: every session stops (StopTracing, or closing a user_events session's
+    // connection), then what they still send is drained.
     let _ = stop_tx.send(true);
     // The channel closes once every session task (each holds a sender) has finished.
     drop(out_tx);
-    while let Some(msg) = out_rx.recv().await {
-        handle_message(msg, &clock, &mut sink, &mut summary)?;
+    loop {
+        tokio::select! {
+            msg = out_rx.recv() => match msg {
+                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid)?,
+                None => break,
+            },
+            // Session tasks wait on the user_events reader (release) while they finish.
+            lines = next_user_events(&mut user_events, &clock) => {
+                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+            }
+        }
     }
     while tasks.join_next().await.is_some() {}
     status.clear();
+    if let Some(mut ue) = user_events {
+        let lines = ue.flush(&clock);
+        emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+        let stats = ue.stats();
+        summary.ftrace_lost_events = stats.lost();
+        summary.ftrace_corrupt_pages = stats.corrupt_pages();
+        summary.user_events_decode_errors = ue.decode_errors();
+    }
     detector.detach()?;
     summary.detection_losses = detector.losses()?;
     Ok(summary)
+}
+
+/// The user_events reader when sessions may use it: `auto` falls back to streaming (and says
+/// why) when the kernel has no user_events; `user-events` requires it.
+fn start_user_events(config: &RunConfig) -> anyhow::Result<Option<user_events::Reader>> {
+    let mode = config.session.mode;
+    if mode == SessionMode::Streaming {
+        return Ok(None);
+    }
+    let tracefs = Tracefs::find_or_mount()?;
+    if !UserEventsData::available(&tracefs) {
+        let why = format!(
+            "this kernel has no user_events ({} is missing: CONFIG_USER_EVENTS is off)",
+            UserEventsData::path(&tracefs).display()
+        );
+        if mode == SessionMode::UserEvents {
+            anyhow::bail!("--session user-events: {why}; use --session streaming or auto");
+        }
+        log::info!("{why}: using streaming sessions (nettrace over the diagnostic socket)");
+        return Ok(None);
+    }
+    match user_events::Reader::start(&tracefs, config.buffer_size_kb) {
+        Ok(reader) => {
+            log::info!(
+                "user_events available: .NET 10+ runtimes get CollectTracing5 user_events sessions"
+            );
+            Ok(Some(reader))
+        }
+        Err(e) if mode == SessionMode::Auto => {
+            log::warn!("user_events sessions unavailable ({e:#}): using streaming sessions");
+            Ok(None)
+        }
+        Err(e) => Err(e.context("--session user-events")),
+    }
+}
+
+async fn next_user_events(
+    reader: &mut Option<user_events::Reader>,
+    clock: &Clock,
+) -> Vec<(String, serde_json::Value)> {
+    match reader {
+        Some(r) => r.next(clock).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn emit_user_events(
+    lines: Vec<(String, serde_json::Value)>,
+    sink: &mut JsonLines,
+    summary: &mut RunSummary,
+    events_by_pid: &mut HashMap<u32, u64>,
+) -> anyhow::Result<()> {
+    for (provider, line) in lines {
+        let pid = line["pid"].as_u64().unwrap_or_default() as u32;
+        count_event(summary, events_by_pid, pid, provider);
+        sink.emit(&line).context("writing output")?;
+    }
+    Ok(())
+}
+
+fn count_event(
+    summary: &mut RunSummary,
+    events_by_pid: &mut HashMap<u32, u64>,
+    pid: u32,
+    provider: String,
+) {
+    *summary.events_by_provider.entry(provider).or_default() += 1;
+    *events_by_pid.entry(pid).or_default() += 1;
 }
 
 fn handle_message(
@@ -247,6 +365,7 @@ fn handle_message(
     clock: &Clock,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
+    events_by_pid: &mut HashMap<u32, u64>,
 ) -> anyhow::Result<()> {
     let now = crate::sink::clock::monotonic_ns();
     let line = |kind, pid, session_id: Option<u64>, details, error| SessionLine {
@@ -259,33 +378,42 @@ fn handle_message(
         error,
     };
     match msg {
-        SessionMessage::Event { provider, line, .. } => {
-            *summary.events_by_provider.entry(provider).or_default() += 1;
+        SessionMessage::Event { pid, provider, line } => {
+            count_event(summary, events_by_pid, pid, provider);
             sink.emit(&line)
         }
-        SessionMessage::Started { pid, session_id, command, runtime } => {
+        SessionMessage::Started { pid, session_id, command, mode, runtime } => {
             summary.sessions_started += 1;
             let details = serde_json::json!({
+                "session": mode,
                 "command": command.to_string(),
                 "runtime_version": runtime.as_ref().and_then(|r| r.clr_product_version.clone()),
                 "command_line": runtime.as_ref().map(|r| r.command_line.clone()),
             });
-            log::info!("pid {pid}: session {session_id:#x} started with {command}");
+            log::info!("pid {pid}: {mode:?} session {session_id:#x} started with {command}");
             sink.emit(&line("session_started", pid, Some(session_id), details, None))
         }
-        SessionMessage::Ended { pid, session_id, reason, detail, stats, lost_by_thread } => {
-            *summary.sessions_ended.entry(reason_name(reason)).or_default() += 1;
-            summary.runtime_lost_events += stats.lost_events;
-            if stats.lost_events > 0 {
-                log::warn!("pid {pid}: the runtime dropped {} events (sequence gaps)", stats.lost_events);
-            }
-            let details = serde_json::json!({
+        SessionMessage::Ended { pid, session_id, reason, detail, stream } => {
+            *summary.sessions_ended.entry(reason.name()).or_default() += 1;
+            let mut details = serde_json::json!({
                 "reason": reason,
-                "events": stats.events,
-                "bytes": stats.bytes,
-                "lost_events": stats.lost_events,
-                "lost_by_thread": lost_by_thread.iter().map(|(t, n)| serde_json::json!({"thread": t, "lost": n})).collect::<Vec<_>>(),
+                "events": events_by_pid.get(&pid).copied().unwrap_or(0),
             });
+            if let Some((stats, lost_by_thread)) = stream {
+                summary.runtime_lost_events += stats.lost_events;
+                if stats.lost_events > 0 {
+                    log::warn!(
+                        "pid {pid}: the runtime dropped {} events (sequence gaps)",
+                        stats.lost_events
+                    );
+                }
+                details["bytes"] = stats.bytes.into();
+                details["lost_events"] = stats.lost_events.into();
+                details["lost_by_thread"] = lost_by_thread
+                    .iter()
+                    .map(|(t, n)| serde_json::json!({"thread": t, "lost": n}))
+                    .collect();
+            }
             sink.emit(&line("session_ended", pid, Some(session_id), details, detail.as_deref()))
         }
         SessionMessage::Failed { pid, error, refused } => {
@@ -301,17 +429,6 @@ fn handle_message(
         }
     }
     .context("writing output")
-}
-
-fn reason_name(reason: EndReason) -> &'static str {
-    match reason {
-        EndReason::Stopped => "stopped",
-        EndReason::RuntimeEnded => "runtime_ended",
-        EndReason::ProcessExited => "process_exited",
-        EndReason::DrainTimeout => "drain_timeout",
-        EndReason::DecodeError => "decode_error",
-        EndReason::ReadError => "read_error",
-    }
 }
 
 /// `processes / sessions / events/s / losses` on one self-overwriting stderr line.

@@ -1,0 +1,149 @@
+//! tracer's own `user_events_data` fd: registering tracepoints with the exact field list the
+//! .NET runtime uses, so they exist in tracefs (and can be enabled) before a runtime is asked to
+//! write to them, and passing the fd to runtimes (CollectTracing5 user_events sessions).
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::Context as _;
+use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG};
+
+use crate::kernel::tracefs::Tracefs;
+
+/// Field list of the runtime's "Tracepoint Format Version 1" (reference §4.3). It must match the
+/// runtime's byte for byte: a different list under the same name is refused with EADDRINUSE.
+pub const DOTNET_TRACEPOINT_FIELDS: &str =
+    "u8 version; u16 event_id; __rel_loc u8[] extension; __rel_loc u8[] payload";
+
+/// The bit the kernel sets in our enable word while any consumer enables the event.
+const ENABLE_BIT: u8 = 31;
+
+#[repr(C, packed)]
+struct UserReg {
+    size: u32,
+    enable_bit: u8,
+    enable_size: u8,
+    flags: u16,
+    enable_addr: u64,
+    name_args: u64,
+    write_index: u32,
+}
+
+#[repr(C, packed)]
+struct UserUnreg {
+    size: u32,
+    disable_bit: u8,
+    reserved: u8,
+    reserved2: u16,
+    disable_addr: u64,
+}
+
+/// An open `user_events_data` and the events registered through it.
+pub struct UserEventsData {
+    file: File,
+    /// Event name → the enable word the kernel writes. Boxed so its address is stable; it must
+    /// outlive the registration, hence unregistration before it is freed (also on drop).
+    registered: Mutex<HashMap<String, Box<AtomicU32>>>,
+}
+
+impl UserEventsData {
+    pub fn path(tracefs: &Tracefs) -> PathBuf {
+        tracefs.path("user_events_data")
+    }
+
+    /// Whether this kernel has user_events (`CONFIG_USER_EVENTS`).
+    pub fn available(tracefs: &Tracefs) -> bool {
+        Self::path(tracefs).exists()
+    }
+
+    pub fn open(tracefs: &Tracefs) -> anyhow::Result<UserEventsData> {
+        let path = Self::path(tracefs);
+        let file = OpenOptions::new().read(true).write(true).open(&path).with_context(|| {
+            format!("opening {} (kernel built with CONFIG_USER_EVENTS? root?)", path.display())
+        })?;
+        Ok(UserEventsData { file, registered: Mutex::default() })
+    }
+
+    /// Registers `<name> <fields>` (DIAG_IOCSREG, enable bit 31 of a 4-byte word); returns the
+    /// write index. The event then exists under `events/user_events/<name>/`.
+    pub fn register(&self, name: &str, fields: &str) -> io::Result<u32> {
+        let name_args = std::ffi::CString::new(format!("{name} {fields}"))
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let word = Box::new(AtomicU32::new(0));
+        let mut reg = UserReg {
+            size: size_of::<UserReg>() as u32,
+            enable_bit: ENABLE_BIT,
+            enable_size: 4,
+            flags: 0,
+            enable_addr: word.as_ptr() as u64,
+            name_args: name_args.as_ptr() as u64,
+            write_index: 0,
+        };
+        // SAFETY: `reg` points at a valid user_reg; name_args and the enable word outlive the
+        // call, and the word is kept (in `registered`) until it is unregistered.
+        let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), DIAG_IOCSREG as _, &mut reg) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.registered.lock().expect("not poisoned").insert(name.to_string(), word);
+        Ok(reg.write_index)
+    }
+
+    /// Whether some consumer currently enables `name` (the kernel's bit in our word).
+    pub fn enabled(&self, name: &str) -> bool {
+        self.registered
+            .lock()
+            .expect("not poisoned")
+            .get(name)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << ENABLE_BIT) != 0)
+    }
+
+    /// Removes our registration of `name` (DIAG_IOCSUNREG). The event itself is deleted by the
+    /// kernel once no process references it.
+    pub fn unregister(&self, name: &str) -> io::Result<()> {
+        let Some(word) = self.registered.lock().expect("not poisoned").remove(name) else {
+            return Ok(());
+        };
+        self.unregister_word(&word)
+    }
+
+    fn unregister_word(&self, word: &AtomicU32) -> io::Result<()> {
+        let unreg = UserUnreg {
+            size: size_of::<UserUnreg>() as u32,
+            disable_bit: ENABLE_BIT,
+            reserved: 0,
+            reserved2: 0,
+            disable_addr: word.as_ptr() as u64,
+        };
+        // SAFETY: valid user_unreg for a word this process registered.
+        let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), DIAG_IOCSUNREG as _, &unreg) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for UserEventsData {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+impl Drop for UserEventsData {
+    fn drop(&mut self) {
+        // The kernel would keep writing into freed words otherwise.
+        let registered = std::mem::take(&mut *self.registered.lock().expect("not poisoned"));
+        for (name, word) in registered {
+            if let Err(e) = self.unregister_word(&word) {
+                log::warn!("unregistering user_events tracepoint {name}: {e}");
+                // Leak the word rather than let the kernel write into freed memory.
+                std::mem::forget(word);
+            }
+        }
+    }
+}
