@@ -5,6 +5,7 @@
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
+mod bench_detect;
 mod setup;
 mod util;
 
@@ -34,6 +35,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Benchmarks that print numbers and record them in docs/benchmarks.md (`bench detect`).
+    Bench { name: String },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +45,10 @@ fn main() -> ExitCode {
         Command::Setup => setup::run(),
         Command::Test { args } => test(&args),
         Command::Run { args } => run(&args),
+        Command::Bench { name } => match name.as_str() {
+            "detect" => bench_detect::run(),
+            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect)")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
