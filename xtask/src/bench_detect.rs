@@ -121,7 +121,9 @@ Reading the numbers:
   preemptible on ≥ 6.13 kernels, so on a loaded machine a program that was descheduled
   mid-run adds milliseconds to the total: the averages of rarely-run programs
   (memfd_create, exec, exit) are dominated by such outliers; the hot paths (mmap, ioctl: 10^5–10^6
-  runs) are representative.
+  runs) are representative. They include the statistics' own overhead (two clock reads and a
+  per-CPU update per run): `sys_exit_ioctl`, which for a non-user_events ioctl returns after a
+  single array load, still shows ~35 ns.
 * The loop slowdown is more than the programs' own cost: attaching any syscall tracepoint puts
   every syscall of every task on the traced slow path (`syscall_trace_enter`, perf tracepoint
   dispatch, the faultable-tracepoint SRCU section). For a ~300 ns syscall that fixed cost alone
