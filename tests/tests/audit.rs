@@ -480,3 +480,15 @@ fn cli_without_capabilities_names_the_missing_ones() {
     assert!(stderr.contains("missing: CAP_BPF, CAP_PERFMON"), "{stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn unknown_pid_is_refused_before_attaching() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // Above the kernel's PID_MAX_LIMIT: can never exist.
+    let pid = i32::MAX as u32;
+    let config = AuditConfig { target_pids: vec![pid], ..AuditConfig::default() };
+    let err = rt
+        .block_on(audit::run(config, JsonLines::writer(std::io::sink()), async {}, None))
+        .unwrap_err();
+    assert_eq!(err.to_string(), format!("--pid {pid}: no such process"));
+}

@@ -112,6 +112,54 @@ static PENDING_MMAP: HashMap<u64, PendingMmap> = HashMap::with_max_entries(4096,
 #[map]
 static PENDING_IOCTL: HashMap<u64, PendingIoctl> = HashMap::with_max_entries(4096, 0);
 
+/// Enter→exit entries in flight per syscall (index = `InFlight`). Exit programs run for every
+/// mmap/ioctl on the machine and almost never have an entry: while the count is 0 they return
+/// after one array load instead of a hash lookup. A stale count (an entry never removed) only
+/// costs the lookup again; it cannot hide an event.
+#[map]
+static IN_FLIGHT: Array<u64> = Array::with_max_entries(2, 0);
+
+#[derive(Clone, Copy)]
+enum InFlight {
+    Mmap = 0,
+    Ioctl = 1,
+}
+
+#[inline(always)]
+fn in_flight_add(which: InFlight, delta: u64) {
+    if let Some(ptr) = IN_FLIGHT.get_ptr_mut(which as u32) {
+        // SAFETY: map value owned by the map; atomic because every CPU updates it.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(ptr, delta) };
+    }
+}
+
+#[inline(always)]
+fn none_in_flight(which: InFlight) -> bool {
+    match IN_FLIGHT.get_ptr(which as u32) {
+        // SAFETY: map value pointer valid for this invocation; a racy read is fine (see map).
+        Some(ptr) => (unsafe { core::ptr::read_volatile(ptr) }) == 0,
+        None => false,
+    }
+}
+
+/// In an exit program: takes this thread's pending entry of `map` (returning from the program
+/// when there is none), keeping `IN_FLIGHT` in step. Evaluates to (entry, pid_tgid).
+macro_rules! take_pending {
+    ($map:expr, $which:expr) => {{
+        if none_in_flight($which) {
+            return 0;
+        }
+        let pid_tgid = bpf_get_current_pid_tgid();
+        // SAFETY: the value is copied out before the entry is removed.
+        let Some(pending) = (unsafe { $map.get(&pid_tgid) }).copied() else { return 0 };
+        if $map.remove(&pid_tgid).is_ok() {
+            // Wrapping add of -1.
+            in_flight_add($which, u64::MAX);
+        }
+        (pending, pid_tgid)
+    }};
+}
+
 /// child tid → clone flags, from `task_newtask` to the `sched_process_fork` that follows it.
 #[map]
 static NEW_TASKS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
@@ -402,6 +450,8 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     };
     if PENDING_MMAP.insert(&pid_tgid, &pending, 0).is_err() {
         count_loss(mmap_event_kind(kind), LossReason::MapFull);
+    } else {
+        in_flight_add(InFlight::Mmap, 1);
     }
     0
 }
@@ -417,10 +467,7 @@ fn mmap_event_kind(memfd_kind: u32) -> EventKind {
 
 #[tracepoint(category = "syscalls", name = "sys_exit_mmap")]
 pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING_MMAP.get(&pid_tgid) }).copied() else { return 0 };
-    let _ = PENDING_MMAP.remove(&pid_tgid);
+    let (pending, pid_tgid) = take_pending!(PENDING_MMAP, InFlight::Mmap);
     let ret = syscall_ret(&ctx);
     if (-MAX_ERRNO..0).contains(&ret) {
         return 0;
@@ -471,16 +518,15 @@ pub fn sys_enter_ioctl(ctx: TracePointContext) -> u32 {
         PendingIoctl { cmd, arg: syscall_arg(&ctx, 2), fd: syscall_arg(&ctx, 0) as i32, _pad: 0 };
     if PENDING_IOCTL.insert(&pid_tgid, &pending, 0).is_err() {
         count_loss(kind, LossReason::MapFull);
+    } else {
+        in_flight_add(InFlight::Ioctl, 1);
     }
     0
 }
 
 #[tracepoint(category = "syscalls", name = "sys_exit_ioctl")]
 pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING_IOCTL.get(&pid_tgid) }).copied() else { return 0 };
-    let _ = PENDING_IOCTL.remove(&pid_tgid);
+    let (pending, pid_tgid) = take_pending!(PENDING_IOCTL, InFlight::Ioctl);
     let Some(kind) = user_events_kind(pending.cmd) else { return 0 };
     let ret = syscall_ret(&ctx);
     track((pid_tgid >> 32) as u32, kind);

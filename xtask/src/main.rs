@@ -5,6 +5,7 @@
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
+mod bench_detect;
 mod setup;
 mod util;
 mod vm;
@@ -51,6 +52,8 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Benchmarks that print numbers and record them in docs/benchmarks.md (`bench detect`).
+    Bench { name: String },
 }
 
 fn main() -> ExitCode {
@@ -62,6 +65,10 @@ fn main() -> ExitCode {
         Command::VmTest { bench, timeout, only, args } => {
             setup::run().and_then(|()| vm::run(&vm::Options { bench, timeout, only, args }))
         }
+        Command::Bench { name } => match name.as_str() {
+            "detect" => bench_detect::run(),
+            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect)")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -22,7 +22,7 @@ use crate::decode::bpf_event::{
     Captured, DetectionEvent, EventBody, Mapping, UserEventsOp, kind_name, memfd_name,
 };
 use crate::decode::names;
-use crate::kernel::detect::{DetectOptions, Detector, Loss};
+use crate::kernel::detect::{DetectOptions, Detector, Loss, ProgramStats};
 use crate::kernel::procfs::{self, MemfdMapping};
 use crate::pipeline::registrations::RegistrationTable;
 use crate::sink::{Clock, JsonLines, clock::monotonic_ns};
@@ -38,6 +38,9 @@ use crate::sink::{Clock, JsonLines, clock::monotonic_ns};
 ///
 /// Stop with Ctrl-C / SIGTERM or --duration: tracer detaches, drains what is buffered and prints
 /// a summary to stderr (events per kind; losses per CPU, kind and reason; sequence gaps).
+///
+/// Needs root, or CAP_BPF + CAP_PERFMON and read access to tracefs.
+/// Example: `tracer audit --pid 1234 --registrations --duration 30s -o audit.jsonl`
 #[derive(clap::Args, Debug, Clone)]
 pub struct AuditArgs {
     /// Write the JSON lines to FILE instead of stdout.
@@ -74,6 +77,9 @@ pub struct AuditSummary {
     pub decode_errors: u64,
     /// (program, skipped invocations), nonzero only.
     pub recursion_misses: Vec<(&'static str, u64)>,
+    /// Run statistics per program; run counts and times stay 0 unless
+    /// `kernel.bpf_stats_enabled` is 1.
+    pub program_stats: Vec<(&'static str, ProgramStats)>,
     /// The table at exit, when `registrations` was requested.
     pub registrations: Option<RegistrationTable>,
 }
@@ -128,6 +134,14 @@ impl fmt::Display for AuditSummary {
             }
         }
         writeln!(f, "  corrupt ring records: {}", self.decode_errors)?;
+        if self.program_stats.iter().any(|(_, s)| s.run_cnt != 0) {
+            writeln!(f, "  program run time (kernel.bpf_stats_enabled):")?;
+            for (prog, s) in &self.program_stats {
+                let avg =
+                    if s.run_cnt == 0 { 0.0 } else { s.run_time_ns as f64 / s.run_cnt as f64 };
+                writeln!(f, "    {prog}: runs={} avg_ns={avg:.1}", s.run_cnt)?;
+            }
+        }
         if let Some(table) = &self.registrations {
             writeln!(f, "user_events registrations at exit:")?;
             write!(f, "{}", table.render())?;
@@ -152,6 +166,11 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     ready: Option<oneshot::Sender<()>>,
 ) -> anyhow::Result<AuditSummary> {
+    for pid in &config.target_pids {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            anyhow::bail!("--pid {pid}: no such process");
+        }
+    }
     let mut detector =
         Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
     let clock = Clock::new();
@@ -195,11 +214,12 @@ pub async fn run(
     summary.losses = detector.losses()?;
     summary.seq_gaps = detector.seq_gaps().gaps();
     summary.decode_errors = detector.decode_errors();
-    summary.recursion_misses = detector
-        .program_stats()?
-        .into_iter()
+    summary.program_stats = detector.program_stats()?;
+    summary.recursion_misses = summary
+        .program_stats
+        .iter()
         .filter(|(_, s)| s.recursion_misses != 0)
-        .map(|(p, s)| (p, s.recursion_misses))
+        .map(|(p, s)| (*p, s.recursion_misses))
         .collect();
     if config.registrations {
         sink.emit(&registration_table_line(&table, &clock)).context("writing output")?;
@@ -607,7 +627,12 @@ mod tests {
             count: 4,
         });
         s.seq_gaps.push((1, EventKind::DotnetIpcReady, 4));
+        s.program_stats.push(("sys_enter_mmap", ProgramStats::default()));
+        assert!(!s.to_string().contains("program run time"), "hidden while stats are off");
+        s.program_stats[0].1.run_cnt = 4;
+        s.program_stats[0].1.run_time_ns = 100;
         let text = s.to_string();
+        assert!(text.contains("sys_enter_mmap: runs=4 avg_ns=25.0"), "{text}");
         assert!(text.contains("kernel events: process_exit=2"), "{text}");
         assert!(text.contains("cpu 1 dotnet_ipc_ready ring_full: 4"), "{text}");
         assert!(text.contains("cpu 1 dotnet_ipc_ready: 4 missing"), "{text}");
