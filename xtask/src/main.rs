@@ -5,6 +5,7 @@
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
+mod bench_nettrace;
 mod setup;
 mod util;
 
@@ -29,6 +30,8 @@ enum Command {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// Benchmarks that print numbers: `ipc` (nettrace parse throughput so far).
+    Bench { what: String },
     /// Build tracer (release) and run it: `cargo xtask run -- run --providers gc`.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -42,6 +45,10 @@ fn main() -> ExitCode {
         Command::Setup => setup::run(),
         Command::Test { args } => test(&args),
         Command::Run { args } => run(&args),
+        Command::Bench { what } => match what.as_str() {
+            "ipc" => bench_nettrace::run(),
+            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: ipc)")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
