@@ -14,6 +14,8 @@ pub mod payload;
 pub mod runtime_events;
 mod sequence;
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use cursor::Cursor;
@@ -120,7 +122,7 @@ pub struct Event<'a> {
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodedEvent<'a> {
     pub provider: &'a str,
-    pub event: String,
+    pub event: Cow<'a, str>,
     pub id: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<u32>,
