@@ -6,6 +6,7 @@
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
 mod bench_detect;
+mod bench_nettrace;
 mod setup;
 mod util;
 mod vm;
@@ -31,6 +32,8 @@ enum Command {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// Benchmarks that print numbers: `ipc` (nettrace parse throughput so far).
+    Bench { what: String },
     /// Build tracer (release) and run it: `cargo xtask run -- run --providers gc`.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -68,6 +71,9 @@ fn main() -> ExitCode {
         Command::Bench { name } => match name.as_str() {
             "detect" => bench_detect::run(),
             other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect)")),
+        Command::Bench { what } => match what.as_str() {
+            "ipc" => bench_nettrace::run(),
+            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: ipc)")),
         },
     };
     match result {

@@ -28,6 +28,7 @@ impl<'a> Cursor<'a> {
         self.buf.len() - self.pos
     }
 
+    #[inline]
     pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.pos.checked_add(n)?;
         let bytes = self.buf.get(self.pos..end)?;
@@ -39,8 +40,11 @@ impl<'a> Cursor<'a> {
         self.take(N).map(|b| b.try_into().expect("take returned N bytes"))
     }
 
+    #[inline]
     pub(crate) fn u8(&mut self) -> Option<u8> {
-        self.array::<1>().map(|b| b[0])
+        let byte = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(byte)
     }
 
     pub(crate) fn u16(&mut self) -> Option<u16> {
@@ -64,9 +68,19 @@ impl<'a> Cursor<'a> {
     }
 
     /// LEB128, at most `max_bytes` bytes; `None` when short or when the value overflows u64.
+    #[inline]
     fn varuint(&mut self, max_bytes: usize) -> Option<u64> {
-        let mut value = 0u64;
-        for i in 0..max_bytes {
+        // Most header fields (flags-driven deltas, ids) fit one byte.
+        let first = self.u8()?;
+        if first < 0x80 {
+            return Some(first.into());
+        }
+        self.varuint_continued(first, max_bytes)
+    }
+
+    fn varuint_continued(&mut self, first: u8, max_bytes: usize) -> Option<u64> {
+        let mut value = u64::from(first & 0x7f);
+        for i in 1..max_bytes {
             let byte = self.u8()?;
             value |= u64::from(byte & 0x7f).checked_shl(7 * i as u32)?;
             if byte & 0x80 == 0 {
@@ -76,10 +90,12 @@ impl<'a> Cursor<'a> {
         None
     }
 
+    #[inline]
     pub(crate) fn varuint32(&mut self) -> Option<u32> {
         self.varuint(5).and_then(|v| u32::try_from(v).ok())
     }
 
+    #[inline]
     pub(crate) fn varuint64(&mut self) -> Option<u64> {
         self.varuint(10)
     }

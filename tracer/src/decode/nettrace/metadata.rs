@@ -2,6 +2,8 @@
 //! field list used to decode EventSource payloads. The same body is carried by nettrace
 //! MetadataBlocks and by the user_events extension label 0x01 (§4.5), so both use this parser.
 
+use std::borrow::Cow;
+
 use super::cursor::{Cursor, Utf16Problem};
 use super::runtime_events::{self, RuntimeEvent};
 
@@ -91,11 +93,11 @@ impl EventMetadata {
     }
 
     /// The name to show: the metadata's, the built-in table's, or `EventID(<id>)`.
-    pub fn display_name(&self) -> String {
+    pub fn display_name(&self) -> Cow<'_, str> {
         if !self.event_name.is_empty() {
-            self.event_name.clone()
+            Cow::Borrowed(&self.event_name)
         } else {
-            format!("EventID({})", self.event_id)
+            Cow::Owned(format!("EventID({})", self.event_id))
         }
     }
 

@@ -14,6 +14,8 @@ pub mod payload;
 pub mod runtime_events;
 mod sequence;
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use cursor::Cursor;
@@ -120,7 +122,7 @@ pub struct Event<'a> {
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodedEvent<'a> {
     pub provider: &'a str,
-    pub event: String,
+    pub event: Cow<'a, str>,
     pub id: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<u32>,
@@ -705,34 +707,38 @@ fn for_each_blob(
     }
     cur.take(header_size as usize - 4);
     let compressed = flags & FLAG_COMPRESSED != 0;
-    let mut prev = BlobHeader::default();
+    // Compressed headers are deltas against the previous blob: decode in place.
+    let mut header = BlobHeader::default();
     while cur.remaining() > 0 {
         let offset = base + cur.pos() as u64;
-        let (header, payload) =
-            if compressed { read_compressed(&mut cur, &prev) } else { read_uncompressed(&mut cur) }
-                .ok_or(NettraceError::Corrupt {
-                    offset,
-                    what: "event header or payload exceeds its block",
-                })?;
+        let payload = if compressed {
+            read_compressed(&mut cur, &mut header)
+        } else {
+            read_uncompressed(&mut cur, &mut header)
+        }
+        .ok_or(NettraceError::Corrupt {
+            offset,
+            what: "event header or payload exceeds its block",
+        })?;
         f(&header, payload, offset)?;
-        prev = header;
     }
     Ok(())
 }
 
-fn read_compressed<'a>(cur: &mut Cursor<'a>, prev: &BlobHeader) -> Option<(BlobHeader, &'a [u8])> {
-    let mut h = *prev;
+/// Reads one compressed header over `h`, which holds the previous blob's values (§6.6).
+#[inline]
+fn read_compressed<'a>(cur: &mut Cursor<'a>, h: &mut BlobHeader) -> Option<&'a [u8]> {
     let flags = cur.u8()?;
     if flags & 0x01 != 0 {
         h.metadata_id = cur.varuint32()?;
     }
     if flags & 0x02 != 0 {
         // The writer stores `seq - prev_seq - 1` (§6.6).
-        h.sequence = prev.sequence.wrapping_add(cur.varuint32()?).wrapping_add(1);
+        h.sequence = h.sequence.wrapping_add(cur.varuint32()?).wrapping_add(1);
         h.capture_thread_id = cur.varuint64()?;
         h.proc_num = cur.varuint32()?;
     } else if h.metadata_id != 0 {
-        h.sequence = prev.sequence.wrapping_add(1);
+        h.sequence = h.sequence.wrapping_add(1);
     }
     if flags & 0x04 != 0 {
         h.thread_id = cur.varuint64()?;
@@ -740,7 +746,7 @@ fn read_compressed<'a>(cur: &mut Cursor<'a>, prev: &BlobHeader) -> Option<(BlobH
     if flags & 0x08 != 0 {
         h.stack_id = cur.varuint32()?;
     }
-    h.timestamp = prev.timestamp.wrapping_add(cur.varuint64()? as i64);
+    h.timestamp = h.timestamp.wrapping_add(cur.varuint64()? as i64);
     if flags & 0x10 != 0 {
         h.activity_id = cur.guid()?;
     }
@@ -751,18 +757,17 @@ fn read_compressed<'a>(cur: &mut Cursor<'a>, prev: &BlobHeader) -> Option<(BlobH
     if flags & 0x80 != 0 {
         h.payload_size = cur.varuint32()?;
     }
-    let payload = cur.take(h.payload_size as usize)?;
-    Some((h, payload))
+    cur.take(h.payload_size as usize)
 }
 
 /// Fixed header size after EventSize (§6.7).
 const UNCOMPRESSED_FIXED: usize = 4 + 4 + 8 + 8 + 4 + 4 + 8 + 16 + 16 + 4;
 
-fn read_uncompressed<'a>(cur: &mut Cursor<'a>) -> Option<(BlobHeader, &'a [u8])> {
+fn read_uncompressed<'a>(cur: &mut Cursor<'a>, h: &mut BlobHeader) -> Option<&'a [u8]> {
     let size = cur.u32()? as usize;
     let mut blob = Cursor::new(cur.take(size)?);
     let raw_metadata_id = blob.u32()?;
-    let h = BlobHeader {
+    *h = BlobHeader {
         metadata_id: raw_metadata_id & 0x7fff_ffff,
         is_sorted: raw_metadata_id & 0x8000_0000 == 0,
         sequence: blob.u32()?,
@@ -776,8 +781,7 @@ fn read_uncompressed<'a>(cur: &mut Cursor<'a>) -> Option<(BlobHeader, &'a [u8])>
         payload_size: blob.u32()?,
     };
     debug_assert_eq!(blob.pos(), UNCOMPRESSED_FIXED);
-    let payload = blob.take(h.payload_size as usize)?;
-    Some((h, payload)) // the rest of EventSize is alignment padding
+    blob.take(h.payload_size as usize) // the rest of EventSize is alignment padding
 }
 
 #[cfg(test)]

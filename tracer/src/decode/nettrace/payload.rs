@@ -78,11 +78,19 @@ impl Serialize for Value<'_> {
             }
             Value::Object(fields) => fields.serialize(s),
             Value::Enum { name, .. } => s.serialize_str(name),
-            Value::Bytes(bytes) => {
-                s.serialize_str(&bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
-            }
+            Value::Bytes(bytes) => s.serialize_str(&hex(bytes)),
         }
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)].into());
+        out.push(DIGITS[usize::from(b & 0xf)].into());
+    }
+    out
 }
 
 /// Formats a GUID stored in Windows memory layout (u32, u16, u16 little-endian, then 8 bytes).

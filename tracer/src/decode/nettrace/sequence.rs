@@ -37,6 +37,7 @@ impl SequenceTracker {
     }
 
     /// Records an event's sequence number; `Err(max_threads)` when too many threads appear.
+    #[inline]
     pub(super) fn observe(&mut self, thread: u64, sequence: u32) -> Result<(), usize> {
         let i = self.thread(thread)?;
         let expected = self.threads[i].last.wrapping_add(1);
@@ -52,6 +53,7 @@ impl SequenceTracker {
         Ok(())
     }
 
+    #[inline]
     fn advance(&mut self, i: usize, sequence: u32, expected: u32) {
         let gap = sequence.wrapping_sub(expected);
         if gap < BACKWARDS {
@@ -62,10 +64,15 @@ impl SequenceTracker {
         }
     }
 
+    #[inline]
     fn thread(&mut self, thread: u64) -> Result<usize, usize> {
         if self.threads.get(self.recent).is_some_and(|t| t.capture_thread_id == thread) {
             return Ok(self.recent);
         }
+        self.thread_slow(thread)
+    }
+
+    fn thread_slow(&mut self, thread: u64) -> Result<usize, usize> {
         let i = match self.index.get(&thread) {
             Some(&i) => i,
             None => {

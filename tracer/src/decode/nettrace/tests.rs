@@ -46,12 +46,13 @@ fn gc_fixture_has_exactly_five_induced_gc_starts() {
                     other => panic!("Reason {other:?}"),
                 };
                 let count = fields.get("Count").unwrap().as_u64().unwrap();
-                starts.push((e.thread_id, count, reason, e.metadata.display_name()));
+                starts.push((e.thread_id, count, reason, e.metadata.display_name().into_owned()));
             }
         })
         .unwrap();
     parser.finish().unwrap();
     let trace = parser.trace().unwrap();
+    assert_eq!(trace.process_id, 12898, "the host pid the capture script printed");
     assert_eq!(trace.pointer_size, 8);
     assert_eq!(trace.qpc_frequency, 1_000_000_000);
     assert_eq!(starts.len(), 5, "{starts:?}");

@@ -1,0 +1,100 @@
+//! nettrace parse throughput: builds a large stream in memory from a captured fixture (its
+//! prologue, Trace object, metadata and stack blocks once, then its event and sequence-point
+//! blocks replayed, re-framed so block padding stays correct) and parses it.
+//!
+//! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536] [parse|json|both]
+//! Prints MB/s for the parser alone (events counted) and with every event decoded to JSON.
+use std::time::Instant;
+
+use tracer::decode::nettrace::NettraceParser;
+
+/// Writes one block object with the padding its absolute offset needs.
+fn push_block(out: &mut Vec<u8>, name: &[u8], content: &[u8]) {
+    out.extend([5, 5, 1]);
+    out.extend(2i32.to_le_bytes());
+    out.extend(2i32.to_le_bytes());
+    out.extend((name.len() as u32).to_le_bytes());
+    out.extend(name);
+    out.push(6);
+    out.extend((content.len() as u32).to_le_bytes());
+    out.resize(out.len().next_multiple_of(4), 0);
+    out.extend(content);
+    out.push(6);
+}
+
+/// (type name, content) of one block object.
+type Block = (Vec<u8>, Vec<u8>);
+
+/// Splits a well-formed capture into its head (prologue + Trace) and its blocks.
+fn blocks(data: &[u8]) -> (Vec<u8>, Vec<Block>) {
+    let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+    let head_len = 32 + 16 + 5 + 48 + 1;
+    let mut blocks = Vec::new();
+    let mut at = head_len;
+    while data[at] == 5 {
+        let name_len = u32_at(at + 11);
+        let name = data[at + 15..at + 15 + name_len].to_vec();
+        let size_at = at + 16 + name_len;
+        let size = u32_at(size_at);
+        let content_at = (size_at + 4).next_multiple_of(4);
+        blocks.push((name, data[content_at..content_at + size].to_vec()));
+        at = content_at + size + 1;
+    }
+    (data[..head_len].to_vec(), blocks)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let fixture = std::fs::read(args.get(1).expect("usage: FIXTURE [MB] [CHUNK]")).unwrap();
+    let target_mb: usize = args.get(2).map_or(256, |s| s.parse().unwrap());
+    let chunk: usize = args.get(3).map_or(65536, |s| s.parse().unwrap());
+    let modes: &[bool] = match args.get(4).map_or("both", String::as_str) {
+        "parse" => &[false],
+        "json" => &[true],
+        _ => &[false, true],
+    };
+
+    let (head, blocks) = blocks(&fixture);
+    let mut stream = head;
+    let replayed: Vec<_> =
+        blocks.iter().filter(|(n, _)| n == b"EventBlock" || n == b"SPBlock").collect();
+    for (name, content) in blocks.iter().filter(|(n, _)| n == b"MetadataBlock") {
+        push_block(&mut stream, name, content);
+    }
+    while stream.len() < target_mb << 20 {
+        for (name, content) in &replayed {
+            push_block(&mut stream, name, content);
+        }
+    }
+    stream.push(1);
+    let mb = stream.len() as f64 / (1 << 20) as f64;
+
+    for &decode in modes {
+        let mut parser = NettraceParser::default();
+        let mut events = 0u64;
+        let mut json_bytes = 0usize;
+        let mut line = Vec::with_capacity(1024);
+        let start = Instant::now();
+        for piece in stream.chunks(chunk) {
+            parser
+                .feed(piece, |e| {
+                    events += 1;
+                    if decode {
+                        line.clear();
+                        serde_json::to_writer(&mut line, &e.decode()).unwrap();
+                        json_bytes += line.len();
+                    }
+                })
+                .unwrap();
+        }
+        parser.finish().unwrap();
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "{}: {mb:.0} MB in {secs:.3} s = {:.0} MB/s, {events} events = {:.1} M events/s{}",
+            if decode { "parse + decode to JSON" } else { "parse (events delivered)" },
+            mb / secs,
+            events as f64 / secs / 1e6,
+            if decode { format!(", {} MB of JSON", json_bytes >> 20) } else { String::new() },
+        );
+    }
+}
