@@ -32,8 +32,6 @@ enum Command {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
-    /// Benchmarks that print numbers: `ipc` (nettrace parse throughput so far).
-    Bench { what: String },
     /// Build tracer (release) and run it: `cargo xtask run -- run --providers gc`.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -55,7 +53,8 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Benchmarks that print numbers and record them in docs/benchmarks.md (`bench detect`).
+    /// Benchmarks that print numbers and record them in docs/benchmarks.md:
+    /// `detect`, `ipc`, `ftrace`.
     Bench { name: String },
 }
 
@@ -70,10 +69,8 @@ fn main() -> ExitCode {
         }
         Command::Bench { name } => match name.as_str() {
             "detect" => bench_detect::run(),
-            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect)")),
-        Command::Bench { what } => match what.as_str() {
             "ipc" => bench_nettrace::run(),
-            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: ipc)")),
+            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect, ipc)")),
         },
     };
     match result {
