@@ -8,15 +8,13 @@
 //! 3. Latency from `mmap` returning in the helper (CLOCK_MONOTONIC) to the JSON line arriving on
 //!    tracer's stdout pipe (CLOCK_MONOTONIC at reception) — target p99 ≤ 1 ms.
 use std::fs;
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::time::Duration;
+use std::process::Command;
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
+use crate::bench::{TIMEOUT, Tracer, context_line, median, percentile, write_docs_section};
 use crate::util;
 
 const ROUNDS: usize = 5;
@@ -24,7 +22,8 @@ const MMAP_OPS: &str = "200000";
 const IOCTL_OPS: &str = "1000000";
 const LATENCY_SAMPLES: usize = 500;
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
-const TIMEOUT: Duration = Duration::from_secs(60);
+/// Logged by `tracer audit` once its programs are attached.
+const ATTACHED: &str = "attached";
 
 pub fn run() -> anyhow::Result<()> {
     util::require_root("the benchmark loads BPF programs and enables kernel.bpf_stats_enabled")?;
@@ -35,8 +34,7 @@ pub fn run() -> anyhow::Result<()> {
     fs::write(BPF_STATS, stats_before.trim()).context("restoring kernel.bpf_stats_enabled")?;
     let report = report?;
     println!("{report}");
-    write_docs_section(&report)?;
-    println!("(recorded in docs/benchmarks.md, section \"detect\")");
+    write_docs_section("detect", &report)?;
     Ok(())
 }
 
@@ -50,7 +48,7 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
         eprintln!("bench detect: round {}/{ROUNDS}", round + 1);
         mmap_base.push(ns_per_op(helper, "mmap-loop", MMAP_OPS)?);
         ioctl_base.push(ns_per_op(helper, "ioctl-loop", IOCTL_OPS)?);
-        let mut t = Tracer::start(tracer)?;
+        let mut t = Tracer::start(tracer, &["audit"], ATTACHED)?;
         mmap_traced.push(ns_per_op(helper, "mmap-loop", MMAP_OPS)?);
         ioctl_traced.push(ns_per_op(helper, "ioctl-loop", IOCTL_OPS)?);
         if round == 0 {
@@ -61,7 +59,7 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
 
     // (1) per-program cost, from tracer's summary.
     fs::write(BPF_STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
-    let mut t = Tracer::start(tracer)?;
+    let mut t = Tracer::start(tracer, &["audit"], ATTACHED)?;
     ns_per_op(helper, "mmap-loop", MMAP_OPS)?;
     ns_per_op(helper, "ioctl-loop", IOCTL_OPS)?;
     latency(helper, &mut t)?;
@@ -72,15 +70,7 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
     }
 
     let mut r = String::new();
-    let uname = util::output(Command::new("uname").arg("-r")).unwrap_or_default();
-    let loadavg = fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    r += &format!(
-        "Command: `cargo xtask bench detect` (release build; kernel {}; {} CPUs; load average \
-         at the end: {}).\n\n",
-        uname.trim(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    );
+    r += &context_line("cargo xtask bench detect");
     r += "(1) BPF cost per program (`kernel.bpf_stats_enabled`, all processes during the loops):\n\n";
     r += "| program | runs | avg ns/run |\n|---|---:|---:|\n";
     for (name, runs, avg) in &programs {
@@ -143,99 +133,11 @@ fn parse_program_stats(summary: &str) -> Vec<(String, u64, f64)> {
         .collect()
 }
 
-/// Replaces (or appends) the `## detect` section of docs/benchmarks.md.
-fn write_docs_section(report: &str) -> anyhow::Result<()> {
-    let path = util::workspace_root().join("docs/benchmarks.md");
-    let old = fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
-    let section = format!("## detect\n\n{report}");
-    let new = match old.find("## detect\n") {
-        Some(start) => {
-            let end = old[start + 1..].find("\n## ").map_or(old.len(), |i| start + 1 + i + 1);
-            format!("{}{section}\n{}", &old[..start], &old[end..])
-        }
-        None => format!("{}\n{section}", old.trim_end_matches('\n').to_string() + "\n"),
-    };
-    fs::create_dir_all(path.parent().unwrap())?;
-    fs::write(&path, new).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Median of a set of measurements.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
 fn ns_per_op(helper: &Path, mode: &str, n: &str) -> anyhow::Result<f64> {
     let out = util::output(Command::new(helper).args([mode, n]))?;
     let v: Value =
         serde_json::from_str(out.trim()).with_context(|| format!("helper said {out:?}"))?;
     v["ns_per_op"].as_f64().context("no ns_per_op")
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// A running `tracer audit` whose stdout lines arrive timestamped at reception.
-struct Tracer {
-    child: Child,
-    lines: Receiver<(u64, String)>,
-    stderr: Receiver<String>,
-}
-
-impl Tracer {
-    fn start(bin: &Path) -> anyhow::Result<Tracer> {
-        let mut child = Command::new(bin)
-            .arg("audit")
-            .env("TRACER_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send((mono_ns(), line)).is_err() {
-                    break;
-                }
-            }
-        });
-        let (tx, stderr) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            let line = stderr.recv_timeout(TIMEOUT).context("tracer did not attach")?;
-            if line.contains("attached") {
-                break;
-            }
-            eprintln!("tracer: {line}");
-        }
-        Ok(Tracer { child, lines, stderr })
-    }
-
-    /// SIGINT, wait, and return the stderr summary.
-    fn stop(mut self) -> anyhow::Result<String> {
-        util::run_cmd(Command::new("kill").args(["-INT", &self.child.id().to_string()]))?;
-        let status = self.child.wait()?;
-        if !status.success() {
-            bail!("tracer exited with {status}");
-        }
-        Ok(self.stderr.try_iter().collect::<Vec<_>>().join("\n"))
-    }
 }
 
 /// mmap-return → JSON-line-received latencies in µs, sorted.

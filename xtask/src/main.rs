@@ -5,7 +5,9 @@
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
+mod bench;
 mod bench_detect;
+mod bench_ipc;
 mod bench_nettrace;
 mod setup;
 mod util;
@@ -69,7 +71,7 @@ fn main() -> ExitCode {
         }
         Command::Bench { name } => match name.as_str() {
             "detect" => bench_detect::run(),
-            "ipc" => bench_nettrace::run(),
+            "ipc" => bench_ipc::run(),
             other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect, ipc)")),
         },
     };

@@ -1,0 +1,123 @@
+//! Pieces shared by the benchmarks: a tracer process whose output lines are timestamped on
+//! arrival, percentiles, and the docs/benchmarks.md section writer.
+use std::fs;
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use crate::util;
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running tracer whose stdout lines arrive timestamped (CLOCK_MONOTONIC) at reception.
+pub struct Tracer {
+    child: Child,
+    pub lines: Receiver<(u64, String)>,
+    stderr: Receiver<String>,
+}
+
+impl Tracer {
+    /// Starts `tracer <args>` and waits for the stderr log line containing `ready`.
+    pub fn start(bin: &Path, args: &[&str], ready: &str) -> anyhow::Result<Tracer> {
+        let mut child = Command::new(bin)
+            .args(args)
+            .env("TRACER_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send((mono_ns(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let (tx, stderr) = mpsc::channel();
+        let err = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            let line = stderr.recv_timeout(TIMEOUT).context("tracer did not become ready")?;
+            if line.contains(ready) {
+                break;
+            }
+            eprintln!("tracer: {line}");
+        }
+        Ok(Tracer { child, lines, stderr })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGINT, wait, and return what it printed on stderr (the summary).
+    pub fn stop(mut self) -> anyhow::Result<String> {
+        util::run_cmd(Command::new("kill").args(["-INT", &self.child.id().to_string()]))?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("tracer exited with {status}");
+        }
+        Ok(self.stderr.try_iter().collect::<Vec<_>>().join("\n"))
+    }
+}
+
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Median of a set of measurements.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `p`-th percentile (0..=1) of sorted samples (nearest rank).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// `Command: ... (release build; kernel ...; N CPUs; load average ...)` header of a section.
+pub fn context_line(command: &str) -> String {
+    let uname = util::output(Command::new("uname").arg("-r")).unwrap_or_default();
+    let loadavg = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "Command: `{command}` (release build; kernel {}; {} CPUs; load average at the end: {}).\n\n",
+        uname.trim(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// Replaces (or appends) the `## <section>` section of docs/benchmarks.md.
+pub fn write_docs_section(section: &str, report: &str) -> anyhow::Result<()> {
+    let path = util::workspace_root().join("docs/benchmarks.md");
+    let old = fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
+    let heading = format!("## {section}\n");
+    let body = format!("{heading}\n{report}");
+    let new = match old.find(&heading) {
+        Some(start) => {
+            let end = old[start + 1..].find("\n## ").map_or(old.len(), |i| start + 1 + i + 1);
+            format!("{}{body}\n{}", &old[..start], &old[end..])
+        }
+        None => format!("{}\n{body}", old.trim_end_matches('\n').to_string() + "\n"),
+    };
+    fs::create_dir_all(path.parent().expect("docs dir"))?;
+    fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+    println!("(recorded in docs/benchmarks.md, section \"{section}\")");
+    Ok(())
+}
