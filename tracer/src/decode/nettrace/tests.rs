@@ -134,7 +134,11 @@ fn verbose_fixture_decodes_exceptions_allocation_ticks_and_eventsource_fields() 
 
 #[test]
 fn any_chunking_gives_identical_results() {
-    for name in ["coreclr8_gc_induced5.nettrace", "coreclr8_verbose.nettrace"] {
+    for name in [
+        "coreclr8_gc_induced5.nettrace",
+        "coreclr8_verbose.nettrace",
+        "coreclr8_threadpool.nettrace",
+    ] {
         let data = fixture(name);
         let (whole, whole_parser) = parse_all(&data);
         let (bytewise, byte_parser) = parse_chunked(&data, |_| 1);
@@ -645,4 +649,29 @@ fn runtime_layouts_reject_short_and_tolerate_long_payloads() {
     assert_eq!(decode_payload(&stats, &[0; 94], 8).unwrap().0.len(), 14);
     assert_eq!(decode_payload(&stats, &[0; 110], 8).unwrap().0.len(), 16);
     assert!(decode_payload(&stats, &[0; 93], 8).is_err());
+}
+
+#[test]
+fn threadpool_fixture_adjustment_events_match_their_templates_exactly() {
+    let data = fixture("coreclr8_threadpool.nettrace");
+    let mut parser = NettraceParser::default();
+    let mut seen = Vec::new();
+    parser
+        .feed(&data, |e| {
+            if (54..=56).contains(&e.metadata.event_id) {
+                let fields = decode_payload(e.metadata, e.payload, e.pointer_size).unwrap();
+                let first = serde_json::to_value(&fields.0[0].1).unwrap();
+                seen.push((e.metadata.event_id, e.payload.len(), fields.0.len(), first));
+            }
+        })
+        .unwrap();
+    parser.finish().unwrap();
+    assert_eq!(parser.trace().unwrap().process_id, 3234, "the host pid the capture script printed");
+    // Every payload is exactly its template's size: the layouts account for every byte.
+    let sizes = |id| seen.iter().filter(move |s| s.0 == id).map(|s| (s.1, s.2));
+    assert!(sizes(54).count() >= 2 && sizes(54).all(|s| s == (10, 2)), "{seen:?}");
+    assert!(sizes(55).count() >= 2 && sizes(55).all(|s| s == (18, 4)), "{seen:?}");
+    assert!(sizes(56).count() >= 2 && sizes(56).all(|s| s == (76, 11)), "{seen:?}");
+    // Throughput values are finite doubles (a wrong offset would give garbage exponents).
+    assert!(seen.iter().all(|s| s.3.as_f64().is_some_and(|v| (0.0..1e7).contains(&v))));
 }
