@@ -611,8 +611,11 @@ fn metadata_limits_are_enforced() {
         three.extend(9u32.to_le_bytes());
         three.extend(utf16z("f"));
     }
-    let err = metadata::parse_nettrace_metadata(&metadata_payload(1, "P", 1, "E", &three), &limits);
-    assert!(matches!(err, Err(MetadataError::TooManyFields { max: 2, .. })), "{err:?}");
+    let meta =
+        metadata::parse_nettrace_metadata(&metadata_payload(1, "P", 1, "E", &three), &limits)
+            .unwrap();
+    assert!(matches!(meta.field_error, Some(MetadataError::TooManyFields { max: 2, .. })));
+    assert!(meta.fields.is_empty());
     let err = metadata::parse_nettrace_metadata(
         &metadata_payload(1, "ProviderNameTooLong", 1, "E", &0u32.to_le_bytes()),
         &limits,
@@ -674,4 +677,25 @@ fn threadpool_fixture_adjustment_events_match_their_templates_exactly() {
     assert!(sizes(56).count() >= 2 && sizes(56).all(|s| s == (76, 11)), "{seen:?}");
     // Throughput values are finite doubles (a wrong offset would give garbage exponents).
     assert!(seen.iter().all(|s| s.3.as_f64().is_some_and(|v| (0.0..1e7).contains(&v))));
+}
+
+#[test]
+fn unreadable_field_metadata_keeps_the_stream_and_the_event_name() {
+    // A V1 field list with an Array type code, which V1 cannot describe.
+    let mut fields = 1u32.to_le_bytes().to_vec();
+    fields.extend(19u32.to_le_bytes());
+    fields.extend(utf16z("items"));
+    let meta = metadata_blob(&metadata_payload(1, "Demo", 7, "Tick", &fields));
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &blob_block(1, &[meta]));
+    s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 5)]));
+    let mut decoded = Vec::new();
+    let mut parser = NettraceParser::default();
+    parser.feed(&s.end(), |e| decoded.push(serde_json::to_value(e.decode()).unwrap())).unwrap();
+    parser.finish().unwrap();
+    assert_eq!(parser.stats().metadata_field_errors, 1);
+    assert_eq!(decoded.len(), 1);
+    assert_eq!(decoded[0]["event"], "Tick");
+    assert_eq!(decoded[0]["fields"]["raw_payload"], "05000000");
+    assert!(decoded[0]["decode_error"].as_str().unwrap().contains("UnusableMetadata"));
 }
