@@ -328,6 +328,11 @@ impl NettraceParser {
         self.sequences.lost_by_thread()
     }
 
+    /// Bytes held for an incomplete object (never more than one object).
+    pub fn buffered(&self) -> usize {
+        self.pending.len()
+    }
+
     /// True once the end-of-stream tag was read.
     pub fn is_complete(&self) -> bool {
         self.state == State::Ended

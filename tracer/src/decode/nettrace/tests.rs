@@ -699,3 +699,26 @@ fn unreadable_field_metadata_keeps_the_stream_and_the_event_name() {
     assert_eq!(decoded[0]["fields"]["raw_payload"], "05000000");
     assert!(decoded[0]["decode_error"].as_str().unwrap().contains("UnusableMetadata"));
 }
+
+#[test]
+fn at_most_one_object_is_buffered() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let events: Vec<_> = (1..=20_000).map(|i| demo_event(i - 1, i, 100, i as i32)).collect();
+    let block_start = s.0.len();
+    s.block("EventBlock", &blob_block(1, &events));
+    let data = s.end();
+    let mut parser = NettraceParser::default();
+    let mut count = 0;
+    let mut max_buffered = 0;
+    for chunk in data.chunks(4096) {
+        parser.feed(chunk, |_| count += 1).unwrap();
+        max_buffered = max_buffered.max(parser.buffered());
+    }
+    parser.finish().unwrap();
+    assert_eq!(count, 20_000);
+    assert_eq!(parser.buffered(), 0);
+    // The largest object is the EventBlock: everything from its first byte to its end tag.
+    assert!(max_buffered <= data.len() - 1 - block_start, "{max_buffered}");
+    assert!(max_buffered > 4096);
+}
