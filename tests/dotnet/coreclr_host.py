@@ -10,6 +10,7 @@ Protocol, one line each way:
   stdin  `throw`   → a managed FormatException is thrown and caught → `THROWN <exception type>`
   stdin  `alloc N` → allocates N managed byte[100000] arrays (≈ one GCAllocationTick each) → `ALLOC_DONE N`
   stdin  `rent N`  → N × ArrayPool<byte>.Shared.Rent/Return (EventSource events with metadata) → `RENT_DONE N`
+  stdin  `pool N`  → Parallel.For over N items on the thread pool (worker thread adjustments) → `POOL_DONE N`
   stdin  `exit` or EOF → exits 0
 """
 import os
@@ -28,8 +29,9 @@ import pythonnet  # noqa: E402
 
 pythonnet.set_runtime(runtime)
 import clr  # noqa: E402,F401
-from System import GC, Array, Byte, Environment, Int32  # noqa: E402
+from System import GC, Action, Array, Byte, Environment, Int32  # noqa: E402
 from System.Buffers import ArrayPool  # noqa: E402
+from System.Threading.Tasks import Parallel  # noqa: E402
 
 print("READY", os.getpid(), Environment.Version, flush=True)
 for line in sys.stdin:
@@ -58,6 +60,10 @@ for line in sys.stdin:
         for _ in range(n):
             pool.Return(pool.Rent(4096 * 1024))
         print("RENT_DONE", n, flush=True)
+    elif cmd[0] == "pool":
+        n = int(cmd[1])
+        Parallel.For(0, n, Action[Int32](lambda i: sum(range(2000))))
+        print("POOL_DONE", n, flush=True)
     elif cmd[0] == "exit":
         break
     else:

@@ -68,6 +68,8 @@ pub struct EventMetadata {
     pub opcode: Option<u8>,
     /// Fields from the V1 list, or from the V2Params tag when present.
     pub fields: Vec<FieldDef>,
+    /// Why the field list could not be read (the event keeps its name; payloads stay raw).
+    pub field_error: Option<MetadataError>,
     /// Built-in layout for native runtime events that carry no field metadata.
     pub runtime_event: Option<&'static RuntimeEvent>,
 }
@@ -86,6 +88,7 @@ impl EventMetadata {
             level: 0,
             opcode: None,
             fields: Vec::new(),
+            field_error: None,
             runtime_event: None,
         };
         meta.resolve_runtime_event();
@@ -102,7 +105,7 @@ impl EventMetadata {
     }
 
     fn resolve_runtime_event(&mut self) {
-        if self.fields.is_empty() {
+        if self.fields.is_empty() && self.field_error.is_none() {
             self.runtime_event = runtime_events::lookup(&self.provider, self.event_id);
             if let (Some(known), true) = (self.runtime_event, self.event_name.is_empty()) {
                 self.event_name = known.name.to_owned();
@@ -195,6 +198,30 @@ impl Parser<'_, '_> {
         let keywords = self.cur.u64().ok_or(MetadataError::Truncated { at, what: "keywords" })?;
         let version = self.u32("version")?;
         let level = self.u32("level")?;
+        // A field list this parser cannot read leaves the event usable by name: its payloads
+        // are then reported undecodable instead of failing the whole stream.
+        let (fields, opcode, field_error) = match self.fields_and_tags() {
+            Ok((fields, opcode)) => (fields, opcode, None),
+            Err(e) => (Vec::new(), None, Some(e)),
+        };
+        let mut meta = EventMetadata {
+            metadata_id,
+            provider,
+            event_id,
+            event_name,
+            keywords,
+            version: Some(version),
+            level,
+            opcode,
+            fields,
+            field_error,
+            runtime_event: None,
+        };
+        meta.resolve_runtime_event();
+        Ok(meta)
+    }
+
+    fn fields_and_tags(&mut self) -> Result<(Vec<FieldDef>, Option<u8>), MetadataError> {
         let count = self.u32("field count")?;
         let mut fields = self.v1_fields(count, 0)?;
         let mut opcode = None;
@@ -216,27 +243,18 @@ impl Parser<'_, '_> {
                         limits: self.limits,
                         field_budget: self.field_budget,
                     };
-                    let count = inner.u32("V2 field count")?;
-                    fields = inner.v2_fields(count, 0).map_err(|e| shift(e, base))?;
+                    fields = inner.v2_params().map_err(|e| shift(e, base))?;
                     self.field_budget = inner.field_budget;
                 }
                 _ => {} // Unknown tags are optional by design: skip them.
             }
         }
-        let mut meta = EventMetadata {
-            metadata_id,
-            provider,
-            event_id,
-            event_name,
-            keywords,
-            version: Some(version),
-            level,
-            opcode,
-            fields,
-            runtime_event: None,
-        };
-        meta.resolve_runtime_event();
-        Ok(meta)
+        Ok((fields, opcode))
+    }
+
+    fn v2_params(&mut self) -> Result<Vec<FieldDef>, MetadataError> {
+        let count = self.u32("V2 field count")?;
+        self.v2_fields(count, 0)
     }
 
     fn spend_field(&mut self, depth: usize) -> Result<(), MetadataError> {

@@ -212,6 +212,8 @@ pub struct NettraceStats {
     pub bytes: u64,
     pub events: u64,
     pub metadata: u64,
+    /// Metadata whose field list could not be read: those events keep raw payloads.
+    pub metadata_field_errors: u64,
     pub event_blocks: u64,
     pub metadata_blocks: u64,
     pub stack_blocks: u64,
@@ -324,6 +326,11 @@ impl NettraceParser {
     /// (capture thread id, lost events) for every thread that lost events.
     pub fn lost_by_thread(&self) -> Vec<(u64, u64)> {
         self.sequences.lost_by_thread()
+    }
+
+    /// Bytes held for an incomplete object (never more than one object).
+    pub fn buffered(&self) -> usize {
+        self.pending.len()
     }
 
     /// True once the end-of-stream tag was read.
@@ -536,7 +543,7 @@ impl NettraceParser {
     fn metadata_block(&mut self, content: &[u8], base: u64) -> Result<(), NettraceError> {
         let limits = self.limits;
         let table = &mut self.metadata;
-        let count = &mut self.stats.metadata;
+        let stats = &mut self.stats;
         for_each_blob(content, base, |_, payload, offset| {
             let meta = metadata::parse_nettrace_metadata(payload, &limits.metadata)
                 .map_err(|source| NettraceError::Metadata { offset, source })?;
@@ -555,8 +562,9 @@ impl NettraceParser {
             if table[slot].is_some() {
                 return Err(NettraceError::DuplicateMetadata { offset, id });
             }
+            stats.metadata_field_errors += u64::from(meta.field_error.is_some());
             table[slot] = Some(Box::new(meta));
-            *count += 1;
+            stats.metadata += 1;
             Ok(())
         })
     }

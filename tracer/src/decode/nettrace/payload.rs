@@ -120,6 +120,8 @@ pub enum PayloadProblem {
     TooManyValues,
     /// The pointer size is neither 4 nor 8.
     BadPointerSize,
+    /// The event's field metadata could not be read (see `EventMetadata::field_error`).
+    UnusableMetadata,
 }
 
 /// Why a payload could not be decoded; `at` is the byte position inside the payload.
@@ -145,6 +147,9 @@ pub fn decode_payload<'m>(
 ) -> Result<Fields<'m>, PayloadError> {
     let mut decoder =
         Decoder { cur: Cursor::new(payload), len: payload.len(), pointer_size, budget: MAX_VALUES };
+    if meta.field_error.is_some() {
+        return Err(decoder.error("", 0, PayloadProblem::UnusableMetadata));
+    }
     if !meta.fields.is_empty() {
         return decoder.fields(&meta.fields);
     }

@@ -134,7 +134,11 @@ fn verbose_fixture_decodes_exceptions_allocation_ticks_and_eventsource_fields() 
 
 #[test]
 fn any_chunking_gives_identical_results() {
-    for name in ["coreclr8_gc_induced5.nettrace", "coreclr8_verbose.nettrace"] {
+    for name in [
+        "coreclr8_gc_induced5.nettrace",
+        "coreclr8_verbose.nettrace",
+        "coreclr8_threadpool.nettrace",
+    ] {
         let data = fixture(name);
         let (whole, whole_parser) = parse_all(&data);
         let (bytewise, byte_parser) = parse_chunked(&data, |_| 1);
@@ -607,8 +611,11 @@ fn metadata_limits_are_enforced() {
         three.extend(9u32.to_le_bytes());
         three.extend(utf16z("f"));
     }
-    let err = metadata::parse_nettrace_metadata(&metadata_payload(1, "P", 1, "E", &three), &limits);
-    assert!(matches!(err, Err(MetadataError::TooManyFields { max: 2, .. })), "{err:?}");
+    let meta =
+        metadata::parse_nettrace_metadata(&metadata_payload(1, "P", 1, "E", &three), &limits)
+            .unwrap();
+    assert!(matches!(meta.field_error, Some(MetadataError::TooManyFields { max: 2, .. })));
+    assert!(meta.fields.is_empty());
     let err = metadata::parse_nettrace_metadata(
         &metadata_payload(1, "ProviderNameTooLong", 1, "E", &0u32.to_le_bytes()),
         &limits,
@@ -645,4 +652,73 @@ fn runtime_layouts_reject_short_and_tolerate_long_payloads() {
     assert_eq!(decode_payload(&stats, &[0; 94], 8).unwrap().0.len(), 14);
     assert_eq!(decode_payload(&stats, &[0; 110], 8).unwrap().0.len(), 16);
     assert!(decode_payload(&stats, &[0; 93], 8).is_err());
+}
+
+#[test]
+fn threadpool_fixture_adjustment_events_match_their_templates_exactly() {
+    let data = fixture("coreclr8_threadpool.nettrace");
+    let mut parser = NettraceParser::default();
+    let mut seen = Vec::new();
+    parser
+        .feed(&data, |e| {
+            if (54..=56).contains(&e.metadata.event_id) {
+                let fields = decode_payload(e.metadata, e.payload, e.pointer_size).unwrap();
+                let first = serde_json::to_value(&fields.0[0].1).unwrap();
+                seen.push((e.metadata.event_id, e.payload.len(), fields.0.len(), first));
+            }
+        })
+        .unwrap();
+    parser.finish().unwrap();
+    assert_eq!(parser.trace().unwrap().process_id, 3234, "the host pid the capture script printed");
+    // Every payload is exactly its template's size: the layouts account for every byte.
+    let sizes = |id| seen.iter().filter(move |s| s.0 == id).map(|s| (s.1, s.2));
+    assert!(sizes(54).count() >= 2 && sizes(54).all(|s| s == (10, 2)), "{seen:?}");
+    assert!(sizes(55).count() >= 2 && sizes(55).all(|s| s == (18, 4)), "{seen:?}");
+    assert!(sizes(56).count() >= 2 && sizes(56).all(|s| s == (76, 11)), "{seen:?}");
+    // Throughput values are finite doubles (a wrong offset would give garbage exponents).
+    assert!(seen.iter().all(|s| s.3.as_f64().is_some_and(|v| (0.0..1e7).contains(&v))));
+}
+
+#[test]
+fn unreadable_field_metadata_keeps_the_stream_and_the_event_name() {
+    // A V1 field list with an Array type code, which V1 cannot describe.
+    let mut fields = 1u32.to_le_bytes().to_vec();
+    fields.extend(19u32.to_le_bytes());
+    fields.extend(utf16z("items"));
+    let meta = metadata_blob(&metadata_payload(1, "Demo", 7, "Tick", &fields));
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &blob_block(1, &[meta]));
+    s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 5)]));
+    let mut decoded = Vec::new();
+    let mut parser = NettraceParser::default();
+    parser.feed(&s.end(), |e| decoded.push(serde_json::to_value(e.decode()).unwrap())).unwrap();
+    parser.finish().unwrap();
+    assert_eq!(parser.stats().metadata_field_errors, 1);
+    assert_eq!(decoded.len(), 1);
+    assert_eq!(decoded[0]["event"], "Tick");
+    assert_eq!(decoded[0]["fields"]["raw_payload"], "05000000");
+    assert!(decoded[0]["decode_error"].as_str().unwrap().contains("UnusableMetadata"));
+}
+
+#[test]
+fn at_most_one_object_is_buffered() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    let events: Vec<_> = (1..=20_000).map(|i| demo_event(i - 1, i, 100, i as i32)).collect();
+    let block_start = s.0.len();
+    s.block("EventBlock", &blob_block(1, &events));
+    let data = s.end();
+    let mut parser = NettraceParser::default();
+    let mut count = 0;
+    let mut max_buffered = 0;
+    for chunk in data.chunks(4096) {
+        parser.feed(chunk, |_| count += 1).unwrap();
+        max_buffered = max_buffered.max(parser.buffered());
+    }
+    parser.finish().unwrap();
+    assert_eq!(count, 20_000);
+    assert_eq!(parser.buffered(), 0);
+    // The largest object is the EventBlock: everything from its first byte to its end tag.
+    assert!(max_buffered <= data.len() - 1 - block_start, "{max_buffered}");
+    assert!(max_buffered > 4096);
 }
