@@ -9,6 +9,7 @@ mod bench;
 mod bench_detect;
 mod bench_ipc;
 mod bench_nettrace;
+mod fuzz;
 mod setup;
 mod util;
 mod vm;
@@ -55,6 +56,14 @@ enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Run every fuzz target (or the named ones) for a while each; fails on a crash.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+        /// Only these targets (bpf_event, ipc_reply, nettrace, user_events_record, ftrace_page).
+        targets: Vec<String>,
+    },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
     /// `detect`, `ipc`, `ftrace`.
     Bench { name: String },
@@ -68,6 +77,9 @@ fn main() -> ExitCode {
         Command::Run { args } => run(&args),
         Command::VmTest { bench, timeout, only, args } => {
             setup::run().and_then(|()| vm::run(&vm::Options { bench, timeout, only, args }))
+        }
+        Command::Fuzz { seconds, targets } => {
+            setup::run().and_then(|()| fuzz::run(seconds, &targets))
         }
         Command::Bench { name } => match name.as_str() {
             "detect" => bench_detect::run(),
@@ -84,6 +96,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// Seconds per fuzz target in `cargo xtask test`.
+const FUZZ_SMOKE_SECONDS: u32 = 15;
+
 fn test(args: &[String]) -> anyhow::Result<()> {
     util::require_root("the tests load BPF programs and use tracefs")?;
     setup::run()?;
@@ -99,12 +114,13 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         only: Vec::new(),
         args: Vec::new(),
     });
-    match (host, vm) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(host), Ok(())) => Err(host.context("host tests failed (VM tests passed)")),
-        (Ok(()), Err(vm)) => Err(vm),
-        (Err(host), Err(vm)) => Err(vm.context(format!("host tests failed too: {host:#}"))),
-    }
+    // Short runs: they prove every fuzz target builds and survives its seeds plus fresh inputs.
+    let fuzz = fuzz::run(FUZZ_SMOKE_SECONDS, &[]);
+    let failed: Vec<String> = [("host tests", host), ("VM tests", vm), ("fuzz smoke runs", fuzz)]
+        .into_iter()
+        .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e:#}")))
+        .collect();
+    if failed.is_empty() { Ok(()) } else { Err(anyhow::anyhow!("{}", failed.join("\n"))) }
 }
 
 fn run(args: &[String]) -> anyhow::Result<()> {

@@ -31,8 +31,17 @@ pub fn run() -> anyhow::Result<()> {
     apt()?;
     rust_src()?;
     bpf_linker()?;
+    cargo_fuzz()?;
     pip()?;
     Ok(())
+}
+
+fn cargo_fuzz() -> anyhow::Result<()> {
+    if output(Command::new("cargo").args(["fuzz", "--version"])).is_ok() {
+        return Ok(());
+    }
+    eprintln!("setup: installing cargo-fuzz (fuzz targets run on nightly)");
+    run_cmd(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
 }
 
 fn apt() -> anyhow::Result<()> {
