@@ -18,4 +18,5 @@ pub mod session;
 pub mod sink;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+pub static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
