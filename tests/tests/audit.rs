@@ -492,3 +492,36 @@ fn unknown_pid_is_refused_before_attaching() {
         .unwrap_err();
     assert_eq!(err.to_string(), format!("--pid {pid}: no such process"));
 }
+
+#[test]
+fn cli_duration_stops_and_output_goes_to_file() {
+    let mut helper = Helper::spawn(HELPER, &["map-and-hold"]);
+    let mapped = helper.json();
+    let out = std::env::temp_dir().join(format!("tracer-audit-{}.jsonl", std::process::id()));
+    let mut tracer = Command::new(tracer_binary())
+        .args(["audit", "--duration", "1500ms", "--output"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut tracer);
+    let mut stderr = String::new();
+    tracer.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let mut stdout = String::new();
+    tracer.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stopping (Duration)"), "{stderr}");
+    assert!(stderr.contains("tracer audit summary"), "{stderr}");
+    assert!(stdout.is_empty(), "JSON goes to the file: {stdout}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let found: Vec<&Value> =
+        lines.iter().filter(|v| is(v, "dotnet_ipc_ready", pid_of(&mapped))).collect();
+    assert_eq!(found.len(), 1, "{text}");
+    assert_eq!(found[0]["source"], "procfs");
+    assert_eq!(found[0]["addr"], mapped["addr"]);
+    helper.send("go");
+    helper.wait();
+}
