@@ -596,8 +596,10 @@ def main():
         marker = mmap.mmap(memfd, mmap.PAGESIZE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
         os.close(memfd)
         globals()["_marker"] = marker  # keep the mapping alive
-    threading.Thread(target=server.serve, args=(listener,), daemon=True).start()
+    # READY first: the socket already listens (clients queue in the backlog), and a client's
+    # COMMAND line must not come out before it.
     say("READY", os.getpid(), path)
+    threading.Thread(target=server.serve, args=(listener,), daemon=True).start()
     try:
         for line in sys.stdin:
             cmd = line.split()

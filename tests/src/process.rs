@@ -90,6 +90,11 @@ impl LineProcess {
         bail!("{} still running after {timeout:?}", self.name)
     }
 
+    /// Closes its stdin (EOF tells the line-protocol helpers to finish).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
     pub fn send_line(&mut self, line: &str) -> Result<()> {
         let stdin = self.stdin.as_mut().context("stdin already closed")?;
         writeln!(stdin, "{line}")

@@ -1,188 +1,42 @@
 //! `tracer audit` on the real kernel (root): the library entry point and the built binary,
 //! against `detect_helper` and a real CoreCLR 8.0.4. Every wait is on an event or a line with a
 //! timeout; assertions compare exact fields and counts for the processes each test started.
-use std::io::{BufRead as _, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tests::pipeline::Running;
+use tests::process::LineProcess;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
-use tracer::sink::JsonLines;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// CoreCLR start-up under load can take a while.
 const CORECLR_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Forwards complete lines written to it over a channel.
-struct LineSink {
-    buf: Vec<u8>,
-    tx: Sender<String>,
+/// `audit::run` on its own thread (the shared pipeline harness).
+type Audit = Running<AuditSummary>;
+
+fn start_audit(config: AuditConfig) -> Audit {
+    Running::start(TIMEOUT, move |sink, stop, ready| audit::run(config, sink, stop, Some(ready)))
 }
 
-impl Write for LineSink {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.buf.drain(..=nl).collect();
-            let _ = self.tx.send(String::from_utf8_lossy(&line[..nl]).into_owned());
-        }
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// A helper program speaking lines on stdin/stdout.
+fn helper(program: &str, args: &[&str]) -> LineProcess {
+    let mut command = Command::new(program);
+    command.args(args);
+    LineProcess::spawn(program, command).expect("starting a helper")
 }
 
-/// A running `audit::run` on its own thread and runtime.
-struct Audit {
-    lines: Receiver<String>,
-    seen: Vec<Value>,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<anyhow::Result<AuditSummary>>>,
+fn json(helper: &mut LineProcess) -> Value {
+    serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap()
 }
 
-impl Audit {
-    /// Starts the audit and returns once it reports being attached.
-    fn start(config: AuditConfig) -> Audit {
-        let (line_tx, lines) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (stop, stop_rx) = oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(async move {
-                let (ready, ready_signal) = oneshot::channel();
-                let sink = JsonLines::writer(LineSink { buf: Vec::new(), tx: line_tx });
-                let run = audit::run(config, sink, async { drop(stop_rx.await) }, Some(ready));
-                tokio::pin!(run);
-                tokio::select! {
-                    result = &mut run => return result,
-                    _ = ready_signal => { let _ = ready_tx.send(()); }
-                }
-                run.await
-            })
-        });
-        match ready_rx.recv_timeout(TIMEOUT) {
-            Ok(()) => {}
-            Err(_) => match thread.join() {
-                Ok(Err(e)) => panic!("audit failed to start: {e:#}"),
-                other => panic!("audit did not become ready within {TIMEOUT:?}: {other:?}"),
-            },
-        }
-        Audit { lines, seen: Vec::new(), stop: Some(stop), thread: Some(thread) }
-    }
-
-    /// Waits for (and returns) the first line, already seen or new, matching `pred`.
-    fn wait_for(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        if let Some(v) = self.seen.iter().find(|v| pred(v)) {
-            return v.clone();
-        }
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    let v: Value = serde_json::from_str(&line)
-                        .unwrap_or_else(|e| panic!("invalid JSON line {line:?}: {e}"));
-                    self.seen.push(v.clone());
-                    if pred(&v) {
-                        return v;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => panic!("no {what} within {TIMEOUT:?}"),
-                Err(RecvTimeoutError::Disconnected) => panic!("audit ended before {what}"),
-            }
-        }
-    }
-
-    /// Stops (detach + drain) and returns every line and the summary.
-    fn stop(mut self) -> (Vec<Value>, AuditSummary) {
-        let _ = self.stop.take().unwrap().send(());
-        let summary = self.thread.take().unwrap().join().unwrap().expect("audit run failed");
-        let mut all = std::mem::take(&mut self.seen);
-        all.extend(self.lines.try_iter().map(|l| serde_json::from_str(&l).unwrap()));
-        (all, summary)
-    }
-}
-
-impl Drop for Audit {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-/// A helper process whose stdout lines arrive on a channel.
-struct Helper {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
-
-impl Helper {
-    fn spawn(program: &str, args: &[&str]) -> Helper {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {program}: {e}"));
-        let stdin = child.stdin.take();
-        let lines = line_channel(child.stdout.take().unwrap());
-        Helper { child, stdin, lines }
-    }
-
-    fn line(&self, timeout: Duration) -> String {
-        self.lines.recv_timeout(timeout).expect("helper printed nothing in time")
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.line(TIMEOUT)).unwrap()
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn wait(mut self) {
-        drop(self.stdin.take());
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "helper failed: {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "helper did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn line_channel(r: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
+/// Closes the helper's stdin and waits for it to exit successfully.
+fn finish(mut helper: LineProcess) {
+    helper.close_stdin();
+    helper.wait_exit(TIMEOUT).unwrap();
 }
 
 fn pid_of(v: &Value) -> u64 {
@@ -202,27 +56,29 @@ struct SequenceRun {
 
 /// Drives a started `sequence` helper through all steps; returns once tracer reported both
 /// exits (the helper's and its child's).
-fn drive_sequence(audit: Option<&mut Audit>, mut helper: Helper) -> SequenceRun {
-    let started = helper.json();
+fn drive_sequence(audit: Option<&mut Audit>, mut helper: LineProcess) -> SequenceRun {
+    let started = json(&mut helper);
     assert_eq!(started["phase"], "started");
-    helper.send("go");
-    let registered = helper.json();
+    helper.send_line("go").unwrap();
+    let registered = json(&mut helper);
     assert_eq!(registered["phase"], "registered");
     let pid = pid_of(&registered);
     // Let tracer see the ioctl while the fd is open, so the /proc fd check can answer.
     let mut audit = audit;
     if let Some(a) = audit.as_deref_mut() {
-        a.wait_for("the helper's user_events_register", |v| is(v, "user_events_register", pid));
+        a.wait_for("the helper's user_events_register", TIMEOUT, |v| {
+            is(v, "user_events_register", pid)
+        });
     }
-    helper.send("go");
-    let done = helper.json();
+    helper.send_line("go").unwrap();
+    let done = json(&mut helper);
     assert_eq!(done["phase"], "done");
     assert_eq!(done["child_status"], 0);
     let child_pid = done["child_pid"].as_u64().unwrap();
-    helper.wait();
+    finish(helper);
     if let Some(a) = audit {
-        a.wait_for("the child's exit", |v| is(v, "process_exit", child_pid));
-        a.wait_for("the helper's exit", |v| is(v, "process_exit", pid));
+        a.wait_for("the child's exit", TIMEOUT, |v| is(v, "process_exit", child_pid));
+        a.wait_for("the helper's exit", TIMEOUT, |v| is(v, "process_exit", pid));
     }
     SequenceRun { pid, child_pid, registered }
 }
@@ -304,8 +160,8 @@ fn assert_sequence_reported(lines: &[Value], run: &SequenceRun) {
 
 #[test]
 fn helper_sequence_is_reported_exactly() {
-    let mut audit = Audit::start(AuditConfig::default());
-    let helper = Helper::spawn(HELPER, &["sequence"]);
+    let mut audit = start_audit(AuditConfig::default());
+    let helper = helper(HELPER, &["sequence"]);
     let run = drive_sequence(Some(&mut audit), helper);
     let (lines, summary) = audit.stop();
     assert_sequence_reported(&lines, &run);
@@ -316,8 +172,8 @@ fn helper_sequence_is_reported_exactly() {
 
 #[test]
 fn registration_table_is_printed_on_request() {
-    let mut audit = Audit::start(AuditConfig { registrations: true, ..AuditConfig::default() });
-    let run = drive_sequence(Some(&mut audit), Helper::spawn(HELPER, &["sequence"]));
+    let mut audit = start_audit(AuditConfig { registrations: true, ..AuditConfig::default() });
+    let run = drive_sequence(Some(&mut audit), helper(HELPER, &["sequence"]));
     let (lines, summary) = audit.stop();
     let last = lines.last().unwrap();
     assert_eq!(last["kind"], "registration_table");
@@ -330,12 +186,12 @@ fn registration_table_is_printed_on_request() {
 
 #[test]
 fn preexisting_mapping_is_reported_from_procfs() {
-    let mut helper = Helper::spawn(HELPER, &["map-and-hold"]);
-    let mapped = helper.json();
+    let mut helper = helper(HELPER, &["map-and-hold"]);
+    let mapped = json(&mut helper);
     assert_eq!(mapped["phase"], "mapped");
     let pid = pid_of(&mapped);
-    let mut audit = Audit::start(AuditConfig::default());
-    let v = audit.wait_for("the procfs finding", |v| is(v, "dotnet_ipc_ready", pid));
+    let mut audit = start_audit(AuditConfig::default());
+    let v = audit.wait_for("the procfs finding", TIMEOUT, |v| is(v, "dotnet_ipc_ready", pid));
     assert_eq!(v["source"], "procfs");
     assert_eq!(v["addr"], mapped["addr"]);
     assert_eq!(v["len"], 4096);
@@ -345,8 +201,8 @@ fn preexisting_mapping_is_reported_from_procfs() {
     assert_eq!(v["comm"], "detect_helper");
     assert_eq!(v["path"], "/memfd:dotnet_ipc_created (deleted)");
     assert_eq!(v["uid"], 0);
-    helper.send("go");
-    helper.wait();
+    helper.send_line("go").unwrap();
+    finish(helper);
     let (lines, _) = audit.stop();
     let mine: Vec<&Value> = lines.iter().filter(|v| v["pid"] == pid).collect();
     assert_eq!(mine.len(), 1, "only the procfs finding: {mine:#?}");
@@ -354,21 +210,22 @@ fn preexisting_mapping_is_reported_from_procfs() {
 
 #[test]
 fn coreclr_runtime_is_seen_live() {
-    let mut audit = Audit::start(AuditConfig::default());
+    let mut audit = start_audit(AuditConfig::default());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("dotnet/coreclr_host.py");
-    let mut host = Helper::spawn("python3", &[script.to_str().unwrap()]);
-    let ready = host.line(CORECLR_TIMEOUT);
+    let mut host = helper("python3", &[script.to_str().unwrap()]);
+    let ready = host.next_line(CORECLR_TIMEOUT).unwrap();
     let fields: Vec<&str> = ready.split_whitespace().collect();
     assert_eq!(fields.first(), Some(&"READY"), "CoreCLR host failed to start: {ready}");
     assert!(fields[2].starts_with("8.0.4"), "{ready}");
     let pid: u64 = fields[1].parse().unwrap();
-    let v = audit.wait_for("the CoreCLR doublemapper", |v| is(v, "dotnet_runtime_seen", pid));
+    let v =
+        audit.wait_for("the CoreCLR doublemapper", TIMEOUT, |v| is(v, "dotnet_runtime_seen", pid));
     assert_eq!(v["source"], "kernel");
     assert_eq!(v["memfd"], "doublemapper");
     assert!(v["addr"].as_str().unwrap().starts_with("0x"));
-    host.send("exit");
-    host.wait();
-    audit.wait_for("the CoreCLR host's exit", |v| is(v, "process_exit", pid));
+    host.send_line("exit").unwrap();
+    finish(host);
+    audit.wait_for("the CoreCLR host's exit", TIMEOUT, |v| is(v, "process_exit", pid));
     let (lines, _) = audit.stop();
     let seen = lines.iter().filter(|v| is(v, "dotnet_runtime_seen", pid)).count();
     assert_eq!(seen, 1, "reported once per process");
@@ -378,12 +235,12 @@ fn coreclr_runtime_is_seen_live() {
 
 #[test]
 fn pid_filter_excludes_other_processes() {
-    let target = Helper::spawn(HELPER, &["sequence"]);
-    let other = Helper::spawn(HELPER, &["sequence"]);
+    let target = helper(HELPER, &["sequence"]);
+    let other = helper(HELPER, &["sequence"]);
     // Both wait at `started` until told to go; their pids are known before tracer attaches.
     let target_pid = target.child.id();
     let mut audit =
-        Audit::start(AuditConfig { target_pids: vec![target_pid], ..AuditConfig::default() });
+        start_audit(AuditConfig { target_pids: vec![target_pid], ..AuditConfig::default() });
     let other_thread = std::thread::spawn(move || drive_sequence(None, other));
     let run = drive_sequence(Some(&mut audit), target);
     let other_run = other_thread.join().unwrap();
@@ -440,7 +297,7 @@ fn cli_exits_zero_on_sigint_with_summary() {
             break;
         }
     }
-    let run = drive_sequence(None, Helper::spawn(HELPER, &["sequence"]));
+    let run = drive_sequence(None, helper(HELPER, &["sequence"]));
     // Wait for the helper's exit line on stdout before stopping.
     let mut out = Vec::new();
     loop {
@@ -495,8 +352,8 @@ fn unknown_pid_is_refused_before_attaching() {
 
 #[test]
 fn cli_duration_stops_and_output_goes_to_file() {
-    let mut helper = Helper::spawn(HELPER, &["map-and-hold"]);
-    let mapped = helper.json();
+    let mut helper = helper(HELPER, &["map-and-hold"]);
+    let mapped = json(&mut helper);
     let out = std::env::temp_dir().join(format!("tracer-audit-{}.jsonl", std::process::id()));
     let mut tracer = Command::new(tracer_binary())
         .args(["audit", "--duration", "1500ms", "--output"])
@@ -522,6 +379,6 @@ fn cli_duration_stops_and_output_goes_to_file() {
     assert_eq!(found.len(), 1, "{text}");
     assert_eq!(found[0]["source"], "procfs");
     assert_eq!(found[0]["addr"], mapped["addr"]);
-    helper.send("go");
-    helper.wait();
+    helper.send_line("go").unwrap();
+    finish(helper);
 }

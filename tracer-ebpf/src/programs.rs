@@ -39,7 +39,9 @@ const SYSCALL_ARG0: usize = 16;
 const SYSCALL_RET: usize = 16;
 
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+/// 1 MiB: thousands of events of headroom for a consumer that drains it promptly, while the
+/// doubly-mapped data pages stay a small part of tracer's resident memory. Full = counted loss.
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// Per-CPU loss counters, indexed by `LossReason::counter_index(kind, reason)`.
 #[map]

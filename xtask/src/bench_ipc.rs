@@ -78,9 +78,16 @@ fn spawn_double() -> anyhow::Result<(u32, Double)> {
         .spawn()
         .context("starting the .NET 10 test double")?;
     let stdin = child.stdin.take().expect("piped");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
     let mut ready = String::new();
-    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut ready)?;
-    let pid = ready.split_whitespace().nth(1).context("READY <pid>")?.parse()?;
+    stdout.read_line(&mut ready)?;
+    let pid = ready
+        .strip_prefix("READY ")
+        .and_then(|r| r.split_whitespace().next())
+        .with_context(|| format!("expected READY <pid> <socket>, got {ready:?}"))?
+        .parse()?;
+    // Keep reading what it prints: a closed pipe would kill its server thread.
+    std::thread::spawn(move || stdout.lines().map_while(Result::ok).for_each(drop));
     Ok((pid, Double { child, stdin }))
 }
 
@@ -105,7 +112,8 @@ fn measure(tracer: &Tracer) -> anyhow::Result<(Vec<f64>, u64, u64)> {
                     latencies.push((t - at) as f64 / 1e6);
                     break;
                 }
-                Some("session_failed") => bail!("session failed: {line}"),
+                // Other processes on the machine may fail; only ours must not.
+                Some("session_failed") if p as u32 == pid => bail!("session failed: {line}"),
                 _ => {}
             }
         }

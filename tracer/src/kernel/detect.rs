@@ -6,9 +6,9 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use anyhow::{Context as _, anyhow, bail};
-use aya::Ebpf;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{ProgramError, TracePoint, trace_point::TracePointLinkId};
+use aya::{Ebpf, EbpfLoader};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
@@ -94,7 +94,12 @@ impl Detector {
             ..config_offsets(&tracefs)?
         };
 
-        let mut ebpf = Ebpf::load(crate::EBPF_OBJECT).context("loading the embedded BPF object")?;
+        // Without kernel BTF: the programs use no CO-RE relocations, and parsing vmlinux BTF
+        // would cost ~15 MiB of heap (tracer's resident memory budget is 20 MiB).
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .load(crate::EBPF_OBJECT)
+            .context("loading the embedded BPF object")?;
         Array::<_, Config>::try_from(map_mut(&mut ebpf, "CONFIG")?)?
             .set(0, config, 0)
             .context("writing the CONFIG map")?;
