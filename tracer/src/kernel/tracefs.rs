@@ -90,3 +90,353 @@ fn mount_tracefs(dir: &Path) -> anyhow::Result<()> {
     log::info!("mounted tracefs on {}", dir.display());
     Ok(())
 }
+
+/// An event selection: `system:name` or `system:*`, with an optional filter expression
+/// (`sched:sched_process_exec:pid > 100`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub system: String,
+    /// `None` selects every event of the system.
+    pub name: Option<String>,
+    pub filter: Option<String>,
+}
+
+impl std::str::FromStr for EventSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<EventSpec, String> {
+        let mut parts = s.splitn(3, ':');
+        let (system, name) = (parts.next().unwrap_or("").trim(), parts.next().map(str::trim));
+        let filter = parts.next().map(str::trim).filter(|f| !f.is_empty()).map(str::to_string);
+        let valid =
+            |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        match name {
+            Some(n) if valid(system) && (n == "*" || valid(n)) => Ok(EventSpec {
+                system: system.to_string(),
+                name: (n != "*").then(|| n.to_string()),
+                filter,
+            }),
+            _ => Err(format!(
+                "invalid event {s:?}: expected SYSTEM:NAME or SYSTEM:* with an optional :FILTER, \
+                 e.g. sched:sched_process_exec or syscalls:sys_enter_openat:filename != 0"
+            )),
+        }
+    }
+}
+
+/// Counters of one CPU buffer from `per_cpu/cpuN/stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CpuBufferStats {
+    /// Entries currently in the buffer.
+    pub entries: u64,
+    /// Entries overwritten (lost) in overwrite mode.
+    pub overrun: u64,
+    pub commit_overrun: u64,
+    /// Entries dropped in no-overwrite mode (not flagged on pages).
+    pub dropped_events: u64,
+    pub read_events: u64,
+}
+
+impl CpuBufferStats {
+    pub fn parse(text: &str) -> CpuBufferStats {
+        let mut s = CpuBufferStats::default();
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once(':') else { continue };
+            let Ok(v) = value.trim().parse::<u64>() else { continue };
+            match key.trim() {
+                "entries" => s.entries = v,
+                "overrun" => s.overrun = v,
+                "commit overrun" => s.commit_overrun = v,
+                "dropped events" => s.dropped_events = v,
+                "read events" => s.read_events = v,
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+const INSTANCE_PREFIX: &str = "tracer-";
+
+/// A private ftrace instance `instances/tracer-<pid>[-<suffix>]`: its own ring buffer, clock and
+/// event switches, so tracer never disturbs the top-level buffer or other tracing users.
+/// Dropping it disables what it enabled and removes the directory (unmap readers first).
+#[derive(Debug)]
+pub struct Instance {
+    tracefs: Tracefs,
+    name: String,
+    dir: PathBuf,
+    enabled: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+impl Instance {
+    /// Creates `instances/tracer-<pid>` after removing stale instances of dead tracer processes.
+    pub fn create(tracefs: &Tracefs) -> anyhow::Result<Instance> {
+        Self::create_with_suffix(tracefs, None)
+    }
+
+    /// Like [`Instance::create`], named `tracer-<pid>-<suffix>` (several instances per process:
+    /// `tracer check`'s scratch instance, parallel tests).
+    pub fn create_with_suffix(tracefs: &Tracefs, suffix: Option<&str>) -> anyhow::Result<Instance> {
+        remove_stale_instances(tracefs);
+        let pid = std::process::id();
+        let name = match suffix {
+            Some(s) => format!("{INSTANCE_PREFIX}{pid}-{s}"),
+            None => format!("{INSTANCE_PREFIX}{pid}"),
+        };
+        let dir = tracefs.path("instances").join(&name);
+        if dir.exists() {
+            // Left over by this very pid (e.g. pid reuse after a crash).
+            fs::remove_dir(&dir).with_context(|| format!("removing old {}", dir.display()))?;
+        }
+        fs::create_dir(&dir).with_context(|| {
+            format!("creating ftrace instance {} (needs root and tracefs instances)", dir.display())
+        })?;
+        Ok(Instance { tracefs: tracefs.clone(), name, dir, enabled: Default::default() })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn tracefs(&self) -> &Tracefs {
+        &self.tracefs
+    }
+
+    pub fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    pub fn write(&self, rel: &str, value: &str) -> anyhow::Result<()> {
+        let path = self.dir.join(rel);
+        fs::write(&path, value).with_context(|| format!("writing {value:?} to {}", path.display()))
+    }
+
+    pub fn read(&self, rel: &str) -> anyhow::Result<String> {
+        let path = self.dir.join(rel);
+        fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    }
+
+    /// Per-CPU buffer size; must be set before any CPU buffer is mapped.
+    pub fn set_buffer_size_kb(&self, kb: u64) -> anyhow::Result<()> {
+        self.write("buffer_size_kb", &kb.to_string())
+    }
+
+    /// Fill level (0–100) at which readers are woken.
+    pub fn set_buffer_percent(&self, percent: u32) -> anyhow::Result<()> {
+        self.write("buffer_percent", &percent.to_string())
+    }
+
+    /// `mono` makes record timestamps CLOCK_MONOTONIC, comparable with BPF and nettrace events.
+    pub fn set_trace_clock(&self, clock: &str) -> anyhow::Result<()> {
+        self.write("trace_clock", clock)
+    }
+
+    /// The selected clock (the bracketed entry of `trace_clock`).
+    pub fn trace_clock(&self) -> anyhow::Result<String> {
+        let text = self.read("trace_clock")?;
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("no selected clock in trace_clock: {text:?}"))
+    }
+
+    pub fn set_tracing_on(&self, on: bool) -> anyhow::Result<()> {
+        self.write("tracing_on", if on { "1" } else { "0" })
+    }
+
+    /// CPU numbers that have a `per_cpu/cpuN` directory, ascending.
+    pub fn cpus(&self) -> anyhow::Result<Vec<u32>> {
+        let dir = self.dir.join("per_cpu");
+        let mut cpus: Vec<u32> = fs::read_dir(&dir)
+            .with_context(|| format!("listing {}", dir.display()))?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+            .collect();
+        cpus.sort_unstable();
+        Ok(cpus)
+    }
+
+    pub fn cpu_stats(&self, cpu: u32) -> anyhow::Result<CpuBufferStats> {
+        Ok(CpuBufferStats::parse(&self.read(&format!("per_cpu/cpu{cpu}/stats"))?))
+    }
+
+    /// Enables the selected events (with the filter, if any) and returns `(system, name)` of
+    /// each. Events without an `enable` switch (`ftrace:print`, `ftrace:raw_data`: always
+    /// recorded when written) are returned as is.
+    pub fn enable(&self, spec: &EventSpec) -> anyhow::Result<Vec<(String, String)>> {
+        let sys_dir = self.dir.join("events").join(&spec.system);
+        if !sys_dir.is_dir() {
+            bail!(
+                "event system {:?} does not exist in tracefs (see {}/available_events)",
+                spec.system,
+                self.tracefs.root().display()
+            );
+        }
+        let names = match &spec.name {
+            Some(n) => {
+                if !sys_dir.join(n).join("format").is_file() {
+                    bail!(
+                        "tracepoint {}:{n} does not exist on this kernel (no {}/{n}/format)",
+                        spec.system,
+                        sys_dir.display()
+                    );
+                }
+                vec![n.clone()]
+            }
+            None => {
+                let mut v: Vec<String> = fs::read_dir(&sys_dir)
+                    .with_context(|| format!("listing {}", sys_dir.display()))?
+                    .filter_map(|e| {
+                        let e = e.ok()?;
+                        e.path()
+                            .join("format")
+                            .is_file()
+                            .then(|| e.file_name().into_string().ok())?
+                    })
+                    .collect();
+                v.sort();
+                v
+            }
+        };
+        // `system:*` uses the system-wide switches; a name uses the event's own.
+        let target = match &spec.name {
+            Some(n) => sys_dir.join(n),
+            None => sys_dir.clone(),
+        };
+        if let Some(filter) = &spec.filter {
+            fs::write(target.join("filter"), filter).with_context(|| {
+                format!(
+                    "setting filter {filter:?} on {}:{} (the kernel rejected it; see {}/error_log)",
+                    spec.system,
+                    spec.name.as_deref().unwrap_or("*"),
+                    self.dir.display()
+                )
+            })?;
+        }
+        let enable = target.join("enable");
+        if enable.is_file() {
+            fs::write(&enable, "1").with_context(|| format!("enabling {}", enable.display()))?;
+            self.enabled.lock().expect("not poisoned").push(target);
+        }
+        Ok(names.into_iter().map(|n| (spec.system.clone(), n)).collect())
+    }
+
+    /// Format of an event (the same text as the top-level `events/` tree).
+    pub fn event_format(&self, system: &str, event: &str) -> anyhow::Result<EventFormat> {
+        self.tracefs.event_format(system, event)
+    }
+
+    /// Sub-buffer layout from `events/header_page`, checked against `events/header_event`.
+    pub fn page_layout(&self) -> anyhow::Result<crate::decode::ftrace::page::PageLayout> {
+        use crate::decode::ftrace::page::PageLayout;
+        let read = |name: &str| read_in_one_go(&self.tracefs.path("events").join(name));
+        PageLayout::check_header_event(&read("header_event")?)?;
+        Ok(PageLayout::parse_header_page(&read("header_page")?)?)
+    }
+
+    fn cleanup(&self) -> anyhow::Result<()> {
+        self.set_tracing_on(false)?;
+        for target in self.enabled.lock().expect("not poisoned").drain(..) {
+            let _ = fs::write(target.join("enable"), "0");
+            if target.join("filter").is_file() {
+                let _ = fs::write(target.join("filter"), "0");
+            }
+        }
+        fs::remove_dir(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Err(e) = self.cleanup() {
+            log::warn!("ftrace instance clean-up: {e:#}");
+        }
+    }
+}
+
+/// Reads a tracefs file with one large read: `events/header_event` and `header_page` return
+/// only their first chunk to a small first read (the probe read of `read_to_string`).
+fn read_in_one_go(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut len = 0;
+    let mut f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    loop {
+        let n = f.read(&mut buf[len..]).with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 || len + n == buf.len() {
+            len += n;
+            break;
+        }
+        len += n;
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).with_context(|| format!("{} is not UTF-8", path.display()))
+}
+
+/// Removes `tracer-<pid>[-…]` instances whose owner process is gone (a crash or SIGKILL).
+pub fn remove_stale_instances(tracefs: &Tracefs) {
+    let Ok(entries) = fs::read_dir(tracefs.path("instances")) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(owner) = name.to_str().and_then(instance_owner) else { continue };
+        if Path::new("/proc").join(owner.to_string()).exists() {
+            continue;
+        }
+        match fs::remove_dir(entry.path()) {
+            Ok(()) => log::info!("removed stale ftrace instance {}", entry.path().display()),
+            Err(e) => log::warn!("cannot remove stale instance {}: {e}", entry.path().display()),
+        }
+    }
+}
+
+/// The owner pid of an instance named `tracer-<pid>` or `tracer-<pid>-<suffix>`.
+fn instance_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(INSTANCE_PREFIX)?;
+    rest.split('-').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_specs() {
+        let s: EventSpec = "sched:sched_process_exec".parse().unwrap();
+        assert_eq!(
+            (s.system.as_str(), s.name.as_deref(), s.filter),
+            ("sched", Some("sched_process_exec"), None)
+        );
+        let s: EventSpec = "syscalls:*".parse().unwrap();
+        assert_eq!(s.name, None);
+        let s: EventSpec = "syscalls:sys_enter_openat:flags & 0x40 && dfd != 3".parse().unwrap();
+        assert_eq!(s.filter.as_deref(), Some("flags & 0x40 && dfd != 3"));
+        assert!("sched".parse::<EventSpec>().unwrap_err().contains("SYSTEM:NAME"));
+        assert!("sch ed:x".parse::<EventSpec>().is_err());
+    }
+
+    #[test]
+    fn stats_and_instance_names() {
+        let s = CpuBufferStats::parse(
+            "entries: 5\noverrun: 7\ncommit overrun: 0\nbytes: 10\noldest event ts:     0.000000\n\
+             now ts:  1009.465220\ndropped events: 2\nread events: 9\n",
+        );
+        assert_eq!(
+            s,
+            CpuBufferStats {
+                entries: 5,
+                overrun: 7,
+                commit_overrun: 0,
+                dropped_events: 2,
+                read_events: 9
+            }
+        );
+        assert_eq!(instance_owner("tracer-123"), Some(123));
+        assert_eq!(instance_owner("tracer-123-check"), Some(123));
+        assert_eq!(instance_owner("tracer-x"), None);
+        assert_eq!(instance_owner("other-1"), None);
+    }
+}

@@ -552,7 +552,7 @@ mod tests {
     #[test]
     fn bad_length_is_reported_at_the_event() {
         let mut b = PageBuilder::new(layout(), 0);
-        b.data(0, &[1; 8]).data(1, &vec![2; 200]);
+        b.data(0, &[1; 8]).data(1, &[2; 200]);
         let mut page = b.finish(Missed::None);
         // Second event (offset 28) is a large one: array[0] at 32.
         page[32..36].copy_from_slice(&5000u32.to_le_bytes());

@@ -211,7 +211,7 @@ fn array_value(
         _ => {
             // Fixed arrays: the element size is authoritative from size / N.
             let size = match (element, declared_len) {
-                (_, Some(n)) if n > 0 && field.size % n == 0 => field.size / n,
+                (_, Some(n)) if n > 0 && field.size.is_multiple_of(n) => field.size / n,
                 (Element::Int { size, .. }, _) => size,
                 _ => 1,
             };
