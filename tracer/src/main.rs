@@ -19,10 +19,16 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    Ftrace(tracer::pipeline::ftrace::FtraceArgs),
+    Check(tracer::pipeline::check::CheckArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::new().parse_filters(&cli.log_level).format_timestamp_millis().init();
-    match cli.command {}
+    match cli.command {
+        Command::Ftrace(args) => tracer::pipeline::ftrace::main(args),
+        Command::Check(args) => tracer::pipeline::check::main(args),
+    }
 }

@@ -598,6 +598,15 @@ fn drain_read(
     }
 }
 
+fn get_reader(fd: std::os::fd::RawFd) -> anyhow::Result<()> {
+    // SAFETY: a plain ioctl without argument on an open trace_pipe_raw fd.
+    let rc = unsafe { libc::ioctl(fd, TRACE_MMAP_IOCTL_GET_READER, 0) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error()).context("TRACE_MMAP_IOCTL_GET_READER");
+    }
+    Ok(())
+}
+
 /// The read-only shared mapping of one CPU buffer: meta page + sub-buffers.
 struct Mapping {
     meta: *const u8,
@@ -699,15 +708,6 @@ impl Mapping {
         commit.load(Ordering::Acquire)
     }
 
-    fn get_reader(&self, fd: &AsyncFd<OwnedFd>) -> anyhow::Result<()> {
-        // SAFETY: a plain ioctl without argument on our fd.
-        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), TRACE_MMAP_IOCTL_GET_READER, 0) };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error()).context("TRACE_MMAP_IOCTL_GET_READER");
-        }
-        Ok(())
-    }
-
     /// The consumer protocol of the mapped buffer (reference §2.5): parse the reader sub-buffer
     /// up to its commit, GET_READER, and continue on the same page (new commit) or the next.
     fn drain(
@@ -772,7 +772,7 @@ impl Mapping {
             }
             let parsed_to = cursor.pos;
             let ended = cursor.ended;
-            self.get_reader(fd)?;
+            get_reader(fd.as_raw_fd())?;
             let new_id = self.meta_u32(META_READER_ID) as usize;
             if new_id != id {
                 self.reader_id = new_id;
@@ -800,4 +800,32 @@ impl Drop for Mapping {
             }
         }
     }
+}
+
+/// What a successful trial mapping of one CPU buffer showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmapProbe {
+    pub meta_page_size: usize,
+    pub subbuf_size: usize,
+    pub nr_subbufs: usize,
+}
+
+/// Maps `cpu`'s buffer of `instance`, issues one GET_READER and unmaps: proves the kernel
+/// supports the mapped consumer (`tracer check`). Use an idle scratch instance.
+pub fn probe_mmap(instance: &Instance, cpu: u32) -> anyhow::Result<MmapProbe> {
+    let layout = instance.page_layout()?;
+    let path = instance.path(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let fd = OwnedFd::from(file);
+    let m = Mapping::new(&fd, &layout)?;
+    get_reader(fd.as_raw_fd())?;
+    Ok(MmapProbe {
+        meta_page_size: m.meta_u32(META_PAGE_SIZE) as usize,
+        subbuf_size: m.subbuf_size,
+        nr_subbufs: m.nr_subbufs,
+    })
 }

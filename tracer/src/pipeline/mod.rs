@@ -1,4 +1,7 @@
 //! One pipeline per subcommand: detection → sessions → decode → sinks, in one direction.
+pub mod check;
+pub mod ftrace;
+
 use std::time::Duration;
 
 /// Why a pipeline stopped.

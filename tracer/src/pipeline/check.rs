@@ -1,0 +1,272 @@
+//! `tracer check`: is this host able to run tracer? One OK/MISSING line per requirement, each
+//! MISSING line saying what to do; exit status 1 when a required feature is missing.
+use std::process::ExitCode;
+
+use crate::kernel::ftrace_reader::probe_mmap;
+use crate::kernel::privileges::{Capabilities, Capability};
+use crate::kernel::tracefs::{Instance, Tracefs};
+
+/// Check privileges and kernel features tracer needs, and say what to do about missing ones.
+///
+/// Checks: privileges (root or CAP_BPF + CAP_PERFMON), the bpf() syscall, every tracepoint the
+/// detection programs attach to, the tracefs mount, user_events (optional), memory-mapped
+/// trace_pipe_raw (tried on a scratch instance), and the kernel version. Exit status 1 when a
+/// required feature is missing, 0 otherwise.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {}
+
+/// Tracepoints the eBPF detection programs attach to.
+pub const TRACEPOINTS: &[(&str, &str)] = &[
+    ("syscalls", "sys_enter_memfd_create"),
+    ("syscalls", "sys_exit_memfd_create"),
+    ("syscalls", "sys_enter_mmap"),
+    ("syscalls", "sys_exit_mmap"),
+    ("syscalls", "sys_enter_ioctl"),
+    ("syscalls", "sys_exit_ioctl"),
+    ("syscalls", "sys_enter_close"),
+    ("sched", "sched_process_fork"),
+    ("sched", "sched_process_exec"),
+    ("sched", "sched_process_exit"),
+    ("task", "task_newtask"),
+];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Missing,
+    /// Missing, but tracer works without it (degraded).
+    MissingOptional,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub status: Status,
+    pub what: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tag = match self.status {
+            Status::Ok => "OK",
+            Status::Missing => "MISSING",
+            Status::MissingOptional => "MISSING (optional)",
+        };
+        write!(f, "{tag:<18} {}: {}", self.what, self.detail)
+    }
+}
+
+fn finding(status: Status, what: impl Into<String>, detail: impl Into<String>) -> Finding {
+    Finding { status, what: what.into(), detail: detail.into() }
+}
+
+pub fn main(_args: CheckArgs) -> ExitCode {
+    let findings = run();
+    for f in &findings {
+        println!("{f}");
+    }
+    if findings.iter().any(|f| f.status == Status::Missing) {
+        println!("tracer cannot run here: fix the MISSING lines above");
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs every check.
+pub fn run() -> Vec<Finding> {
+    let mut out = vec![privileges(), bpf_syscall()];
+    let release = kernel_release();
+    out.push(kernel_version(&release));
+    match Tracefs::find_or_mount() {
+        Ok(tracefs) => {
+            out.push(finding(
+                Status::Ok,
+                "tracefs",
+                format!("mounted at {}", tracefs.root().display()),
+            ));
+            for (system, name) in TRACEPOINTS {
+                out.push(tracepoint(&tracefs, system, name));
+            }
+            out.push(user_events(&tracefs));
+            out.push(mmap_support(&tracefs));
+        }
+        Err(e) => out.push(finding(
+            Status::Missing,
+            "tracefs",
+            format!("{e:#}; tracepoint and ring-buffer checks skipped"),
+        )),
+    }
+    out
+}
+
+fn privileges() -> Finding {
+    let caps = match Capabilities::current() {
+        Ok(c) => c,
+        Err(e) => {
+            return finding(
+                Status::Missing,
+                "privileges",
+                format!("cannot read capabilities: {e}"),
+            );
+        }
+    };
+    match caps.check_bpf_tracing() {
+        Ok(()) if caps.has(Capability::SysAdmin) => {
+            finding(Status::Ok, "privileges", "CAP_SYS_ADMIN (root)")
+        }
+        Ok(()) => finding(Status::Ok, "privileges", "CAP_BPF and CAP_PERFMON"),
+        Err(e) => finding(Status::Missing, "privileges", e.to_string()),
+    }
+}
+
+/// Creates (and closes) a one-entry BPF array map: the bpf() syscall works for this process.
+fn bpf_syscall() -> Finding {
+    // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size, max_entries, rest zero.
+    let mut attr = [0u32; 32];
+    attr[..4].copy_from_slice(&[2 /* BPF_MAP_TYPE_ARRAY */, 4, 4, 1]);
+    // SAFETY: attr is a valid, zero-padded bpf_attr of the size passed.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_bpf, 0 /* BPF_MAP_CREATE */, attr.as_ptr(), size_of_val(&attr))
+    };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        let hint = match err.raw_os_error() {
+            Some(libc::EPERM) => {
+                "run as root or with CAP_BPF; check kernel.unprivileged_bpf_disabled and LSM policy"
+            }
+            Some(libc::ENOSYS) => "the kernel is built without CONFIG_BPF_SYSCALL",
+            _ => "BPF maps cannot be created",
+        };
+        return finding(
+            Status::Missing,
+            "BPF syscall",
+            format!("bpf(BPF_MAP_CREATE): {err}: {hint}"),
+        );
+    }
+    // SAFETY: closing the fd just returned by the kernel.
+    unsafe { libc::close(fd as i32) };
+    finding(Status::Ok, "BPF syscall", "created and freed a BPF array map")
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+/// (major, minor) of a release string like `6.18.44-fc-v769`.
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+fn kernel_version(release: &str) -> Finding {
+    let what = "kernel version";
+    match parse_release(release) {
+        None => finding(Status::Missing, what, format!("cannot parse kernel release {release:?}")),
+        Some(v) if v < (5, 8) => finding(
+            Status::Missing,
+            what,
+            format!("{release}: tracer needs ≥ 5.8 (BPF ring buffer); upgrade the kernel"),
+        ),
+        Some(v) => {
+            let mut notes = vec!["≥ 5.8 (BPF ring buffer)"];
+            notes.push(if v >= (6, 10) {
+                "≥ 6.10 (trace_pipe_raw mmap)"
+            } else {
+                "< 6.10: no trace_pipe_raw mmap, ftrace is read with read()"
+            });
+            notes.push(if v >= (6, 4) {
+                "≥ 6.4 (user_events ABI)"
+            } else {
+                "< 6.4: no usable user_events"
+            });
+            let status = if v >= (6, 10) { Status::Ok } else { Status::MissingOptional };
+            finding(status, what, format!("{release}: {}", notes.join(", ")))
+        }
+    }
+}
+
+fn tracepoint(tracefs: &Tracefs, system: &str, name: &str) -> Finding {
+    let what = format!("tracepoint {system}:{name}");
+    let id = tracefs.event_dir(system, name).join("id");
+    match std::fs::read_to_string(&id) {
+        Ok(_) => finding(Status::Ok, what, "available"),
+        Err(e) => {
+            let why = if system == "syscalls" {
+                "syscall tracepoints need CONFIG_FTRACE_SYSCALLS"
+            } else {
+                "the kernel lacks this tracepoint"
+            };
+            finding(Status::Missing, what, format!("{} unreadable ({e}): {why}", id.display()))
+        }
+    }
+}
+
+fn user_events(tracefs: &Tracefs) -> Finding {
+    let path = tracefs.path("user_events_data");
+    if path.exists() {
+        finding(
+            Status::Ok,
+            "user_events",
+            format!("{} present: `tracer run` can use user_events sessions", path.display()),
+        )
+    } else {
+        finding(
+            Status::MissingOptional,
+            "user_events",
+            format!(
+                "{} absent (kernel built without CONFIG_USER_EVENTS): `tracer run` will use \
+                 streaming (EventPipe) sessions instead; rebuild with CONFIG_USER_EVENTS=y for \
+                 user_events sessions",
+                path.display()
+            ),
+        )
+    }
+}
+
+/// Maps CPU 0's buffer of an idle scratch instance, then removes the instance.
+fn mmap_support(tracefs: &Tracefs) -> Finding {
+    let what = "trace_pipe_raw mmap";
+    let trial = Instance::create_with_suffix(tracefs, Some("check")).and_then(|inst| {
+        let cpu = *inst.cpus()?.first().ok_or_else(|| anyhow::anyhow!("no per-CPU buffers"))?;
+        inst.set_buffer_size_kb(16)?;
+        probe_mmap(&inst, cpu).map(|p| (cpu, p))
+    });
+    match trial {
+        Ok((cpu, p)) => finding(
+            Status::Ok,
+            what,
+            format!(
+                "mapped cpu{cpu} of a scratch instance (meta page {} bytes, {} sub-buffers of {} \
+                 bytes)",
+                p.meta_page_size, p.nr_subbufs, p.subbuf_size
+            ),
+        ),
+        Err(e) => finding(
+            Status::MissingOptional,
+            what,
+            format!(
+                "{e:#}: tracer reads the ring buffer with read() instead (needs Linux ≥ 6.10 for \
+                 mmap)"
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_and_line_format() {
+        assert_eq!(parse_release("6.18.44-fc-v769"), Some((6, 18)));
+        assert_eq!(parse_release("5.10.0-23-amd64"), Some((5, 10)));
+        assert_eq!(parse_release("x"), None);
+        assert_eq!(kernel_version("6.9.1").status, Status::MissingOptional);
+        assert_eq!(kernel_version("5.4.0").status, Status::Missing);
+        assert_eq!(
+            finding(Status::Ok, "tracefs", "mounted at /sys/kernel/tracing").to_string(),
+            "OK                 tracefs: mounted at /sys/kernel/tracing"
+        );
+    }
+}
