@@ -103,3 +103,13 @@ pub async fn collect_until(
     events.extend(reader.flush().expect("flush"));
     events
 }
+
+/// Pins the calling thread to `cpu` so all its trace writes land in that CPU's buffer.
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one bit set, applied to the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}

@@ -74,3 +74,234 @@ async fn forced_read_mode_gives_identical_results() {
         |v: Vec<(u32, String, Vec<u8>)>| v.into_iter().map(|(_, s, p)| (s, p)).collect::<Vec<_>>();
     assert_eq!(strip(mapped), strip(read));
 }
+
+/// A burst into a small buffer that nobody drains: the ring overwrites, and every record is
+/// either decoded or counted lost, by the kernel's overrun counter and by the page flags alike.
+async fn overrun_accounting(mode: ReadMode, suffix: &str) {
+    const BURST: u32 = 20_000;
+    let inst = instance(suffix, 8);
+    let mut reader = reader(&inst, marker_tracepoints(&inst), mode);
+    inst.set_tracing_on(true).unwrap();
+    let writer = inst.clone();
+    std::thread::spawn(move || {
+        pin_to_cpu(0);
+        write_raw(&writer, 0..BURST);
+    })
+    .join()
+    .unwrap();
+    inst.set_tracing_on(false).unwrap();
+    let events = reader.flush().unwrap();
+    let stats = reader.stats();
+    let cpu0 = stats.cpus[0];
+    let seqs: Vec<u32> = events.iter().map(|e| parse_raw_record(&e.record).0).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "decoded records in order");
+    assert!(cpu0.overrun > 0, "the burst must overrun the 8 KiB buffer: {cpu0:?}");
+    assert_eq!(cpu0.dropped, 0);
+    assert_eq!(cpu0.records, events.len() as u64);
+    assert_eq!(events.len() as u64 + cpu0.overrun, u64::from(BURST), "{cpu0:?}");
+    assert_eq!(cpu0.lost_on_pages, cpu0.overrun, "page flags add up to the overrun: {cpu0:?}");
+    assert_eq!(cpu0.pages_with_unknown_loss, 0);
+    assert_eq!(stats.lost(), cpu0.overrun);
+    // Overwrite mode loses the oldest records: what survives is the tail of the burst.
+    assert_eq!(*seqs.last().unwrap(), BURST - 1);
+    assert_eq!(seqs[0] as usize, BURST as usize - seqs.len());
+}
+
+#[tokio::test]
+async fn overrun_is_fully_accounted_mmap() {
+    overrun_accounting(ReadMode::Mmap, "ovr-mmap").await;
+}
+
+#[tokio::test]
+async fn overrun_is_fully_accounted_read() {
+    overrun_accounting(ReadMode::Read, "ovr-read").await;
+}
+
+/// Renders a decoded event the way the kernel's `trace` file does (after the timestamp).
+fn kernel_text(e: &Event) -> String {
+    let fields = e.fields().unwrap();
+    let v = serde_json::to_value(&fields).unwrap();
+    match e.tracepoint.name.as_str() {
+        "sched_process_exec" => format!(
+            "sched_process_exec: filename={} pid={} old_pid={}",
+            v["filename"].as_str().unwrap(),
+            v["pid"],
+            v["old_pid"]
+        ),
+        "sys_enter_openat" => {
+            let hex = |n: &str| match v[n].as_u64().unwrap() {
+                0 => "0".to_string(),
+                x => format!("{x:#x}"),
+            };
+            format!(
+                "sys_openat(dfd: {}, filename: {}, flags: {}, mode: {})",
+                hex("dfd"),
+                hex("filename"),
+                hex("flags"),
+                hex("mode")
+            )
+        }
+        other => panic!("unexpected {other}"),
+    }
+}
+
+/// `<comm>-<tid> [<cpu>] <flags> <secs>.<usecs>: <text>` → (cpu, usecs, tid, text).
+fn parse_trace_line(line: &str) -> (u32, u64, i32, String) {
+    let (head, rest) = line.split_once("] ").unwrap();
+    let (task, cpu) = head.rsplit_once('[').unwrap();
+    let tid = task.trim().rsplit_once('-').unwrap().1.parse().unwrap();
+    let (_flags, rest) = rest.trim_start().split_once(' ').unwrap();
+    let (ts, text) = rest.trim_start().split_once(": ").unwrap();
+    let (secs, usecs) = ts.split_once('.').unwrap();
+    let us = secs.parse::<u64>().unwrap() * 1_000_000 + usecs.parse::<u64>().unwrap();
+    (cpu.parse().unwrap(), us, tid, text.to_string())
+}
+
+#[tokio::test]
+async fn decoded_fields_match_the_kernels_text_rendering() {
+    let inst = instance("text", 1024);
+    let tid = unsafe { libc::gettid() };
+    let tps = vec![
+        tracer::kernel::ftrace_reader::Tracepoint::load(&inst, "sched", "sched_process_exec")
+            .unwrap(),
+        tracer::kernel::ftrace_reader::Tracepoint::load(&inst, "syscalls", "sys_enter_openat")
+            .unwrap(),
+    ];
+    inst.enable(&"sched:sched_process_exec".parse().unwrap()).unwrap();
+    inst.enable(&format!("syscalls:sys_enter_openat:common_pid == {tid}").parse().unwrap())
+        .unwrap();
+    inst.set_tracing_on(true).unwrap();
+    for _ in 0..3 {
+        assert!(std::process::Command::new("/bin/true").status().unwrap().success());
+        drop(std::fs::File::open("/proc/self/status").unwrap());
+    }
+    inst.set_tracing_on(false).unwrap();
+    // The `trace` file reads without consuming; read it before the reader drains the buffer.
+    let text = std::fs::read_to_string(inst.path("trace")).unwrap();
+    let want: Vec<_> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(parse_trace_line)
+        .collect();
+    let mut reader = reader(&inst, tps, ReadMode::Mmap);
+    let events = reader.flush().unwrap();
+    let got: Vec<_> =
+        events.iter().map(|e| (e.cpu, (e.ts + 500) / 1000, e.common.pid, kernel_text(e))).collect();
+    let execs = got.iter().filter(|g| g.3.starts_with("sched_process_exec")).count();
+    let opens = got.iter().filter(|g| g.3.starts_with("sys_openat")).count();
+    assert!(execs >= 3 && opens >= 3, "{execs} execs, {opens} opens in {got:#?}");
+    // The merge sorts by timestamp; the text file too (ties can differ between CPUs).
+    let mut want = want;
+    let mut got = got;
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn corrupt_page_is_reported_and_reading_continues() {
+    use tracer::decode::ftrace::page::{Missed, build::PageBuilder};
+    use tracer::kernel::ftrace_reader::CorruptionReport;
+    let inst = instance("corrupt", 1024);
+    let tps = marker_tracepoints(&inst);
+    let raw_id = tps[0].format.id;
+    let mut reader = reader(&inst, tps, ReadMode::Mmap);
+    inst.set_tracing_on(true).unwrap();
+    let record = |seq: u32| {
+        let mut r = raw_id.to_le_bytes().to_vec();
+        r.extend([0, 0]);
+        r.extend(1234i32.to_le_bytes());
+        r.extend(raw_payload(seq));
+        r
+    };
+    let layout = inst.page_layout().unwrap();
+    let mut b = PageBuilder::new(layout, tracer::sink::clock::monotonic_ns());
+    b.data(0, &record(1000));
+    let bad_at = b.pos();
+    b.data(3, &record(1001)); // > 112 bytes: a type_len 0 event with its length at bad_at + 4
+    let mut page = b.finish(Missed::None);
+    page[bad_at + 4..bad_at + 8].copy_from_slice(&5000u32.to_le_bytes());
+    let left = b.pos() - bad_at;
+    reader.ingest_page(0, 77, &page).unwrap();
+    assert_eq!(
+        reader.take_corruptions(),
+        vec![CorruptionReport {
+            cpu: 0,
+            subbuf_id: 77,
+            offset: bad_at,
+            reason: format!("event length 5004 runs past commit ({left} bytes left)"),
+        }]
+    );
+    // Real records keep flowing after the bad page.
+    write_raw(&inst, 0..100);
+    let events =
+        collect_until(&mut reader, Duration::from_secs(20), |e: &[Event]| e.len() >= 101).await;
+    let seqs: Vec<u32> = events.iter().map(|e| parse_raw_record(&e.record).0).collect();
+    let mut want = vec![1000];
+    want.extend(0..100);
+    assert_eq!(seqs, want, "the valid record before the corruption, then the real ones");
+    assert_eq!(reader.stats().corrupt_pages(), 1);
+    assert!(reader.take_corruptions().is_empty());
+}
+
+#[tokio::test]
+async fn strict_integrity_makes_a_corrupt_page_fatal() {
+    let inst = instance("strict", 64);
+    let config = tracer::kernel::ftrace_reader::ReaderConfig {
+        integrity: tracer::kernel::ftrace_reader::Integrity::Strict,
+        ..Default::default()
+    };
+    let mut reader = tracer::kernel::ftrace_reader::FtraceReader::open(
+        inst.clone(),
+        marker_tracepoints(&inst),
+        config,
+    )
+    .unwrap();
+    let mut page = vec![0u8; 4096];
+    page[8..16].copy_from_slice(&5000u64.to_le_bytes());
+    let err = reader.ingest_page(1, 3, &page).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "corrupt ring-buffer page: cpu 1 sub-buffer 3 byte 8: commit length 5000 exceeds the \
+         sub-buffer's data size 4080 (--integrity strict)"
+    );
+}
+
+#[test]
+fn tracer_check_on_this_host() {
+    use tracer::pipeline::check::{Status, TRACEPOINTS, required_missing, run};
+    let findings = run();
+    let lines: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
+    let status_of = |what: &str| {
+        findings.iter().find(|f| f.what == what).unwrap_or_else(|| panic!("{what}: {lines:#?}"))
+    };
+    assert_eq!(status_of("privileges").detail, "CAP_SYS_ADMIN (root)");
+    assert_eq!(status_of("BPF syscall").status, Status::Ok);
+    assert_eq!(status_of("tracefs").detail, "mounted at /sys/kernel/tracing");
+    for (system, name) in TRACEPOINTS {
+        assert_eq!(status_of(&format!("tracepoint {system}:{name}")).status, Status::Ok);
+    }
+    assert_eq!(status_of("kernel version").status, Status::Ok);
+    let mmap = status_of("trace_pipe_raw mmap");
+    assert_eq!(mmap.status, Status::Ok);
+    assert!(mmap.detail.starts_with("mapped cpu0 of a scratch instance"), "{}", mmap.detail);
+    // This host has no CONFIG_USER_EVENTS: reported, optional.
+    let ue = status_of("user_events");
+    assert_eq!(ue.status, Status::MissingOptional);
+    assert!(
+        lines.contains(
+            &"MISSING (optional) user_events: /sys/kernel/tracing/user_events_data absent (kernel \
+         built without CONFIG_USER_EVENTS): `tracer run` will use streaming (EventPipe) sessions \
+         instead; rebuild with CONFIG_USER_EVENTS=y for user_events sessions"
+                .to_string()
+        )
+    );
+    assert_eq!(findings.len(), 4 + TRACEPOINTS.len() + 2);
+    assert!(!required_missing(&findings));
+    // The scratch instance is gone.
+    let leftover = std::fs::read_dir("/sys/kernel/tracing/instances")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .any(|n| n == format!("tracer-{}-check", std::process::id()));
+    assert!(!leftover);
+}

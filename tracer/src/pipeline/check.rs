@@ -65,12 +65,17 @@ pub fn main(_args: CheckArgs) -> ExitCode {
     for f in &findings {
         println!("{f}");
     }
-    if findings.iter().any(|f| f.status == Status::Missing) {
+    if required_missing(&findings) {
         println!("tracer cannot run here: fix the MISSING lines above");
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// A required feature is missing: `tracer check` exits 1.
+pub fn required_missing(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.status == Status::Missing)
 }
 
 /// Runs every check.
