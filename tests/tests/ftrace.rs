@@ -99,8 +99,12 @@ async fn overrun_accounting(mode: ReadMode, suffix: &str) {
     assert_eq!(cpu0.dropped, 0);
     assert_eq!(cpu0.records, events.len() as u64);
     assert_eq!(events.len() as u64 + cpu0.overrun, u64::from(BURST), "{cpu0:?}");
-    assert_eq!(cpu0.lost_on_pages, cpu0.overrun, "page flags add up to the overrun: {cpu0:?}");
-    assert_eq!(cpu0.pages_with_unknown_loss, 0);
+    // A flagged page full to the byte has no room for the count (RB_MISSED_STORED unset).
+    if cpu0.pages_with_unknown_loss == 0 {
+        assert_eq!(cpu0.lost_on_pages, cpu0.overrun, "page flags add up to the overrun: {cpu0:?}");
+    } else {
+        assert!(cpu0.lost_on_pages < cpu0.overrun, "{cpu0:?}");
+    }
     assert_eq!(stats.lost(), cpu0.overrun);
     // Overwrite mode loses the oldest records: what survives is the tail of the burst.
     assert_eq!(*seqs.last().unwrap(), BURST - 1);

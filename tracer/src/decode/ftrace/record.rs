@@ -201,7 +201,7 @@ fn array_value(
     declared_len: Option<usize>,
 ) -> FieldValue {
     match element {
-        Element::Char => match text(bytes) {
+        Element::Char => match text(bytes, declared_len.is_none()) {
             Some(s) => FieldValue::Str(s),
             None => FieldValue::Bytes(bytes.to_vec()),
         },
@@ -229,9 +229,23 @@ fn array_value(
     }
 }
 
-/// A C string (up to the first NUL) when it is valid UTF-8.
-fn text(bytes: &[u8]) -> Option<String> {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+/// A C string (up to the first NUL) when it is valid UTF-8. Variable-length char data (dynamic
+/// fields, flexible arrays) is text only when NULs follow its first NUL, up to the last 3 bytes
+/// (alignment padding, not zeroed in mapped pages); otherwise it is binary (e.g.
+/// `ftrace:raw_data`'s buf).
+fn text(bytes: &[u8], variable: bool) -> Option<String> {
+    let nul = bytes.iter().position(|&b| b == 0);
+    let end = match nul {
+        Some(i)
+            if variable
+                && bytes[i..bytes.len().saturating_sub(3).max(i)].iter().any(|&b| b != 0) =>
+        {
+            return None;
+        }
+        Some(i) => i,
+        None if variable => return None,
+        None => bytes.len(),
+    };
     std::str::from_utf8(&bytes[..end]).ok().map(str::to_string)
 }
 
@@ -287,10 +301,10 @@ mod tests {
 ",
         );
         let mut r = header(365, 77);
-        r.extend(((9u32 << 16) | 20).to_le_bytes());
+        r.extend(((10u32 << 16) | 20).to_le_bytes());
         r.extend(77i32.to_le_bytes());
         r.extend((-1i32).to_le_bytes());
-        r.extend(b"/bin/true\0\0\0");
+        r.extend(b"/bin/true\0\0\0\0\0");
         let c = common_fields(&r).unwrap();
         assert_eq!(c, CommonFields { common_type: 365, flags: 1, preempt_count: 2, pid: 77 });
         let fields = decode_fields(&f, &r).unwrap();
