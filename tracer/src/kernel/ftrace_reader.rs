@@ -718,8 +718,12 @@ impl Mapping {
         decoder: &mut Decoder,
         out: &mut Vec<Event>,
     ) -> anyhow::Result<()> {
+        // GET_READER calls in a row that brought nothing new. The first call after a page is
+        // read to its commit may only move the kernel's read position (§2.4 step 2); only a
+        // second one that swaps in no new page shows the buffer is drained.
+        let mut idle_calls = 0;
         // Bounded so a CPU written faster than we read cannot starve the others.
-        for _ in 0..2 * self.nr_subbufs + 2 {
+        for _ in 0..3 * self.nr_subbufs + 2 {
             let id = self.reader_id;
             if id >= self.nr_subbufs {
                 bail!("kernel reported reader sub-buffer {id} of {}", self.nr_subbufs);
@@ -777,10 +781,16 @@ impl Mapping {
             if new_id != id {
                 self.reader_id = new_id;
                 self.cursor = None;
+                idle_calls = 0;
                 continue;
             }
             let now = (self.load_commit(id) & COMMIT_LEN_MASK) as usize;
-            if ended || self.layout.data_offset + now <= parsed_to {
+            if !ended && self.layout.data_offset + now > parsed_to {
+                idle_calls = 0;
+                continue;
+            }
+            idle_calls += 1;
+            if idle_calls >= 2 {
                 return Ok(());
             }
         }
