@@ -5,6 +5,7 @@
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
+mod bench_ftrace;
 mod setup;
 mod util;
 
@@ -34,6 +35,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Benchmarks that print numbers (docs/benchmarks.md): `cargo xtask bench ftrace [METHOD..]`.
+    Bench {
+        /// Which benchmark: ftrace.
+        name: String,
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +50,10 @@ fn main() -> ExitCode {
         Command::Setup => setup::run(),
         Command::Test { args } => test(&args),
         Command::Run { args } => run(&args),
+        Command::Bench { name, args } => match name.as_str() {
+            "ftrace" => bench_ftrace::run(&args),
+            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (available: ftrace)")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

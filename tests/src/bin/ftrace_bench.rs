@@ -6,6 +6,7 @@
 //! Prints one JSON object: written, consumed, lost, wall seconds, consumer CPU seconds.
 use std::fs::File;
 use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,18 +108,37 @@ fn main() {
                 .arg(&out)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
+                // Its own process group, so its per-CPU recorder children can be ended with it.
+                .process_group(0)
                 .spawn()
                 .expect("trace-cmd (installed by `cargo xtask setup`)");
+            let group = child.id() as i32;
             // trace-cmd turns tracing on once its recorders run.
             let t = Instant::now();
             while inst.read("tracing_on").unwrap().trim() != "1" {
-                assert!(t.elapsed() < Duration::from_secs(10), "trace-cmd did not start");
+                let exited = child.try_wait().unwrap();
+                if exited.is_some() || t.elapsed() > Duration::from_secs(10) {
+                    // SAFETY: ending the process group we created, by its id.
+                    unsafe { libc::kill(-group, libc::SIGKILL) };
+                    let _ = child.wait();
+                    let why = match exited {
+                        Some(status) => {
+                            format!("trace-cmd record exited before recording: {status}")
+                        }
+                        None => "trace-cmd record did not start recording within 10 s".into(),
+                    };
+                    println!("{{\"method\":\"trace-cmd\",\"rate\":{rate},\"error\":\"{why}\"}}");
+                    // Its recorders held the buffers open; let them go before removing the instance.
+                    std::thread::sleep(Duration::from_millis(500));
+                    drop(inst);
+                    std::process::exit(2);
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
             let t0 = Instant::now();
             let written = produce(inst.clone(), seconds, rate, started.clone());
-            // SAFETY: signalling our own child by pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            // SAFETY: signalling the process group of our own child, by its id.
+            unsafe { libc::kill(-group, libc::SIGINT) };
             child.wait().unwrap();
             let wall = t0.elapsed().as_secs_f64();
             let cpu = children_cpu_seconds();

@@ -23,8 +23,7 @@
 //! # }
 //! ```
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -223,8 +222,9 @@ pub struct FtraceReader {
     decoder: Decoder,
     mode: ReadMode,
     fallback_reason: Option<String>,
-    held: BinaryHeap<Reverse<Held>>,
-    seq: u64,
+    /// Events in the reorder window, one queue per CPU (each already in time order).
+    held: Vec<VecDeque<Event>>,
+    held_len: usize,
     config: ReaderConfig,
     clock_is_mono: bool,
     // Last: the instance outlives the mappings and fds above.
@@ -295,6 +295,7 @@ impl FtraceReader {
             bail!("instance {} has no per-CPU buffers", instance.name());
         }
         let stats = cpus.iter().map(|c| CpuStats { cpu: c.cpu, ..Default::default() }).collect();
+        let nr_cpus = cpus.len();
         Ok(FtraceReader {
             cpus,
             decoder: Decoder {
@@ -306,8 +307,8 @@ impl FtraceReader {
             },
             mode,
             fallback_reason,
-            held: BinaryHeap::new(),
-            seq: 0,
+            held: (0..nr_cpus).map(|_| VecDeque::new()).collect(),
+            held_len: 0,
             config,
             clock_is_mono,
             instance,
@@ -400,44 +401,32 @@ impl FtraceReader {
 
     fn hold(&mut self, events: Vec<Event>) {
         for event in events {
-            self.seq += 1;
-            self.held.push(Reverse(Held { ts: event.ts, seq: self.seq, event }));
+            if let Ok(idx) = self.decoder.cpu_index(event.cpu) {
+                self.held[idx].push_back(event);
+                self.held_len += 1;
+            }
         }
     }
 
+    /// Merges the per-CPU queues: releases, oldest first, every event at or before `horizon`
+    /// (and more while over the bound on held events).
     fn release(&mut self, horizon: u64) -> Vec<Event> {
         let mut out = Vec::new();
-        while let Some(Reverse(top)) = self.held.peek() {
-            if top.ts > horizon && self.held.len() <= self.config.max_held_events {
+        loop {
+            let oldest = self
+                .held
+                .iter()
+                .enumerate()
+                .filter_map(|(i, q)| q.front().map(|e| (e.ts, i)))
+                .min();
+            let Some((ts, idx)) = oldest else { break };
+            if ts > horizon && self.held_len <= self.config.max_held_events {
                 break;
             }
-            out.push(self.held.pop().expect("peeked").0.event);
+            out.push(self.held[idx].pop_front().expect("front exists"));
+            self.held_len -= 1;
         }
         out
-    }
-}
-
-/// An event waiting in the reorder window, ordered by (timestamp, arrival).
-struct Held {
-    ts: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        (self.ts, self.seq) == (other.ts, other.seq)
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.ts, self.seq).cmp(&(other.ts, other.seq))
     }
 }
 
