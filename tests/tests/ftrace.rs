@@ -309,3 +309,58 @@ fn tracer_check_on_this_host() {
         .any(|n| n == format!("tracer-{}-check", std::process::id()));
     assert!(!leftover);
 }
+
+/// `tracer ftrace` end to end (library entry point): JSON lines with the common envelope, and
+/// the private instance is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ftrace_pipeline_streams_json_lines() {
+    use tracer::pipeline::ftrace::{FtraceArgs, run};
+    let out = std::env::temp_dir().join(format!("tracer-ftrace-{}.jsonl", std::process::id()));
+    let args = FtraceArgs {
+        events: vec!["ftrace:raw_data".parse().unwrap(), "ftrace:print".parse().unwrap()],
+        buffer_size_kb: 1024,
+        buffer_percent: 0,
+        read_mode: ReadMode::Auto,
+        integrity: tracer::kernel::ftrace_reader::Integrity::Strict,
+        duration: Some(Duration::from_secs(3)),
+        output: Some(out.clone()),
+    };
+    let pipeline = tokio::spawn(run(args));
+    let dir = std::path::PathBuf::from(format!(
+        "/sys/kernel/tracing/instances/tracer-{}",
+        std::process::id()
+    ));
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(dir.join("tracing_on")).map(|s| s.trim() != "1").unwrap_or(true) {
+        assert!(start.elapsed() < Duration::from_secs(5), "pipeline did not start tracing");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let tid = unsafe { libc::gettid() };
+    std::fs::write(dir.join("trace_marker"), "pipeline line\n").unwrap();
+    let mut raw = std::fs::File::options().write(true).open(dir.join("trace_marker_raw")).unwrap();
+    std::io::Write::write_all(&mut raw, &raw_payload(5)).unwrap();
+    drop(raw);
+    pipeline.await.unwrap().unwrap();
+    assert!(!dir.exists(), "instance removed on exit");
+    let text = std::fs::read_to_string(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let print = &lines[0];
+    assert_eq!(print["kind"], "ftrace");
+    assert_eq!(print["system"], "ftrace");
+    assert_eq!(print["event"], "print");
+    assert_eq!(print["tid"], tid);
+    assert_eq!(print["pid"], std::process::id());
+    assert_eq!(print["fields"]["buf"], "pipeline line\n");
+    assert!(print["ts"].as_str().unwrap().ends_with('Z'));
+    let mono = print["mono_ns"].as_u64().unwrap();
+    let now = tracer::sink::clock::monotonic_ns();
+    assert!(mono < now && now - mono < 10_000_000_000, "mono_ns is CLOCK_MONOTONIC");
+    let raw = &lines[1];
+    assert_eq!(raw["event"], "raw_data");
+    assert_eq!(raw["fields"]["id"], RAW_ID);
+    let hex: String = raw_payload(5)[4..].iter().map(|b| format!("{b:02x}")).collect();
+    assert!(raw["fields"]["buf"].as_str().unwrap().starts_with(&hex));
+}

@@ -612,8 +612,10 @@ struct Mapping {
     first_page: bool,
 }
 
-// SAFETY: the mapping is plain shared memory owned by this struct; nothing is thread-bound.
+// SAFETY: the mapping is plain shared memory owned by this struct; nothing is thread-bound, and
+// through `&Mapping` it is only read (volatile meta reads, atomic commit loads).
 unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
 
 fn mmap_ro(fd: &OwnedFd, len: usize, offset: usize) -> std::io::Result<*const u8> {
     // SAFETY: a fresh mapping chosen by the kernel; PROT_READ + MAP_SHARED as the ABI requires.
