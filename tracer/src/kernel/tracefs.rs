@@ -309,11 +309,15 @@ impl Instance {
         };
         if let Some(filter) = &spec.filter {
             fs::write(target.join("filter"), filter).with_context(|| {
+                // The kernel explains the rejection in error_log (gone with the instance).
+                let log = fs::read_to_string(self.dir.join("error_log")).unwrap_or_default();
+                let why: Vec<&str> = log.lines().rev().take(3).collect::<Vec<_>>();
+                let why: Vec<&str> = why.into_iter().rev().map(str::trim).collect();
                 format!(
-                    "setting filter {filter:?} on {}:{} (the kernel rejected it; see {}/error_log)",
+                    "the kernel rejected filter {filter:?} on {}:{}: {}",
                     spec.system,
                     spec.name.as_deref().unwrap_or("*"),
-                    self.dir.display()
+                    why.join(" | ")
                 )
             })?;
         }
