@@ -331,7 +331,12 @@ async fn ftrace_pipeline_streams_json_lines() {
         std::process::id()
     ));
     let start = std::time::Instant::now();
-    while std::fs::read_to_string(dir.join("tracing_on")).map(|s| s.trim() != "1").unwrap_or(true) {
+    // The pipeline selects the mono clock before it opens the reader and turns tracing on.
+    let recording = || {
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        read("trace_clock").contains("[mono]") && read("tracing_on").trim() == "1"
+    };
+    while !recording() {
         assert!(start.elapsed() < Duration::from_secs(5), "pipeline did not start tracing");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
