@@ -256,12 +256,7 @@ impl FtraceReader {
             by_id.insert(tp.format.id, Arc::new(tp));
         }
         let clock_is_mono = instance.trace_clock()? == "mono";
-        let mut cpus = Vec::new();
-        let mut mode = match config.mode {
-            ReadMode::Read => ReadMode::Read,
-            ReadMode::Mmap | ReadMode::Auto => ReadMode::Mmap,
-        };
-        let mut fallback_reason = None;
+        let mut files = Vec::new();
         for cpu in instance.cpus()? {
             let path = instance.path(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
             let file = OpenOptions::new()
@@ -269,22 +264,35 @@ impl FtraceReader {
                 .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
-            let fd = OwnedFd::from(file);
-            let transport = if mode == ReadMode::Mmap {
-                match Mapping::new(&fd, &layout) {
-                    Ok(m) => Transport::Mapped(m),
-                    Err(e) if config.mode == ReadMode::Auto && cpus.is_empty() => {
-                        let reason = format!("mmap of {} failed: {e:#}", path.display());
+            files.push((cpu, OwnedFd::from(file)));
+        }
+        let read = || Transport::Read { buf: vec![0; layout.subbuf_size()], pages: 0 };
+        let mut transports = Vec::new();
+        let mut fallback_reason = None;
+        if config.mode != ReadMode::Read {
+            for (cpu, fd) in &files {
+                match Mapping::new(fd, &layout) {
+                    Ok(m) => transports.push(Transport::Mapped(m)),
+                    Err(e) if config.mode == ReadMode::Auto => {
+                        // All CPUs use one transport: unmap those already mapped.
+                        let reason = format!("mmap of cpu{cpu} trace_pipe_raw failed: {e:#}");
                         log::warn!("{reason}; reading the ring buffer with read() instead");
                         fallback_reason = Some(reason);
-                        mode = ReadMode::Read;
-                        Transport::Read { buf: vec![0; layout.subbuf_size()], pages: 0 }
+                        transports.clear();
+                        break;
                     }
-                    Err(e) => return Err(e.context(format!("mapping {}", path.display()))),
+                    Err(e) => return Err(e.context(format!("mapping cpu{cpu} trace_pipe_raw"))),
                 }
-            } else {
-                Transport::Read { buf: vec![0; layout.subbuf_size()], pages: 0 }
-            };
+            }
+        }
+        let mode = if transports.is_empty() {
+            transports = files.iter().map(|_| read()).collect();
+            ReadMode::Read
+        } else {
+            ReadMode::Mmap
+        };
+        let mut cpus = Vec::new();
+        for ((cpu, fd), transport) in files.into_iter().zip(transports) {
             // SAFETY: the OwnedFd stays open, unchanged, for the AsyncFd's whole life.
             let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
                 .map_err(|e| e.into_parts().1)
@@ -313,6 +321,12 @@ impl FtraceReader {
             clock_is_mono,
             instance,
         })
+    }
+
+    /// Decodes records of one more tracepoint from now on (e.g. a user_events tracepoint
+    /// registered after the reader was opened). Enable it in the instance as well.
+    pub fn add_tracepoint(&mut self, tracepoint: Tracepoint) {
+        self.decoder.by_id.insert(tracepoint.format.id, Arc::new(tracepoint));
     }
 
     /// The transport in use: [`ReadMode::Mmap`] or [`ReadMode::Read`].
