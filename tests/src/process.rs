@@ -1,7 +1,7 @@
 //! Child processes that speak a line protocol on stdin/stdout (the CoreCLR host, the IPC peers):
 //! lines are awaited with a timeout, never with sleeps, and the child is killed on drop.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
@@ -23,15 +23,7 @@ impl LineProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("spawning {name}: {command:?}"))?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(child.stdout.take().expect("piped stdout"));
         let stdin = child.stdin.take();
         Ok(LineProcess { name: name.to_owned(), child, stdin, lines })
     }
@@ -107,6 +99,19 @@ impl LineProcess {
         self.send_line(line)?;
         self.expect_line(prefix, timeout)
     }
+}
+
+/// Lines read from `r` (a child's stdout or stderr) on a thread, as they arrive.
+pub fn line_channel(r: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 impl Drop for LineProcess {

@@ -1,14 +1,16 @@
 //! `tracer audit` on the real kernel (root): the library entry point and the built binary,
 //! against `detect_helper` and a real CoreCLR 8.0.4. Every wait is on an event or a line with a
 //! timeout; assertions compare exact fields and counts for the processes each test started.
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::pipeline::Running;
-use tests::process::LineProcess;
+use tests::process::{LineProcess, line_channel};
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+use tracer::sink::JsonLines;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -238,7 +240,7 @@ fn pid_filter_excludes_other_processes() {
     let target = helper(HELPER, &["sequence"]);
     let other = helper(HELPER, &["sequence"]);
     // Both wait at `started` until told to go; their pids are known before tracer attaches.
-    let target_pid = target.child.id();
+    let target_pid = target.pid();
     let mut audit =
         start_audit(AuditConfig { target_pids: vec![target_pid], ..AuditConfig::default() });
     let other_thread = std::thread::spawn(move || drive_sequence(None, other));

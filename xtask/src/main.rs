@@ -7,6 +7,7 @@
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
 mod bench;
 mod bench_detect;
+mod bench_ftrace;
 mod bench_ipc;
 mod bench_nettrace;
 mod fuzz;
@@ -65,8 +66,13 @@ enum Command {
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
-    /// `detect`, `ipc`, `ftrace`.
-    Bench { name: String },
+    /// `detect`, `ipc`, `ftrace [METHOD..]`.
+    Bench {
+        name: String,
+        /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,10 +87,13 @@ fn main() -> ExitCode {
         Command::Fuzz { seconds, targets } => {
             setup::run().and_then(|()| fuzz::run(seconds, &targets))
         }
-        Command::Bench { name } => match name.as_str() {
+        Command::Bench { name, args } => match name.as_str() {
             "detect" => bench_detect::run(),
             "ipc" => bench_ipc::run(),
-            other => Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect, ipc)")),
+            "ftrace" => bench_ftrace::run(&args),
+            other => {
+                Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect, ipc, ftrace)"))
+            }
         },
     };
     match result {

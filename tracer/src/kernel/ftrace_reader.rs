@@ -23,8 +23,7 @@
 //! # }
 //! ```
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -223,8 +222,9 @@ pub struct FtraceReader {
     decoder: Decoder,
     mode: ReadMode,
     fallback_reason: Option<String>,
-    held: BinaryHeap<Reverse<Held>>,
-    seq: u64,
+    /// Events in the reorder window, one queue per CPU (each already in time order).
+    held: Vec<VecDeque<Event>>,
+    held_len: usize,
     config: ReaderConfig,
     clock_is_mono: bool,
     // Last: the instance outlives the mappings and fds above.
@@ -256,12 +256,7 @@ impl FtraceReader {
             by_id.insert(tp.format.id, Arc::new(tp));
         }
         let clock_is_mono = instance.trace_clock()? == "mono";
-        let mut cpus = Vec::new();
-        let mut mode = match config.mode {
-            ReadMode::Read => ReadMode::Read,
-            ReadMode::Mmap | ReadMode::Auto => ReadMode::Mmap,
-        };
-        let mut fallback_reason = None;
+        let mut files = Vec::new();
         for cpu in instance.cpus()? {
             let path = instance.path(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
             let file = OpenOptions::new()
@@ -269,22 +264,35 @@ impl FtraceReader {
                 .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
-            let fd = OwnedFd::from(file);
-            let transport = if mode == ReadMode::Mmap {
-                match Mapping::new(&fd, &layout) {
-                    Ok(m) => Transport::Mapped(m),
-                    Err(e) if config.mode == ReadMode::Auto && cpus.is_empty() => {
-                        let reason = format!("mmap of {} failed: {e:#}", path.display());
+            files.push((cpu, OwnedFd::from(file)));
+        }
+        let read = || Transport::Read { buf: vec![0; layout.subbuf_size()], pages: 0 };
+        let mut transports = Vec::new();
+        let mut fallback_reason = None;
+        if config.mode != ReadMode::Read {
+            for (cpu, fd) in &files {
+                match Mapping::new(fd, &layout) {
+                    Ok(m) => transports.push(Transport::Mapped(m)),
+                    Err(e) if config.mode == ReadMode::Auto => {
+                        // All CPUs use one transport: unmap those already mapped.
+                        let reason = format!("mmap of cpu{cpu} trace_pipe_raw failed: {e:#}");
                         log::warn!("{reason}; reading the ring buffer with read() instead");
                         fallback_reason = Some(reason);
-                        mode = ReadMode::Read;
-                        Transport::Read { buf: vec![0; layout.subbuf_size()], pages: 0 }
+                        transports.clear();
+                        break;
                     }
-                    Err(e) => return Err(e.context(format!("mapping {}", path.display()))),
+                    Err(e) => return Err(e.context(format!("mapping cpu{cpu} trace_pipe_raw"))),
                 }
-            } else {
-                Transport::Read { buf: vec![0; layout.subbuf_size()], pages: 0 }
-            };
+            }
+        }
+        let mode = if transports.is_empty() {
+            transports = files.iter().map(|_| read()).collect();
+            ReadMode::Read
+        } else {
+            ReadMode::Mmap
+        };
+        let mut cpus = Vec::new();
+        for ((cpu, fd), transport) in files.into_iter().zip(transports) {
             // SAFETY: the OwnedFd stays open, unchanged, for the AsyncFd's whole life.
             let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
                 .map_err(|e| e.into_parts().1)
@@ -295,6 +303,7 @@ impl FtraceReader {
             bail!("instance {} has no per-CPU buffers", instance.name());
         }
         let stats = cpus.iter().map(|c| CpuStats { cpu: c.cpu, ..Default::default() }).collect();
+        let nr_cpus = cpus.len();
         Ok(FtraceReader {
             cpus,
             decoder: Decoder {
@@ -306,16 +315,16 @@ impl FtraceReader {
             },
             mode,
             fallback_reason,
-            held: BinaryHeap::new(),
-            seq: 0,
+            held: (0..nr_cpus).map(|_| VecDeque::new()).collect(),
+            held_len: 0,
             config,
             clock_is_mono,
             instance,
         })
     }
 
-    /// Starts decoding another tracepoint (e.g. a user_events tracepoint registered after the
-    /// reader was opened). Add it before enabling it: records of unknown ids are only counted.
+    /// Decodes records of one more tracepoint from now on (e.g. a user_events tracepoint
+    /// registered after the reader was opened). Enable it in the instance as well.
     pub fn add_tracepoint(&mut self, tracepoint: Tracepoint) {
         self.decoder.by_id.insert(tracepoint.format.id, Arc::new(tracepoint));
     }
@@ -406,44 +415,32 @@ impl FtraceReader {
 
     fn hold(&mut self, events: Vec<Event>) {
         for event in events {
-            self.seq += 1;
-            self.held.push(Reverse(Held { ts: event.ts, seq: self.seq, event }));
+            if let Ok(idx) = self.decoder.cpu_index(event.cpu) {
+                self.held[idx].push_back(event);
+                self.held_len += 1;
+            }
         }
     }
 
+    /// Merges the per-CPU queues: releases, oldest first, every event at or before `horizon`
+    /// (and more while over the bound on held events).
     fn release(&mut self, horizon: u64) -> Vec<Event> {
         let mut out = Vec::new();
-        while let Some(Reverse(top)) = self.held.peek() {
-            if top.ts > horizon && self.held.len() <= self.config.max_held_events {
+        loop {
+            let oldest = self
+                .held
+                .iter()
+                .enumerate()
+                .filter_map(|(i, q)| q.front().map(|e| (e.ts, i)))
+                .min();
+            let Some((ts, idx)) = oldest else { break };
+            if ts > horizon && self.held_len <= self.config.max_held_events {
                 break;
             }
-            out.push(self.held.pop().expect("peeked").0.event);
+            out.push(self.held[idx].pop_front().expect("front exists"));
+            self.held_len -= 1;
         }
         out
-    }
-}
-
-/// An event waiting in the reorder window, ordered by (timestamp, arrival).
-struct Held {
-    ts: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        (self.ts, self.seq) == (other.ts, other.seq)
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.ts, self.seq).cmp(&(other.ts, other.seq))
     }
 }
 
@@ -629,8 +626,10 @@ struct Mapping {
     first_page: bool,
 }
 
-// SAFETY: the mapping is plain shared memory owned by this struct; nothing is thread-bound.
+// SAFETY: the mapping is plain shared memory owned by this struct; nothing is thread-bound, and
+// through `&Mapping` it is only read (volatile meta reads, atomic commit loads).
 unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
 
 fn mmap_ro(fd: &OwnedFd, len: usize, offset: usize) -> std::io::Result<*const u8> {
     // SAFETY: a fresh mapping chosen by the kernel; PROT_READ + MAP_SHARED as the ABI requires.
@@ -724,8 +723,12 @@ impl Mapping {
         decoder: &mut Decoder,
         out: &mut Vec<Event>,
     ) -> anyhow::Result<()> {
+        // GET_READER calls in a row that brought nothing new. The first call after a page is
+        // read to its commit may only move the kernel's read position (§2.4 step 2); only a
+        // second one that swaps in no new page shows the buffer is drained.
+        let mut idle_calls = 0;
         // Bounded so a CPU written faster than we read cannot starve the others.
-        for _ in 0..2 * self.nr_subbufs + 2 {
+        for _ in 0..3 * self.nr_subbufs + 2 {
             let id = self.reader_id;
             if id >= self.nr_subbufs {
                 bail!("kernel reported reader sub-buffer {id} of {}", self.nr_subbufs);
@@ -783,10 +786,16 @@ impl Mapping {
             if new_id != id {
                 self.reader_id = new_id;
                 self.cursor = None;
+                idle_calls = 0;
                 continue;
             }
             let now = (self.load_commit(id) & COMMIT_LEN_MASK) as usize;
-            if ended || self.layout.data_offset + now <= parsed_to {
+            if !ended && self.layout.data_offset + now > parsed_to {
+                idle_calls = 0;
+                continue;
+            }
+            idle_calls += 1;
+            if idle_calls >= 2 {
                 return Ok(());
             }
         }

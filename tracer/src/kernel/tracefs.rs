@@ -171,6 +171,7 @@ pub struct Instance {
 
 impl Instance {
     /// Creates `instances/tracer-<pid>` after removing stale instances of dead tracer processes.
+    /// It starts with tracing off: configure it, open readers, then [`Instance::set_tracing_on`].
     pub fn create(tracefs: &Tracefs) -> anyhow::Result<Instance> {
         Self::create_with_suffix(tracefs, None)
     }
@@ -192,7 +193,12 @@ impl Instance {
         fs::create_dir(&dir).with_context(|| {
             format!("creating ftrace instance {} (needs root and tracefs instances)", dir.display())
         })?;
-        Ok(Instance { tracefs: tracefs.clone(), name, dir, enabled: Default::default() })
+        let instance =
+            Instance { tracefs: tracefs.clone(), name, dir, enabled: Default::default() };
+        // A new instance records at once; nothing should land before the caller has set the
+        // clock (which resets the buffer) and its readers, so it starts switched off.
+        instance.set_tracing_on(false)?;
+        Ok(instance)
     }
 
     pub fn name(&self) -> &str {
@@ -309,11 +315,15 @@ impl Instance {
         };
         if let Some(filter) = &spec.filter {
             fs::write(target.join("filter"), filter).with_context(|| {
+                // The kernel explains the rejection in error_log (gone with the instance).
+                let log = fs::read_to_string(self.dir.join("error_log")).unwrap_or_default();
+                let why: Vec<&str> = log.lines().rev().take(3).collect::<Vec<_>>();
+                let why: Vec<&str> = why.into_iter().rev().map(str::trim).collect();
                 format!(
-                    "setting filter {filter:?} on {}:{} (the kernel rejected it; see {}/error_log)",
+                    "the kernel rejected filter {filter:?} on {}:{}: {}",
                     spec.system,
                     spec.name.as_deref().unwrap_or("*"),
-                    self.dir.display()
+                    why.join(" | ")
                 )
             })?;
         }

@@ -99,14 +99,15 @@ pub async fn run(args: FtraceArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let reader_tracepoints = tracepoints.len();
     let config =
         ReaderConfig { mode: args.read_mode, integrity: args.integrity, ..Default::default() };
     let mut reader = FtraceReader::open(instance.clone(), tracepoints, config)?;
     let mut sink = JsonLines::open(args.output.as_deref())?;
     let mut out = Output { clock: Clock::new(), tgids: HashMap::new(), bad_records: 0 };
     log::info!(
-        "recording {} in instance {} ({} mode)",
-        args.events.len(),
+        "recording {} tracepoint(s) in instance {} ({} mode)",
+        reader_tracepoints,
         instance.name(),
         serde_json::to_string(&reader.mode())?.trim_matches('"')
     );

@@ -1,0 +1,162 @@
+//! One run of the ftrace consumer benchmark (driven by `cargo xtask bench ftrace`).
+//!
+//! `ftrace_bench <mmap|read|trace-cmd> <seconds> <rate per s, 0 = as fast as possible>`:
+//! a producer thread pinned to CPU 0 writes 16-byte `trace_marker_raw` records into a private
+//! instance (4 MiB per CPU, buffer_percent 50, mono clock) while the consumer runs on CPU 1.
+//! Prints one JSON object: written, consumed, lost, wall seconds, consumer CPU seconds.
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tests::ftrace::{instance, pin_to_cpu};
+use tracer::kernel::ftrace_reader::{FtraceReader, ReadMode, ReaderConfig, Tracepoint};
+use tracer::kernel::tracefs::Instance;
+
+const BUFFER_KB: u64 = 4096;
+const BUFFER_PERCENT: u32 = 50;
+const RECORD_ID: u32 = 0x6265_6e63;
+
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+fn children_cpu_seconds() -> f64 {
+    // SAFETY: a zeroed rusage out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Writes records for `seconds` at `rate` per second (0: flat out); returns how many.
+fn produce(inst: Arc<Instance>, seconds: f64, rate: u64, started: Arc<AtomicBool>) -> u64 {
+    pin_to_cpu(0);
+    let mut f = File::options().write(true).open(inst.path("trace_marker_raw")).unwrap();
+    let mut record = [0u8; 16];
+    record[..4].copy_from_slice(&RECORD_ID.to_le_bytes());
+    started.store(true, Ordering::Release);
+    let start = Instant::now();
+    let mut written = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..256 {
+            record[4..12].copy_from_slice(&written.to_le_bytes());
+            f.write_all(&record).unwrap();
+            written += 1;
+        }
+        if rate > 0 {
+            let due = Duration::from_secs_f64(written as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    written
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: ftrace_bench <mmap|read|trace-cmd> <seconds> <rate>";
+    let method = args.get(1).expect(usage).as_str();
+    let seconds: f64 = args.get(2).expect(usage).parse().expect(usage);
+    let rate: u64 = args.get(3).expect(usage).parse().expect(usage);
+    pin_to_cpu(1);
+    let inst = instance(&format!("bench-{method}"), BUFFER_KB);
+    inst.set_buffer_percent(BUFFER_PERCENT).unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+
+    let (written, consumed, lost, wall, cpu) = match method {
+        "mmap" | "read" => {
+            let mode = if method == "mmap" { ReadMode::Mmap } else { ReadMode::Read };
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let tps = vec![Tracepoint::load(&inst, "ftrace", "raw_data").unwrap()];
+                let config = ReaderConfig { mode, ..ReaderConfig::default() };
+                let mut reader = FtraceReader::open(inst.clone(), tps, config).unwrap();
+                inst.set_tracing_on(true).unwrap();
+                let cpu0 = thread_cpu_seconds();
+                let t0 = Instant::now();
+                let producer = {
+                    let (inst, started) = (inst.clone(), started.clone());
+                    std::thread::spawn(move || produce(inst, seconds, rate, started))
+                };
+                let mut consumed = 0u64;
+                while !producer.is_finished() {
+                    consumed += reader.next_batch().await.unwrap().len() as u64;
+                }
+                let written = producer.join().unwrap();
+                consumed += reader.flush().unwrap().len() as u64;
+                let wall = t0.elapsed().as_secs_f64();
+                let cpu = thread_cpu_seconds() - cpu0;
+                let stats = reader.stats();
+                eprintln!("{stats:?}");
+                (written, consumed, stats.lost(), wall, cpu)
+            })
+        }
+        "trace-cmd" => {
+            let out = std::env::temp_dir().join(format!("ftrace-bench-{}.dat", std::process::id()));
+            // -d: do not touch the function tracer (/proc/sys/kernel/ftrace_enabled).
+            let mut child = Command::new("trace-cmd")
+                .args(["record", "-d", "-B", inst.name(), "-b", &BUFFER_KB.to_string()])
+                .args(["-e", "sched:sched_process_free", "-o"])
+                .arg(&out)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                // Its own process group, so its per-CPU recorder children can be ended with it.
+                .process_group(0)
+                .spawn()
+                .expect("trace-cmd (installed by `cargo xtask setup`)");
+            let group = child.id() as i32;
+            // trace-cmd turns tracing on once its recorders run.
+            let t = Instant::now();
+            while inst.read("tracing_on").unwrap().trim() != "1" {
+                let exited = child.try_wait().unwrap();
+                if exited.is_some() || t.elapsed() > Duration::from_secs(10) {
+                    // SAFETY: ending the process group we created, by its id.
+                    unsafe { libc::kill(-group, libc::SIGKILL) };
+                    let _ = child.wait();
+                    let why = match exited {
+                        Some(status) => {
+                            format!("trace-cmd record exited before recording: {status}")
+                        }
+                        None => "trace-cmd record did not start recording within 10 s".into(),
+                    };
+                    println!("{{\"method\":\"trace-cmd\",\"rate\":{rate},\"error\":\"{why}\"}}");
+                    // Its recorders held the buffers open; let them go before removing the instance.
+                    std::thread::sleep(Duration::from_millis(500));
+                    drop(inst);
+                    std::process::exit(2);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let t0 = Instant::now();
+            let written = produce(inst.clone(), seconds, rate, started.clone());
+            // SAFETY: signalling the process group of our own child, by its id.
+            unsafe { libc::kill(-group, libc::SIGINT) };
+            child.wait().unwrap();
+            let wall = t0.elapsed().as_secs_f64();
+            let cpu = children_cpu_seconds();
+            let report =
+                Command::new("trace-cmd").arg("report").arg("-i").arg(&out).output().unwrap();
+            let needle = format!("{RECORD_ID:x}");
+            let consumed = String::from_utf8_lossy(&report.stdout)
+                .lines()
+                .filter(|l| l.contains(&needle))
+                .count() as u64;
+            let _ = std::fs::remove_file(&out);
+            (written, consumed, written - consumed.min(written), wall, cpu)
+        }
+        other => panic!("unknown method {other}; {usage}"),
+    };
+    let line = format!(
+        "{{\"method\":\"{method}\",\"rate\":{rate},\"written\":{written},\"consumed\":{consumed},\
+         \"lost\":{lost},\"wall_s\":{wall:.3},\"consumer_cpu_s\":{cpu:.4}}}\n"
+    );
+    std::io::stdout().write_all(line.as_bytes()).unwrap();
+}
