@@ -74,10 +74,11 @@ struct TestBinary {
     path: PathBuf,
 }
 
-/// Builds the workspace binaries the tests start and the `vm_*` test executables, and returns the
+/// Builds the workspace binaries (tracer) the tests start and the `vm_*` test executables, and returns the
 /// selected executables (found through cargo's JSON messages, as their names carry a hash).
 fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
-    crate::util::cargo(&["build", "--workspace", "--bins"])?;
+    // Default members only: tracer-ebpf's bin is also named `tracer` and builds for BPF.
+    crate::util::cargo(&["build", "--bins"])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let messages = output(
         Command::new(cargo)
@@ -272,9 +273,8 @@ fn build_kernel(cache: &Path, source: &KernelSource) -> anyhow::Result<PathBuf> 
     eprintln!("vm-test: configuring kernel {} in {}", source.version, build.display());
     make(&["tinyconfig"])?;
     let config_path = build.join(".config");
-    let mut config = fs::OpenOptions::new().append(true).open(&config_path)?;
-    config.write_all(KERNEL_FRAGMENT.as_bytes())?;
-    drop(config);
+    let tiny = fs::read_to_string(&config_path)?;
+    fs::write(&config_path, merge_fragment(&tiny))?;
     make(&["olddefconfig"])?;
     verify_config(&fs::read_to_string(&config_path)?)
         .with_context(|| format!("checking {}", config_path.display()))?;
@@ -290,6 +290,30 @@ fn build_kernel(cache: &Path, source: &KernelSource) -> anyhow::Result<PathBuf> 
     fs::copy(build.join("arch/x86/boot/bzImage"), &partial)?;
     fs::rename(&partial, &image)?;
     Ok(image)
+}
+
+/// The symbol a config line sets (`CONFIG_X=..` or `# CONFIG_X is not set`), if any.
+fn config_symbol(line: &str) -> Option<&str> {
+    let line = line.trim();
+    match line.strip_prefix("# ") {
+        Some(off) => off.strip_suffix(" is not set"),
+        None => line.split_once('=').map(|(symbol, _)| symbol),
+    }
+    .filter(|symbol| symbol.starts_with("CONFIG_"))
+}
+
+/// `base` with the fragment's settings replacing its own lines for the same symbols (appending
+/// alone works too, but makes kconfig warn about every override).
+fn merge_fragment(base: &str) -> String {
+    let overridden: std::collections::HashSet<&str> =
+        KERNEL_FRAGMENT.lines().filter_map(config_symbol).collect();
+    let mut merged: String = base
+        .lines()
+        .filter(|line| config_symbol(line).is_none_or(|s| !overridden.contains(s)))
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    merged.push_str(KERNEL_FRAGMENT);
+    merged
 }
 
 /// Fails with the list of fragment options that `olddefconfig` dropped (unmet dependencies or
@@ -658,6 +682,18 @@ mod tests {
         assert!(err.contains("USER_EVENTS is not =y"), "{err}");
         assert!(err.contains("MODULES is =y but the fragment turns it off"), "{err}");
         assert!(!err.contains("CONFIG_64BIT "), "{err}");
+    }
+
+    #[test]
+    fn merging_replaces_the_base_settings_of_fragment_symbols() {
+        let merged = merge_fragment(
+            "CONFIG_64BIT=y\n# CONFIG_USER_EVENTS is not set\nCONFIG_MODULES=y\nCONFIG_X=3\n",
+        );
+        assert!(merged.starts_with("CONFIG_X=3\n"), "{merged}");
+        assert_eq!(merged.matches("CONFIG_64BIT=y").count(), 1);
+        assert!(!merged.contains("USER_EVENTS is not set"));
+        assert!(!merged.contains("CONFIG_MODULES=y"));
+        assert!(merged.contains("CONFIG_USER_EVENTS=y\n"));
     }
 
     #[test]
