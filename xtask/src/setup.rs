@@ -11,7 +11,11 @@ use crate::util::{output, run_cmd};
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "qemu-system-x86",
+    "seabios",
     "busybox-static",
+    "debian-archive-keyring",
+    "make",
+    "gcc",
     "flex",
     "bison",
     "bc",

@@ -506,6 +506,8 @@ fn boot(
             "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
         ])
         .args(["-device", "virtio-rng-pci"])
+        // No network card: the tests need none, and its option ROM only slows the boot.
+        .args(["-nic", "none"])
         .args(["-nographic", "-no-reboot"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
