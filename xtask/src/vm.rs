@@ -214,8 +214,8 @@ fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
         let tarball = format!("./usr/src/{SOURCE_PACKAGE}.tar.xz");
         let script = "dpkg-deb --fsys-tarfile \"$1\" | tar -xO \"$2\" | tar -xJ";
         run_cmd(
-            Command::new("sh")
-                .args(["-euc", &format!("set -o pipefail; {script}"), "extract"])
+            Command::new("bash")
+                .args(["-euo", "pipefail", "-c", script, "extract"])
                 .arg(&deb)
                 .arg(&tarball)
                 .current_dir(&partial),
