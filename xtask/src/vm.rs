@@ -539,8 +539,7 @@ fn boot(
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) => {
-                // Terminals need \r\n; the log keeps plain lines.
-                let text = line.trim_end_matches(['\r', '\n']);
+                let text = &printable(&line);
                 eprintln!("{text}");
                 writeln!(log, "{text}")?;
                 outcome.observe(text, started.elapsed());
@@ -559,11 +558,33 @@ fn boot(
     let _ = stdout_reader.join();
     let _ = stderr_reader.join();
     for line in lines.try_iter() {
-        let text = line.trim_end_matches(['\r', '\n']);
+        let text = &printable(&line);
         writeln!(log, "{text}")?;
         outcome.observe(text, started.elapsed());
     }
     Ok(outcome)
+}
+
+/// A console line without its line ending, escape sequences and control characters: the
+/// firmware's terminal resets and screen clears must not reach the user's terminal.
+fn printable(line: &str) -> String {
+    let mut text = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // CSI: ESC [ parameters... final byte in @..~; other escapes: ESC + one character.
+            '\x1b' if chars.next_if_eq(&'[').is_some() => {
+                while chars.next().is_some_and(|c| !('@'..='~').contains(&c)) {}
+            }
+            '\x1b' => {
+                chars.next();
+            }
+            '\t' => text.push(c),
+            c if c.is_control() => {}
+            c => text.push(c),
+        }
+    }
+    text
 }
 
 impl Outcome {
@@ -676,6 +697,19 @@ mod tests {
         assert!(!outcome.done);
         outcome.observe("@@TRACER-VM DONE", t);
         assert!(outcome.done);
+    }
+
+    #[test]
+    fn kernel_panics_are_noticed() {
+        let mut outcome = Outcome::default();
+        outcome.observe("Kernel panic - not syncing: Attempted to kill init!", Duration::ZERO);
+        assert!(outcome.kernel_panic);
+    }
+
+    #[test]
+    fn console_lines_lose_escape_sequences_and_control_characters() {
+        assert_eq!(printable("\x1bc\x1b[?7l\x1b[2JBooting from ROM..\r\n"), "Booting from ROM..");
+        assert_eq!(printable("\x1b[0mSeaBIOS\tok\x07"), "SeaBIOS\tok");
     }
 
     #[test]
