@@ -168,7 +168,13 @@ fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
         Some(deb) => deb,
         None => {
             eprintln!("vm-test: downloading {SOURCE_PACKAGE} from Debian {DEBIAN_SUITE} (~150 MB)");
-            for dir in ["lists/partial", "cache/archives/partial", "debs"] {
+            // Downloads land in `downloading/` and move to `debs/` only once complete, so an
+            // interrupted download is never mistaken for the package.
+            let downloading = apt_dir.join("downloading");
+            if downloading.exists() {
+                fs::remove_dir_all(&downloading)?;
+            }
+            for dir in ["lists/partial", "cache/archives/partial", "debs", "downloading"] {
                 fs::create_dir_all(apt_dir.join(dir))?;
             }
             let sources = apt_dir.join("sources.list");
@@ -193,11 +199,15 @@ fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
                 for option in &apt_options {
                     cmd.args(["-o", option]);
                 }
-                run_cmd(cmd.args(action).current_dir(&debs))
+                run_cmd(cmd.args(action).current_dir(&downloading))
             };
             apt(&["update"])?;
             apt(&["download", SOURCE_PACKAGE])?;
-            find_deb(&debs)?.context("apt-get download succeeded but left no .deb")?
+            let downloaded =
+                find_deb(&downloading)?.context("apt-get download succeeded but left no .deb")?;
+            let deb = debs.join(downloaded.file_name().expect("a file"));
+            fs::rename(&downloaded, &deb)?;
+            deb
         }
     };
     let version =
