@@ -74,10 +74,11 @@ struct TestBinary {
     path: PathBuf,
 }
 
-/// Builds the workspace binaries the tests start and the `vm_*` test executables, and returns the
+/// Builds the workspace binaries (tracer) the tests start and the `vm_*` test executables, and returns the
 /// selected executables (found through cargo's JSON messages, as their names carry a hash).
 fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
-    crate::util::cargo(&["build", "--workspace", "--bins"])?;
+    // Default members only: tracer-ebpf's bin is also named `tracer` and builds for BPF.
+    crate::util::cargo(&["build", "--bins"])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let messages = output(
         Command::new(cargo)
@@ -167,7 +168,13 @@ fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
         Some(deb) => deb,
         None => {
             eprintln!("vm-test: downloading {SOURCE_PACKAGE} from Debian {DEBIAN_SUITE} (~150 MB)");
-            for dir in ["lists/partial", "cache/archives/partial", "debs"] {
+            // Downloads land in `downloading/` and move to `debs/` only once complete, so an
+            // interrupted download is never mistaken for the package.
+            let downloading = apt_dir.join("downloading");
+            if downloading.exists() {
+                fs::remove_dir_all(&downloading)?;
+            }
+            for dir in ["lists/partial", "cache/archives/partial", "debs", "downloading"] {
                 fs::create_dir_all(apt_dir.join(dir))?;
             }
             let sources = apt_dir.join("sources.list");
@@ -192,11 +199,15 @@ fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
                 for option in &apt_options {
                     cmd.args(["-o", option]);
                 }
-                run_cmd(cmd.args(action).current_dir(&debs))
+                run_cmd(cmd.args(action).current_dir(&downloading))
             };
             apt(&["update"])?;
             apt(&["download", SOURCE_PACKAGE])?;
-            find_deb(&debs)?.context("apt-get download succeeded but left no .deb")?
+            let downloaded =
+                find_deb(&downloading)?.context("apt-get download succeeded but left no .deb")?;
+            let deb = debs.join(downloaded.file_name().expect("a file"));
+            fs::rename(&downloaded, &deb)?;
+            deb
         }
     };
     let version =
@@ -213,8 +224,8 @@ fn fetch_source(cache: &Path) -> anyhow::Result<KernelSource> {
         let tarball = format!("./usr/src/{SOURCE_PACKAGE}.tar.xz");
         let script = "dpkg-deb --fsys-tarfile \"$1\" | tar -xO \"$2\" | tar -xJ";
         run_cmd(
-            Command::new("sh")
-                .args(["-euc", &format!("set -o pipefail; {script}"), "extract"])
+            Command::new("bash")
+                .args(["-euo", "pipefail", "-c", script, "extract"])
                 .arg(&deb)
                 .arg(&tarball)
                 .current_dir(&partial),
@@ -272,9 +283,8 @@ fn build_kernel(cache: &Path, source: &KernelSource) -> anyhow::Result<PathBuf> 
     eprintln!("vm-test: configuring kernel {} in {}", source.version, build.display());
     make(&["tinyconfig"])?;
     let config_path = build.join(".config");
-    let mut config = fs::OpenOptions::new().append(true).open(&config_path)?;
-    config.write_all(KERNEL_FRAGMENT.as_bytes())?;
-    drop(config);
+    let tiny = fs::read_to_string(&config_path)?;
+    fs::write(&config_path, merge_fragment(&tiny))?;
     make(&["olddefconfig"])?;
     verify_config(&fs::read_to_string(&config_path)?)
         .with_context(|| format!("checking {}", config_path.display()))?;
@@ -290,6 +300,30 @@ fn build_kernel(cache: &Path, source: &KernelSource) -> anyhow::Result<PathBuf> 
     fs::copy(build.join("arch/x86/boot/bzImage"), &partial)?;
     fs::rename(&partial, &image)?;
     Ok(image)
+}
+
+/// The symbol a config line sets (`CONFIG_X=..` or `# CONFIG_X is not set`), if any.
+fn config_symbol(line: &str) -> Option<&str> {
+    let line = line.trim();
+    match line.strip_prefix("# ") {
+        Some(off) => off.strip_suffix(" is not set"),
+        None => line.split_once('=').map(|(symbol, _)| symbol),
+    }
+    .filter(|symbol| symbol.starts_with("CONFIG_"))
+}
+
+/// `base` with the fragment's settings replacing its own lines for the same symbols (appending
+/// alone works too, but makes kconfig warn about every override).
+fn merge_fragment(base: &str) -> String {
+    let overridden: std::collections::HashSet<&str> =
+        KERNEL_FRAGMENT.lines().filter_map(config_symbol).collect();
+    let mut merged: String = base
+        .lines()
+        .filter(|line| config_symbol(line).is_none_or(|s| !overridden.contains(s)))
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    merged.push_str(KERNEL_FRAGMENT);
+    merged
 }
 
 /// Fails with the list of fragment options that `olddefconfig` dropped (unmet dependencies or
@@ -482,6 +516,8 @@ fn boot(
             "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
         ])
         .args(["-device", "virtio-rng-pci"])
+        // No network card: the tests need none, and its option ROM only slows the boot.
+        .args(["-nic", "none"])
         .args(["-nographic", "-no-reboot"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -513,8 +549,7 @@ fn boot(
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) => {
-                // Terminals need \r\n; the log keeps plain lines.
-                let text = line.trim_end_matches(['\r', '\n']);
+                let text = &printable(&line);
                 eprintln!("{text}");
                 writeln!(log, "{text}")?;
                 outcome.observe(text, started.elapsed());
@@ -533,11 +568,33 @@ fn boot(
     let _ = stdout_reader.join();
     let _ = stderr_reader.join();
     for line in lines.try_iter() {
-        let text = line.trim_end_matches(['\r', '\n']);
+        let text = &printable(&line);
         writeln!(log, "{text}")?;
         outcome.observe(text, started.elapsed());
     }
     Ok(outcome)
+}
+
+/// A console line without its line ending, escape sequences and control characters: the
+/// firmware's terminal resets and screen clears must not reach the user's terminal.
+fn printable(line: &str) -> String {
+    let mut text = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            // CSI: ESC [ parameters... final byte in @..~; other escapes: ESC + one character.
+            '\x1b' if chars.next_if_eq(&'[').is_some() => {
+                while chars.next().is_some_and(|c| !('@'..='~').contains(&c)) {}
+            }
+            '\x1b' => {
+                chars.next();
+            }
+            '\t' => text.push(c),
+            c if c.is_control() => {}
+            c => text.push(c),
+        }
+    }
+    text
 }
 
 impl Outcome {
@@ -653,11 +710,36 @@ mod tests {
     }
 
     #[test]
+    fn kernel_panics_are_noticed() {
+        let mut outcome = Outcome::default();
+        outcome.observe("Kernel panic - not syncing: Attempted to kill init!", Duration::ZERO);
+        assert!(outcome.kernel_panic);
+    }
+
+    #[test]
+    fn console_lines_lose_escape_sequences_and_control_characters() {
+        assert_eq!(printable("\x1bc\x1b[?7l\x1b[2JBooting from ROM..\r\n"), "Booting from ROM..");
+        assert_eq!(printable("\x1b[0mSeaBIOS\tok\x07"), "SeaBIOS\tok");
+    }
+
+    #[test]
     fn fragment_verification_lists_dropped_options() {
         let err = verify_config("CONFIG_64BIT=y\nCONFIG_MODULES=y\n").unwrap_err().to_string();
         assert!(err.contains("USER_EVENTS is not =y"), "{err}");
         assert!(err.contains("MODULES is =y but the fragment turns it off"), "{err}");
         assert!(!err.contains("CONFIG_64BIT "), "{err}");
+    }
+
+    #[test]
+    fn merging_replaces_the_base_settings_of_fragment_symbols() {
+        let merged = merge_fragment(
+            "CONFIG_64BIT=y\n# CONFIG_USER_EVENTS is not set\nCONFIG_MODULES=y\nCONFIG_X=3\n",
+        );
+        assert!(merged.starts_with("CONFIG_X=3\n"), "{merged}");
+        assert_eq!(merged.matches("CONFIG_64BIT=y").count(), 1);
+        assert!(!merged.contains("USER_EVENTS is not set"));
+        assert!(!merged.contains("CONFIG_MODULES=y"));
+        assert!(merged.contains("CONFIG_USER_EVENTS=y\n"));
     }
 
     #[test]
