@@ -126,7 +126,7 @@ fn register_enable_write_trace_and_unregister() {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let (task, event) = lines[0].split_once(" [").expect("a trace line");
-    assert!(task.trim_start().ends_with(&format!("-{tid}")), "{task:?} is not thread {tid}");
+    assert!(task.trim().ends_with(&format!("-{tid}")), "{task:?} is not thread {tid}");
     assert!(event.ends_with(": tracer_vm_smoke: a=0x2a (42)"), "{event:?}");
 
     instance.set_enabled("tracer_vm_smoke", false);
