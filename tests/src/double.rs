@@ -39,13 +39,21 @@ impl Dotnet10Double {
         self.process.pid()
     }
 
-    /// Waits for `SESSION_STARTED <id> <type>`; returns the rest (`<id> <type>`).
-    pub fn expect_session_started(&mut self) -> Result<String> {
-        self.process.wait_line("SESSION_STARTED", TIMEOUT)
+    /// Waits for `SESSION_STARTED <id> <type>` of session `id` (as tracer printed it, e.g.
+    /// `0x7f0000001100`; other tracers may hold sessions too); returns its type.
+    pub fn expect_session_started(&mut self, id: &str) -> Result<String> {
+        loop {
+            let rest = self.process.wait_line("SESSION_STARTED", TIMEOUT)?;
+            if let Some(kind) = rest.strip_prefix(id) {
+                return Ok(kind.trim().to_owned());
+            }
+        }
     }
 
-    pub fn expect_session_ended(&mut self) -> Result<String> {
-        self.process.wait_line("SESSION_ENDED", TIMEOUT)
+    /// Waits for `SESSION_ENDED <id>` of session `id`.
+    pub fn expect_session_ended(&mut self, id: &str) -> Result<()> {
+        while self.process.wait_line("SESSION_ENDED", TIMEOUT)? != id {}
+        Ok(())
     }
 
     /// `gc n`: one GCStart (reason Induced) + GCEnd per GC; returns the double's GC total.

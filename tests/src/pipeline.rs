@@ -169,3 +169,42 @@ fn parse(line: &str) -> Value {
 pub fn u64_field(line: &Value, key: &str) -> u64 {
     line[key].as_u64().unwrap_or_else(|| panic!("no numeric {key:?} in {line}"))
 }
+
+/// A `tracer run` configuration for tests: `providers` in dotnet-trace syntax, a 64 MB runtime
+/// buffer, default IPC timeouts, no live status.
+pub fn run_config(
+    providers: &str,
+    mode: tracer::session::SessionMode,
+    locate_for: Duration,
+    buffer_size_kb: u64,
+) -> tracer::pipeline::run::RunConfig {
+    let providers = tracer::ipc::providers::parse_providers(providers).expect("provider spec");
+    tracer::pipeline::run::RunConfig {
+        session: tracer::session::SessionConfig {
+            request: tracer::decode::ipc::TracingRequest {
+                circular_buffer_mb: 64,
+                providers: providers.clone(),
+                rundown_keyword: 0,
+                request_stackwalk: true,
+            },
+            mode,
+            timeouts: tracer::ipc::client::Timeouts::default(),
+            locate_for,
+            drain_timeout: Duration::from_secs(10),
+        },
+        providers,
+        target_pids: Vec::new(),
+        live_status: false,
+        buffer_size_kb,
+    }
+}
+
+/// Starts `tracer run` in-process with `config`.
+pub fn start_run(
+    ready_timeout: Duration,
+    config: tracer::pipeline::run::RunConfig,
+) -> Running<tracer::pipeline::run::RunSummary> {
+    Running::start(ready_timeout, move |sink, stop, ready| {
+        tracer::pipeline::run::run(config, sink, stop, Some(ready))
+    })
+}

@@ -11,29 +11,7 @@ pub const DIAG_IOCSDEL: libc::c_ulong = 0x4008_2A01;
 /// `_IOW('*', 2, struct user_unreg *)` on 64-bit.
 pub const DIAG_IOCSUNREG: libc::c_ulong = 0x4008_2A02;
 
-/// `struct user_reg` (packed, 28 bytes).
-#[repr(C, packed)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UserReg {
-    pub size: u32,
-    pub enable_bit: u8,
-    pub enable_size: u8,
-    pub flags: u16,
-    pub enable_addr: u64,
-    pub name_args: u64,
-    pub write_index: u32,
-}
-
-/// `struct user_unreg` (packed, 16 bytes).
-#[repr(C, packed)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UserUnreg {
-    pub size: u32,
-    pub disable_bit: u8,
-    pub reserved: u8,
-    pub reserved2: u16,
-    pub disable_addr: u64,
-}
+pub use tracer_common::{UserReg, UserUnreg};
 
 /// The tracefs mount of a kernel with CONFIG_USER_EVENTS. Panics (so the test FAILS, never
 /// skips) with what to do when the running kernel has no user_events, as on the host.

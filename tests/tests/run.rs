@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, u64_field};
+use tests::pipeline::{Running, run_config, start_run, u64_field};
 use tests::scratch::ScratchDir;
 use tracer::ipc::client::Timeouts;
 use tracer::pipeline::run::{self, RunConfig, RunSummary};
-use tracer::session::{SessionConfig, SessionMode};
+use tracer::session::SessionMode;
 
 const READY: Duration = Duration::from_secs(60);
 /// CoreCLR start-up and first flush on a loaded 2-core machine.
@@ -19,29 +19,11 @@ const SESSION: Duration = Duration::from_secs(120);
 const EVENTS: Duration = Duration::from_secs(30);
 
 fn config(providers: &str) -> RunConfig {
-    let providers = tracer::ipc::providers::parse_providers(providers).expect("provider spec");
-    RunConfig {
-        session: SessionConfig {
-            request: tracer::decode::ipc::TracingRequest {
-                circular_buffer_mb: 64,
-                providers: providers.clone(),
-                rundown_keyword: 0,
-                request_stackwalk: true,
-            },
-            mode: SessionMode::Auto,
-            timeouts: Timeouts::default(),
-            locate_for: Duration::from_secs(10),
-            drain_timeout: Duration::from_secs(10),
-        },
-        providers,
-        target_pids: Vec::new(),
-        live_status: false,
-        buffer_size_kb: 1024,
-    }
+    run_config(providers, SessionMode::Auto, Duration::from_secs(10), 1024)
 }
 
 fn start(config: RunConfig) -> Running<RunSummary> {
-    Running::start(READY, move |sink, stop, ready| run::run(config, sink, stop, Some(ready)))
+    start_run(READY, config)
 }
 
 fn is(line: &Value, kind: &str, pid: u32) -> bool {
@@ -115,7 +97,8 @@ fn dotnet10_double_is_discovered_live_through_dotnet_ipc_created_and_traced() {
     // This host kernel has no user_events: auto mode chose a streaming session.
     assert_eq!(started["session"], "streaming");
     assert_eq!(started["command"], "CollectTracing2 (0x0203)");
-    double.expect_session_started().expect("double saw the session");
+    let id = started["session_id"].as_str().unwrap();
+    assert_eq!(double.expect_session_started(id).expect("double saw the session"), "streaming");
 
     double.gc(3).expect("gc 3");
     double.emit(4).expect("emit 4");
@@ -134,7 +117,7 @@ fn dotnet10_double_is_discovered_live_through_dotnet_ipc_created_and_traced() {
     let ended: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", pid)).collect();
     assert_eq!(ended.len(), 1);
     assert_eq!(ended[0]["reason"], "stopped");
-    double.expect_session_ended().expect("double saw StopTracing");
+    double.expect_session_ended(id).expect("double saw StopTracing");
 }
 
 #[test]
@@ -257,8 +240,8 @@ fn hostile_peers_fail_clearly_within_the_timeout_and_other_targets_are_still_tra
 
     // The well-behaved runtime is traced despite the hostile ones.
     let pid = good.pid();
-    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
-    good.expect_session_started().unwrap();
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    good.expect_session_started(started["session_id"].as_str().unwrap()).unwrap();
     good.gc(2).unwrap();
     tracer.wait_for_count("GCStart", EVENTS, 2, |l| is_event(l, pid, "GCStart"));
 

@@ -5,12 +5,11 @@
 use std::time::{Duration, Instant};
 
 use tests::double::Dotnet10Double;
-use tests::pipeline::Running;
+use tests::pipeline::{Running, run_config, start_run};
 use tests::scratch::ScratchDir;
 use tests::user_events::tracefs_with_user_events;
-use tracer::ipc::client::Timeouts;
-use tracer::pipeline::run::{self, RunConfig, RunSummary};
-use tracer::session::{SessionConfig, SessionMode};
+use tracer::pipeline::run::RunSummary;
+use tracer::session::SessionMode;
 
 const BATCHES: u32 = 10;
 const PER_BATCH: u32 = 2000;
@@ -19,27 +18,8 @@ const TIMEOUT: Duration = Duration::from_secs(600);
 #[test]
 fn user_events_session_throughput() {
     tracefs_with_user_events();
-    let providers = tracer::ipc::providers::parse_providers("TestDouble").unwrap();
-    let config = RunConfig {
-        session: SessionConfig {
-            request: tracer::decode::ipc::TracingRequest {
-                circular_buffer_mb: 64,
-                providers: providers.clone(),
-                rundown_keyword: 0,
-                request_stackwalk: true,
-            },
-            mode: SessionMode::UserEvents,
-            timeouts: Timeouts::default(),
-            locate_for: Duration::from_secs(30),
-            drain_timeout: Duration::from_secs(10),
-        },
-        providers,
-        target_pids: Vec::new(),
-        live_status: false,
-        buffer_size_kb: 8192,
-    };
-    let mut tracer: Running<RunSummary> =
-        Running::start(TIMEOUT, move |sink, stop, ready| run::run(config, sink, stop, Some(ready)));
+    let config = run_config("TestDouble", SessionMode::UserEvents, Duration::from_secs(30), 8192);
+    let mut tracer: Running<RunSummary> = start_run(TIMEOUT, config);
     let tmp = ScratchDir::new("vm-bench-ue");
     let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
     let pid = double.pid();

@@ -10,37 +10,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, u64_field};
+use tests::pipeline::{Running, run_config, start_run, u64_field};
 use tests::scratch::ScratchDir;
 use tests::user_events::tracefs_with_user_events;
-use tracer::ipc::client::Timeouts;
-use tracer::pipeline::run::{self, RunConfig, RunSummary};
-use tracer::session::{SessionConfig, SessionMode};
+use tracer::pipeline::run::RunSummary;
+use tracer::session::SessionMode;
+
+/// One tracer at a time: a second tracer would attach its own session to the other test's
+/// double and change the double's per-session counts.
+static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// TCG emulation is slow: generous limits.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn start(providers: &str, mode: SessionMode) -> Running<RunSummary> {
-    let providers = tracer::ipc::providers::parse_providers(providers).expect("provider spec");
-    let config = RunConfig {
-        session: SessionConfig {
-            request: tracer::decode::ipc::TracingRequest {
-                circular_buffer_mb: 64,
-                providers: providers.clone(),
-                rundown_keyword: 0,
-                request_stackwalk: true,
-            },
-            mode,
-            timeouts: Timeouts::default(),
-            locate_for: Duration::from_secs(30),
-            drain_timeout: Duration::from_secs(10),
-        },
-        providers,
-        target_pids: Vec::new(),
-        live_status: false,
-        buffer_size_kb: 1024,
-    };
-    Running::start(TIMEOUT, move |sink, stop, ready| run::run(config, sink, stop, Some(ready)))
+    start_run(TIMEOUT, run_config(providers, mode, Duration::from_secs(30), 1024))
 }
 
 fn is(line: &Value, kind: &str, pid: u32) -> bool {
@@ -53,6 +37,7 @@ fn is_event(line: &Value, pid: u32, event: &str) -> bool {
 
 #[test]
 fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
     const N: u32 = 200;
     let tracefs = tracefs_with_user_events();
     let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
@@ -64,8 +49,8 @@ fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
     assert_eq!(started["session"], "user_events", "{started}");
     assert_eq!(started["command"], "CollectTracing5 (0x0206)");
     assert_eq!(started["runtime_version"], "10.0.0+test-double");
-    let on_double = double.expect_session_started().expect("double saw CT5");
-    assert!(on_double.ends_with("user_events"), "{on_double}");
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(double.expect_session_started(&id).expect("double saw CT5"), "user_events");
 
     // tracer enabled its tracepoints before sending CT5: not one write is skipped.
     let (written, skipped) = double.emit(N).expect("emit");
@@ -102,7 +87,7 @@ fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
 
     // Closing the connection ended the session in the runtime, which unregistered its
     // tracepoints; with tracer's registrations gone too, the kernel deletes the events.
-    double.expect_session_ended().expect("the double saw its session end");
+    double.expect_session_ended(&id).expect("the double saw its session end");
     let prefix = format!("tracer_{}_{pid}_", std::process::id());
     let status = tracefs.join("user_events_status");
     let deadline = Instant::now() + TIMEOUT;
@@ -120,6 +105,7 @@ fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
 
 #[test]
 fn streaming_mode_can_still_be_chosen_on_a_user_events_kernel() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
     tracefs_with_user_events();
     let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4", SessionMode::Streaming);
     let tmp = ScratchDir::new("vm-run-stream");
@@ -127,7 +113,8 @@ fn streaming_mode_can_still_be_chosen_on_a_user_events_kernel() {
     let pid = double.pid();
     let started = tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
     assert_eq!(started["session"], "streaming");
-    double.expect_session_started().expect("double saw the session");
+    let id = started["session_id"].as_str().unwrap();
+    assert_eq!(double.expect_session_started(id).expect("double saw the session"), "streaming");
     double.gc(2).expect("gc 2");
     tracer.wait_for_count("GCStart", TIMEOUT, 2, |l| {
         is_event(l, pid, "GCStart") && l["source"] == "nettrace"

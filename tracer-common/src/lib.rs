@@ -19,6 +19,35 @@ pub const DIAG_IOCSREG: u32 = 0xC008_2A00;
 pub const DIAG_IOCSDEL: u32 = 0x4008_2A01;
 pub const DIAG_IOCSUNREG: u32 = 0x4008_2A02;
 
+/// `struct user_reg` of `include/uapi/linux/user_events.h` (packed, 28 bytes), as passed to
+/// `DIAG_IOCSREG`. Read fields by value (never by reference: the struct is packed).
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserReg {
+    pub size: u32,
+    pub enable_bit: u8,
+    pub enable_size: u8,
+    pub flags: u16,
+    pub enable_addr: u64,
+    pub name_args: u64,
+    /// Written by the kernel on success.
+    pub write_index: u32,
+}
+
+/// `struct user_unreg` (packed, 16 bytes), as passed to `DIAG_IOCSUNREG`.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserUnreg {
+    pub size: u32,
+    pub disable_bit: u8,
+    pub reserved: u8,
+    pub reserved2: u16,
+    pub disable_addr: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<UserReg>() == 28);
+const _: () = assert!(core::mem::size_of::<UserUnreg>() == 16);
+
 /// Name the .NET runtime (11+, 10.x backport) gives the memfd it maps once its diagnostic IPC is ready.
 pub const DOTNET_IPC_MEMFD_NAME: &[u8] = b"dotnet_ipc_created";
 /// Name CoreCLR (7+, W^X enabled) gives the memfd behind its executable memory.

@@ -27,7 +27,7 @@ use tracer_common::{
     COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, DOTNET_IPC_MEMFD_NAME,
     DOUBLEMAPPER_MEMFD_NAME, EventHeader, EventKind, LossReason, MEMFD_SLOTS, MemfdCreateEvent,
     MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
-    UserEventsIoctlEvent,
+    UserEventsIoctlEvent, UserReg, UserUnreg,
 };
 
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -165,30 +165,6 @@ macro_rules! take_pending {
 /// child tid → clone flags, from `task_newtask` to the `sched_process_fork` that follows it.
 #[map]
 static NEW_TASKS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
-
-/// Packed `struct user_reg` (28 bytes) as the process passed it.
-#[repr(C, packed)]
-#[derive(Clone, Copy)]
-struct UserReg {
-    size: u32,
-    enable_bit: u8,
-    enable_size: u8,
-    flags: u16,
-    enable_addr: u64,
-    name_args: u64,
-    write_index: u32,
-}
-
-/// Packed `struct user_unreg` (16 bytes).
-#[repr(C, packed)]
-#[derive(Clone, Copy)]
-struct UserUnreg {
-    size: u32,
-    disable_bit: u8,
-    reserved: u8,
-    reserved2: u16,
-    disable_addr: u64,
-}
 
 #[inline(always)]
 fn config() -> Option<&'static Config> {

@@ -75,8 +75,14 @@ fn apt() -> anyhow::Result<()> {
 }
 
 fn rust_src() -> anyhow::Result<()> {
-    let installed = output(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
-        .context("the nightly toolchain is required for the eBPF build")?;
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))
+    .context("the nightly toolchain is required for the eBPF build")?;
     if installed.lines().any(|l| l.starts_with("rust-src")) {
         return Ok(());
     }
@@ -104,7 +110,10 @@ fn pip() -> anyhow::Result<()> {
     let missing: Vec<&str> = PIP_PACKAGES
         .iter()
         .filter(|(_, module)| {
-            !Command::new("python3").args(["-c", &format!("import {module}")]).output().is_ok_and(|o| o.status.success())
+            !Command::new("python3")
+                .args(["-c", &format!("import {module}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
         })
         .map(|(pkg, _)| *pkg)
         .collect();
@@ -114,7 +123,8 @@ fn pip() -> anyhow::Result<()> {
     eprintln!("setup: pip installing {}", missing.join(" "));
     run_cmd(Command::new("python3").args(["-m", "pip", "install", "-q"]).args(&missing))?;
     for (pkg, module) in PIP_PACKAGES {
-        let ok = Command::new("python3").args(["-c", &format!("import {module}")]).status()?.success();
+        let ok =
+            Command::new("python3").args(["-c", &format!("import {module}")]).status()?.success();
         if !ok {
             bail!("python package {pkg} installed but `import {module}` fails");
         }

@@ -19,22 +19,10 @@ use std::io::{BufRead as _, Write as _};
 use std::time::Instant;
 
 use serde_json::json;
+use tests::user_events::{DIAG_IOCSREG, UserReg};
 
-const DIAG_IOCSREG: libc::c_ulong = 0xC008_2A00;
 const PAGE: usize = 4096;
 const NAME_ARGS: &CStr = c"tracer_test_event u32 count; char[8] tag";
-
-/// `struct user_reg` (packed, 28 bytes).
-#[repr(C, packed)]
-struct UserReg {
-    size: u32,
-    enable_bit: u8,
-    enable_size: u8,
-    flags: u16,
-    enable_addr: u64,
-    name_args: u64,
-    write_index: u32,
-}
 
 fn check<T: PartialOrd + Default>(ret: T, what: &str) -> T {
     if ret < T::default() {

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context as _;
-use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG};
+use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG, UserReg, UserUnreg};
 
 use crate::kernel::tracefs::Tracefs;
 
@@ -21,26 +21,6 @@ pub const DOTNET_TRACEPOINT_FIELDS: &str =
 
 /// The bit the kernel sets in our enable word while any consumer enables the event.
 const ENABLE_BIT: u8 = 31;
-
-#[repr(C, packed)]
-struct UserReg {
-    size: u32,
-    enable_bit: u8,
-    enable_size: u8,
-    flags: u16,
-    enable_addr: u64,
-    name_args: u64,
-    write_index: u32,
-}
-
-#[repr(C, packed)]
-struct UserUnreg {
-    size: u32,
-    disable_bit: u8,
-    reserved: u8,
-    reserved2: u16,
-    disable_addr: u64,
-}
 
 /// An open `user_events_data` and the events registered through it.
 pub struct UserEventsData {

@@ -182,6 +182,8 @@ impl Reader {
         // Wake the reader as soon as there is data: runtime events are sparse.
         instance.set_buffer_percent(0)?;
         let reader = FtraceReader::open(Arc::new(instance), Vec::new(), ReaderConfig::default())?;
+        // Instances start with tracing off; record only once every CPU buffer has its reader.
+        reader.instance().set_tracing_on(true)?;
         let (sender, requests) = mpsc::channel(64);
         Ok(Reader {
             data: Arc::new(data),
