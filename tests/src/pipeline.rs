@@ -121,15 +121,19 @@ impl<S: Send + 'static> Running<S> {
         pred: impl Fn(&Value) -> bool,
     ) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
-        loop {
-            self.collect_pending();
-            let found: Vec<Value> = self.seen.iter().filter(|v| pred(v)).cloned().collect();
-            if found.len() >= count {
-                return found;
-            }
+        self.collect_pending();
+        let mut found: Vec<Value> = self.seen.iter().filter(|v| pred(v)).cloned().collect();
+        // Only new lines are checked from here on: waiting for many lines stays linear.
+        while found.len() < count {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(parse(&line)),
+                Ok(line) => {
+                    let v = parse(&line);
+                    if pred(&v) {
+                        found.push(v.clone());
+                    }
+                    self.seen.push(v);
+                }
                 Err(RecvTimeoutError::Timeout) => panic!(
                     "{} of {count} {what} within {timeout:?}; lines so far:\n{}",
                     found.len(),
@@ -138,6 +142,7 @@ impl<S: Send + 'static> Running<S> {
                 Err(RecvTimeoutError::Disconnected) => panic!("pipeline ended before {what}"),
             }
         }
+        found
     }
 
     /// Stops the pipeline (as SIGINT would) and returns every line and its summary.

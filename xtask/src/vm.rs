@@ -77,12 +77,15 @@ struct TestBinary {
 /// Builds the workspace binaries (tracer) the tests start and the `vm_*` test executables, and returns the
 /// selected executables (found through cargo's JSON messages, as their names carry a hash).
 fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
+    // Benchmarks measure optimised code; tests use the debug build like `cargo test`.
+    let profile: &[&str] = if opts.bench { &["--release"] } else { &[] };
     // Default members only: tracer-ebpf's bin is also named `tracer` and builds for BPF.
-    crate::util::cargo(&["build", "--bins"])?;
+    crate::util::cargo(&[&["build", "--bins"], profile].concat())?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let messages = output(
         Command::new(cargo)
             .args(["test", "-p", "tests", "--no-run", "--message-format=json"])
+            .args(profile)
             .current_dir(workspace_root())
             .stderr(Stdio::inherit()),
     )?;
