@@ -113,13 +113,7 @@ fn thread_adjustment_reason(v: u64) -> Option<&'static str> {
     NAMES.get(usize::try_from(v).ok()?).copied()
 }
 
-const GC_START_V1: &[RuntimeField] = &[
-    field("Count", U32),
-    field("Depth", U32),
-    mapped("Reason", U32, gc_reason),
-    mapped("Type", U32, gc_type),
-    field("ClrInstanceID", U16),
-];
+// A newer template version only appends fields: older versions are prefixes of the newest.
 const GC_START_V2: &[RuntimeField] = &[
     field("Count", U32),
     field("Depth", U32),
@@ -128,6 +122,7 @@ const GC_START_V2: &[RuntimeField] = &[
     field("ClrInstanceID", U16),
     field("ClientSequenceNumber", U64),
 ];
+const GC_START_V1: &[RuntimeField] = GC_START_V2.split_at(5).0;
 const GC_END_V1: &[RuntimeField] =
     &[field("Count", U32), field("Depth", U32), field("ClrInstanceID", U16)];
 
@@ -137,22 +132,6 @@ const GC_SUSPEND_EE_BEGIN_V1: &[RuntimeField] =
 const GC_TRIGGERED_V1: &[RuntimeField] =
     &[mapped("Reason", U32, gc_reason), field("ClrInstanceID", U16)];
 
-const GC_HEAP_STATS_V1: &[RuntimeField] = &[
-    field("GenerationSize0", U64),
-    field("TotalPromotedSize0", U64),
-    field("GenerationSize1", U64),
-    field("TotalPromotedSize1", U64),
-    field("GenerationSize2", U64),
-    field("TotalPromotedSize2", U64),
-    field("GenerationSize3", U64),
-    field("TotalPromotedSize3", U64),
-    field("FinalizationPromotedSize", U64),
-    field("FinalizationPromotedCount", U64),
-    field("PinnedObjectCount", U32),
-    field("SinkBlockCount", U32),
-    field("GCHandleCount", U32),
-    field("ClrInstanceID", U16),
-];
 const GC_HEAP_STATS_V2: &[RuntimeField] = &[
     field("GenerationSize0", U64),
     field("TotalPromotedSize0", U64),
@@ -171,26 +150,8 @@ const GC_HEAP_STATS_V2: &[RuntimeField] = &[
     field("GenerationSize4", U64),
     field("TotalPromotedSize4", U64),
 ];
+const GC_HEAP_STATS_V1: &[RuntimeField] = GC_HEAP_STATS_V2.split_at(14).0;
 
-const GC_ALLOCATION_TICK_V2: &[RuntimeField] = &[
-    field("AllocationAmount", U32),
-    mapped("AllocationKind", U32, allocation_kind),
-    field("ClrInstanceID", U16),
-    field("AllocationAmount64", U64),
-    field("TypeID", Pointer),
-    field("TypeName", Utf16Z),
-    field("HeapIndex", U32),
-];
-const GC_ALLOCATION_TICK_V3: &[RuntimeField] = &[
-    field("AllocationAmount", U32),
-    mapped("AllocationKind", U32, allocation_kind),
-    field("ClrInstanceID", U16),
-    field("AllocationAmount64", U64),
-    field("TypeID", Pointer),
-    field("TypeName", Utf16Z),
-    field("HeapIndex", U32),
-    field("Address", Pointer),
-];
 const GC_ALLOCATION_TICK_V4: &[RuntimeField] = &[
     field("AllocationAmount", U32),
     mapped("AllocationKind", U32, allocation_kind),
@@ -202,6 +163,8 @@ const GC_ALLOCATION_TICK_V4: &[RuntimeField] = &[
     field("Address", Pointer),
     field("ObjectSize", U64),
 ];
+const GC_ALLOCATION_TICK_V3: &[RuntimeField] = GC_ALLOCATION_TICK_V4.split_at(8).0;
+const GC_ALLOCATION_TICK_V2: &[RuntimeField] = GC_ALLOCATION_TICK_V4.split_at(7).0;
 
 const EXCEPTION_THROWN_V1: &[RuntimeField] = &[
     field("ExceptionType", Utf16Z),
