@@ -46,8 +46,10 @@ impl CoreclrHost {
         if own_proc {
             command.arg("--mount-proc");
         }
+        // The checkout itself may live under /tmp, which the private tmpfs hides: read the
+        // script first and leave the working directory before mounting.
         command.args(["sh", "-c"]).arg(
-            r#"mount -t tmpfs tracer-test-tmp /tmp && mkdir -p "$0" && TMPDIR="$0" exec python3 "$1""#,
+            r#"code=$(cat "$1") && cd / && mount -t tmpfs tracer-test-tmp /tmp && mkdir -p "$0" && TMPDIR="$0" exec python3 -c "$code""#,
         );
         command.args([inner_tmpdir, SCRIPT]);
         let mut process = LineProcess::spawn("coreclr_host in namespaces", command)?;
