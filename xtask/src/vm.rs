@@ -377,7 +377,11 @@ fn init_script(tests: &[TestBinary], opts: &Options) -> anyhow::Result<String> {
         let words: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
         writeln!(commands, "run_test {}", words.join(" "))?;
     }
-    Ok(INIT_TEMPLATE.replace("@@ENV@@", &env.join(" ")).replace("@@TESTS@@", &commands))
+    let workspace = shell_quote(path_str(&workspace_root())?);
+    Ok(INIT_TEMPLATE
+        .replace("@@WORKSPACE@@", &workspace)
+        .replace("@@ENV@@", &env.join(" "))
+        .replace("@@TESTS@@", &commands))
 }
 
 fn path_str(path: &Path) -> anyhow::Result<&str> {

@@ -23,8 +23,15 @@ must mount -t devtmpfs devtmpfs /host/dev
 must mkdir -p /host/dev/pts /host/dev/shm
 must mount -t devpts devpts /host/dev/pts
 must mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
+# The workspace (test binaries, fixtures) may itself live under /tmp or /run, which get fresh
+# tmpfs mounts below: set it aside and put it back at the same path on top of them.
+workspace=@@WORKSPACE@@
+must mkdir -p /workspace
+must mount -o bind "/host$workspace" /workspace
 must mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 must mount -t tmpfs -o mode=755 tmpfs /host/run
+must mkdir -p "/host$workspace"
+must mount -o bind /workspace "/host$workspace"
 ip link set lo up
 hostname tracer-vm
 
