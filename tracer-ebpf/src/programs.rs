@@ -254,16 +254,24 @@ macro_rules! reserve {
     }};
 }
 
+/// Loads a u64 of a syscall tracepoint's context directly: tracepoint contexts are readable
+/// memory the verifier bounds-checks, so no `bpf_probe_read_kernel` helper call (these run on
+/// every mmap and ioctl of the machine).
+#[inline(always)]
+fn syscall_ctx_u64(ctx: &TracePointContext, offset: usize) -> u64 {
+    use aya_ebpf::EbpfContext as _;
+    // SAFETY: offsets 16..64 lie inside every syscall tracepoint context (§5.2 of the reference).
+    unsafe { core::ptr::read(ctx.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
+}
+
 #[inline(always)]
 fn syscall_arg(ctx: &TracePointContext, i: usize) -> u64 {
-    // SAFETY: syscall tracepoint contexts hold six u64 arguments from offset 16.
-    unsafe { ctx.read_at::<u64>(SYSCALL_ARG0 + 8 * i) }.unwrap_or(0)
+    syscall_ctx_u64(ctx, SYSCALL_ARG0 + 8 * i)
 }
 
 #[inline(always)]
 fn syscall_ret(ctx: &TracePointContext) -> i64 {
-    // SAFETY: syscall exit contexts hold the return value at offset 16.
-    unsafe { ctx.read_at::<i64>(SYSCALL_RET) }.unwrap_or(0)
+    syscall_ctx_u64(ctx, SYSCALL_RET) as i64
 }
 
 // ---------------------------------------------------------------------------------------------
