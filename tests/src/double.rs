@@ -23,11 +23,6 @@ impl Dotnet10Double {
     pub fn spawn(tmpdir: &Path) -> Result<Dotnet10Double> {
         let mut command = Command::new("python3");
         command.arg(SCRIPT).env("TMPDIR", tmpdir);
-        Self::spawn_with(command)
-    }
-
-    /// Starts the double from a prepared command (extra environment, wrappers).
-    pub fn spawn_with(command: Command) -> Result<Dotnet10Double> {
         let mut process = LineProcess::spawn("dotnet10_double", command)?;
         let ready = process.wait_line("READY", TIMEOUT)?;
         let (pid, socket) = ready.split_once(' ').context("READY <pid> <socket>")?;

@@ -90,12 +90,6 @@ impl<S: Send + 'static> Running<S> {
         Running { lines, seen: Vec::new(), stop: Some(stop), thread: Some(thread) }
     }
 
-    /// Every line received so far.
-    pub fn seen(&mut self) -> &[Value] {
-        self.collect_pending();
-        &self.seen
-    }
-
     fn collect_pending(&mut self) {
         while let Ok(line) = self.lines.try_recv() {
             self.seen.push(parse(&line));

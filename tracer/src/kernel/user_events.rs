@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 
 use anyhow::Context as _;
 use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG, UserReg, UserUnreg};
@@ -71,15 +71,6 @@ impl UserEventsData {
         }
         self.registered.lock().expect("not poisoned").insert(name.to_string(), word);
         Ok(reg.write_index)
-    }
-
-    /// Whether some consumer currently enables `name` (the kernel's bit in our word).
-    pub fn enabled(&self, name: &str) -> bool {
-        self.registered
-            .lock()
-            .expect("not poisoned")
-            .get(name)
-            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << ENABLE_BIT) != 0)
     }
 
     /// Removes our registration of `name` (DIAG_IOCSUNREG). The event itself is deleted by the
