@@ -101,6 +101,17 @@ impl LineProcess {
     }
 }
 
+/// A process with `TMPDIR=tmpdir` that serves no diagnostic socket (a target whose socket is
+/// missing or squatted). Returned once its exec has completed: right after `spawn` the kernel may
+/// not have set up the new environment yet, and `/proc/<pid>/environ` can still read as empty.
+pub fn spawn_idle_target(tmpdir: &std::path::Path) -> Result<LineProcess> {
+    let mut command = Command::new("sh");
+    command.args(["-c", "echo READY; read _"]).env("TMPDIR", tmpdir);
+    let mut target = LineProcess::spawn("idle target", command)?;
+    target.expect_line("READY", Duration::from_secs(10))?;
+    Ok(target)
+}
+
 /// Lines read from `r` (a child's stdout or stderr) on a thread, as they arrive.
 pub fn line_channel(r: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, lines) = mpsc::channel();

@@ -2,11 +2,11 @@
 //! client's timeout, and the socket-trust checks must refuse before any byte is sent.
 
 use std::os::unix::fs::FileTypeExt;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tests::peer::HostilePeer;
+use tests::process::spawn_idle_target;
 use tests::procfs;
 use tests::scratch::ScratchDir;
 use tracer::decode::ipc::{
@@ -42,21 +42,6 @@ async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
 }
 
 /// A process that is not a runtime, with `TMPDIR=dir`, killed on drop.
-struct Sleeper(Child);
-
-impl Sleeper {
-    fn spawn(dir: &ScratchDir) -> Result<Sleeper> {
-        Ok(Sleeper(Command::new("sleep").arg("120").env("TMPDIR", dir.path()).spawn()?))
-    }
-}
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn garbage_reply_is_refused_as_bad_magic() -> Result<()> {
     let dir = ScratchDir::new("ipc-garbage");
@@ -184,8 +169,8 @@ async fn symlinked_socket_is_refused_and_its_target_gets_nothing() -> Result<()>
 #[tokio::test]
 async fn socket_bound_by_another_process_is_refused_before_sending() -> Result<()> {
     let dir = ScratchDir::new("ipc-squat");
-    let target = Sleeper::spawn(&dir)?;
-    let target_pid = target.0.id();
+    let target = spawn_idle_target(dir.path())?;
+    let target_pid = target.pid();
     let mut squatter = HostilePeer::spawn(BIN, dir.path(), &["squat", &target_pid.to_string()])?;
     assert!(std::fs::metadata(&squatter.path)?.file_type().is_socket());
 
@@ -212,8 +197,8 @@ async fn socket_bound_by_another_process_is_refused_before_sending() -> Result<(
 #[tokio::test]
 async fn regular_file_named_like_a_socket_is_refused() -> Result<()> {
     let dir = ScratchDir::new("ipc-file");
-    let target = Sleeper::spawn(&dir)?;
-    let pid = target.0.id();
+    let target = spawn_idle_target(dir.path())?;
+    let pid = target.pid();
     let path = dir.path().join(procfs::runtime_socket_name(pid)?);
     std::fs::write(&path, b"not a socket")?;
     match socket::locate_and_connect(pid, TIMEOUT).await {
@@ -228,8 +213,8 @@ async fn regular_file_named_like_a_socket_is_refused() -> Result<()> {
 #[tokio::test]
 async fn process_without_socket_is_not_found() -> Result<()> {
     let dir = ScratchDir::new("ipc-none");
-    let target = Sleeper::spawn(&dir)?;
-    let pid = target.0.id();
+    let target = spawn_idle_target(dir.path())?;
+    let pid = target.pid();
     match socket::locate(pid) {
         Err(SocketError::NotFound { pid: p, ns_pid, dir: d }) => {
             assert_eq!((p, ns_pid, d.as_path()), (pid, pid, dir.path()));

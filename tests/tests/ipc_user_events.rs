@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use tests::peer::HostilePeer;
-use tests::process::LineProcess;
+use tests::process::{LineProcess, spawn_idle_target};
 use tests::scratch::ScratchDir;
 use tracer::decode::ipc::{
     CollectTracing, EventFilter, Request, TracepointConfig, TracepointSet, UserEventsProvider,
@@ -75,17 +75,15 @@ async fn user_events_session_passes_the_fd_after_the_message() -> Result<()> {
 #[tokio::test]
 async fn no_fd_and_no_byte_reach_a_socket_bound_by_another_process() -> Result<()> {
     let dir = ScratchDir::new("ipc-fd-squat");
-    let mut target =
-        std::process::Command::new("sleep").arg("120").env("TMPDIR", dir.path()).spawn()?;
-    let target_pid = target.id();
+    let target = spawn_idle_target(dir.path())?;
+    let target_pid = target.pid();
     let mut squatter =
         HostilePeer::spawn(HOSTILE_PEER, dir.path(), &["squat", &target_pid.to_string()])?;
     let client = DiagnosticClient::for_pid(target_pid, Timeouts::default())?;
     let (_read_end, write_end) = pipe()?;
     let providers = user_events_providers()?;
     let result = client.start_user_events_session(0, &providers, write_end.as_fd()).await;
-    let _ = target.kill();
-    let _ = target.wait();
+    drop(target);
     match result {
         Err(ClientError::Socket(SocketError::Refused {
             refusal: Refusal::PeerPidMismatch { .. },
