@@ -31,6 +31,8 @@ use tracer_common::{
 };
 
 const MAP_ANONYMOUS: u64 = 0x20;
+/// `bpf_map_update_elem` flag: create only.
+const BPF_NOEXIST: u64 = 1;
 const CLONE_THREAD: u64 = 0x0001_0000;
 /// `mmap` returns an address or -errno; the kernel's errno range is [-4095, -1].
 const MAX_ERRNO: i64 = 4095;
@@ -74,6 +76,33 @@ struct MemfdSlots {
 /// tgid → open memfds of interest. Cleaned on close, exec and exit; bounded.
 #[map]
 static MEMFDS: HashMap<u32, MemfdSlots> = HashMap::with_max_entries(16384, 0);
+
+/// How many `MEMFDS` entries have a tgid with these low bits (index `tgid % MEMFD_HINT_LEN`).
+/// `sys_enter_mmap` and `sys_enter_close` run for every file mmap and close on the machine: a
+/// zero here answers "no memfd of interest" with one array load instead of a hash lookup. The
+/// count is raised before an insert and lowered only after a successful removal, so it never
+/// under-counts (which would hide an event); a collision only costs the hash lookup.
+#[map]
+static MEMFD_HINT: Array<u64> = Array::with_max_entries(MEMFD_HINT_LEN, 0);
+const MEMFD_HINT_LEN: u32 = 1024;
+
+#[inline(always)]
+fn may_have_memfds(tgid: u32) -> bool {
+    match MEMFD_HINT.get_ptr(tgid % MEMFD_HINT_LEN) {
+        // SAFETY: map value pointer valid for this invocation; a racy read is fine (see map).
+        Some(ptr) => (unsafe { core::ptr::read_volatile(ptr) }) != 0,
+        None => true,
+    }
+}
+
+/// Removes `tgid`'s memfds of interest, keeping `MEMFD_HINT` in step.
+#[inline(always)]
+fn forget_memfds(tgid: u32) {
+    if MEMFDS.remove(&tgid).is_ok() {
+        // Wrapping add of -1.
+        atomic_add(&MEMFD_HINT, tgid % MEMFD_HINT_LEN, u64::MAX);
+    }
+}
 
 /// tgids already reported as `DotnetRuntimeSeen` (doublemapper maps many times per process).
 #[map]
@@ -127,12 +156,18 @@ enum InFlight {
     Ioctl = 1,
 }
 
+/// Adds `delta` (wrapping) to a shared counter that every CPU updates.
 #[inline(always)]
-fn in_flight_add(which: InFlight, delta: u64) {
-    if let Some(ptr) = IN_FLIGHT.get_ptr_mut(which as u32) {
-        // SAFETY: map value owned by the map; atomic because every CPU updates it.
+fn atomic_add(map: &Array<u64>, index: u32, delta: u64) {
+    if let Some(ptr) = map.get_ptr_mut(index) {
+        // SAFETY: map value owned by the map for the program's lifetime.
         unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(ptr, delta) };
     }
+}
+
+#[inline(always)]
+fn in_flight_add(which: InFlight, delta: u64) {
+    atomic_add(&IN_FLIGHT, which as u32, delta);
 }
 
 #[inline(always)]
@@ -372,7 +407,12 @@ fn remember_memfd(tgid: u32, fd: i32, kind: MemfdKind) {
     let mut slots = MemfdSlots { fd: [-1; MEMFD_SLOTS], kind: [0; MEMFD_SLOTS] };
     slots.fd[0] = fd;
     slots.kind[0] = kind as u32;
-    if MEMFDS.insert(&tgid, &slots, 0).is_err() {
+    let hint = tgid % MEMFD_HINT_LEN;
+    atomic_add(&MEMFD_HINT, hint, 1);
+    // BPF_NOEXIST: a thread of the same process that inserted first keeps its slot (its entry
+    // already holds this tgid's count).
+    if MEMFDS.insert(&tgid, &slots, BPF_NOEXIST).is_err() {
+        atomic_add(&MEMFD_HINT, hint, u64::MAX);
         count_loss(EventKind::MemfdCreate, LossReason::MapFull);
     }
 }
@@ -381,6 +421,9 @@ fn remember_memfd(tgid: u32, fd: i32, kind: MemfdKind) {
 #[tracepoint(category = "syscalls", name = "sys_enter_close")]
 pub fn sys_enter_close(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !may_have_memfds(tgid) {
+        return 0;
+    }
     let Some(slots) = MEMFDS.get_ptr_mut(&tgid) else { return 0 };
     let fd = syscall_arg(&ctx, 0) as i32;
     // SAFETY: map value pointer valid for this program invocation.
@@ -394,7 +437,7 @@ pub fn sys_enter_close(ctx: TracePointContext) -> u32 {
         }
     }
     if live == 0 {
-        let _ = MEMFDS.remove(&tgid);
+        forget_memfds(tgid);
     }
     0
 }
@@ -411,6 +454,9 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
+    if !may_have_memfds(tgid) {
+        return 0;
+    }
     // SAFETY: the value is copied out immediately.
     let Some(slots) = (unsafe { MEMFDS.get(&tgid) }).copied() else { return 0 };
     let mut kind = 0;
@@ -664,7 +710,7 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
 pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // The new image starts without the old one's memfds of interest or runtime.
-    let _ = MEMFDS.remove(&tgid);
+    forget_memfds(tgid);
     let _ = RUNTIME_SEEN.remove(&tgid);
     if !is_tracked(tgid) || excluded(tgid) {
         return 0;
@@ -703,7 +749,7 @@ pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
     if pid_tgid as u32 != tgid {
         return 0;
     }
-    let _ = MEMFDS.remove(&tgid);
+    forget_memfds(tgid);
     let _ = RUNTIME_SEEN.remove(&tgid);
     if !is_tracked(tgid) {
         return 0;

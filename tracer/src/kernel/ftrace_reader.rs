@@ -1,7 +1,9 @@
 //! Consumer of an ftrace instance's per-CPU ring buffers: memory-mapped `trace_pipe_raw`
 //! (Linux ≥ 6.10: meta page + sub-buffers, `TRACE_MMAP_IOCTL_GET_READER`) with a fallback to
 //! page-sized `read()`s of the same file. Pages are decoded by [`crate::decode::ftrace::page`];
-//! records of the given tracepoints come out merged across CPUs in timestamp order.
+//! records of the given tracepoints come out either merged across CPUs in timestamp order
+//! ([`FtraceReader::next_batch`], owned [`Event`]s), or borrowed straight from the page they were
+//! decoded from, in order per CPU ([`FtraceReader::next_records`], no copy, no allocation).
 //!
 //! Library use (the `tracer ftrace` pipeline, and user_events sessions in `tracer run`):
 //! ```no_run
@@ -140,6 +142,36 @@ impl Event {
     }
 }
 
+/// One decoded record, borrowed from the ring-buffer page it was read from: with the mmap
+/// transport that is the kernel's sub-buffer itself, so nothing has been copied.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordRef<'a> {
+    pub cpu: u32,
+    /// Timestamp in the instance's `trace_clock`.
+    pub ts: u64,
+    pub tracepoint: &'a Arc<Tracepoint>,
+    pub common: CommonFields,
+    /// The record from `common_type` on, including the ring buffer's alignment padding.
+    pub record: &'a [u8],
+}
+
+impl RecordRef<'_> {
+    /// The format's fields (without `common_*`).
+    pub fn fields(&self) -> Result<Fields<'_>, RecordError> {
+        decode_fields(&self.tracepoint.format, self.record)
+    }
+
+    pub fn to_event(&self) -> Event {
+        Event {
+            cpu: self.cpu,
+            ts: self.ts,
+            tracepoint: self.tracepoint.clone(),
+            common: self.common,
+            record: self.record.to_vec(),
+        }
+    }
+}
+
 /// A page that failed an integrity check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CorruptionReport {
@@ -222,9 +254,7 @@ pub struct FtraceReader {
     decoder: Decoder,
     mode: ReadMode,
     fallback_reason: Option<String>,
-    /// Events in the reorder window, one queue per CPU (each already in time order).
-    held: Vec<VecDeque<Event>>,
-    held_len: usize,
+    held: ReorderWindow,
     config: ReaderConfig,
     clock_is_mono: bool,
     // Last: the instance outlives the mappings and fds above.
@@ -315,8 +345,10 @@ impl FtraceReader {
             },
             mode,
             fallback_reason,
-            held: (0..nr_cpus).map(|_| VecDeque::new()).collect(),
-            held_len: 0,
+            held: ReorderWindow {
+                per_cpu: (0..nr_cpus).map(|_| VecDeque::new()).collect(),
+                len: 0,
+            },
             config,
             clock_is_mono,
             instance,
@@ -341,6 +373,30 @@ impl FtraceReader {
     /// Waits for a wake-up (buffer_percent reached) or the poll interval, drains every CPU and
     /// returns the events that left the reorder window, oldest first (possibly none).
     pub async fn next_batch(&mut self) -> anyhow::Result<Vec<Event>> {
+        self.wait_for_data().await;
+        self.drain_into_window()?;
+        let horizon = if self.clock_is_mono {
+            monotonic_ns().saturating_sub(self.config.reorder_window.as_nanos() as u64)
+        } else {
+            // Without a clock shared with ours, all CPUs were just drained: release everything.
+            u64::MAX
+        };
+        Ok(self.held.release(horizon, self.config.max_held_events))
+    }
+
+    /// Waits like [`next_batch`](Self::next_batch), then hands every record now in the buffers
+    /// to `sink` straight from the page it is decoded from, CPU by CPU, each CPU's in time
+    /// order: no copy, no allocation, no cross-CPU merge. For consumers that aggregate or
+    /// forward records; do not mix with `next_batch`/`flush` on one reader.
+    pub async fn next_records(
+        &mut self,
+        mut sink: impl FnMut(RecordRef<'_>),
+    ) -> anyhow::Result<()> {
+        self.wait_for_data().await;
+        self.drain_all(&mut |_, record| sink(record))
+    }
+
+    async fn wait_for_data(&self) {
         let cpus = &self.cpus;
         let ready = std::future::poll_fn(|cx| {
             for c in cpus {
@@ -355,20 +411,12 @@ impl FtraceReader {
             () = ready => {}
             () = tokio::time::sleep(self.config.poll_interval) => {}
         }
-        self.drain_all()?;
-        let horizon = if self.clock_is_mono {
-            monotonic_ns().saturating_sub(self.config.reorder_window.as_nanos() as u64)
-        } else {
-            // Without a clock shared with ours, all CPUs were just drained: release everything.
-            u64::MAX
-        };
-        Ok(self.release(horizon))
     }
 
     /// Drains every CPU now and releases everything held (shutdown, tests).
     pub fn flush(&mut self) -> anyhow::Result<Vec<Event>> {
-        self.drain_all()?;
-        Ok(self.release(u64::MAX))
+        self.drain_into_window()?;
+        Ok(self.held.release(u64::MAX, self.config.max_held_events))
     }
 
     /// Corruption reports since the last call.
@@ -379,11 +427,9 @@ impl FtraceReader {
     /// Decodes one sub-buffer obtained elsewhere (a saved capture, splice) as if read from
     /// `cpu`, with the same integrity checks and accounting; its events join the merge.
     pub fn ingest_page(&mut self, cpu: u32, subbuf_id: u64, page: &[u8]) -> anyhow::Result<()> {
-        let mut out = Vec::new();
         let idx = self.decoder.cpu_index(cpu)?;
-        self.decoder.whole_page(idx, cpu, subbuf_id, page, &mut out)?;
-        self.hold(out);
-        Ok(())
+        let held = &mut self.held;
+        self.decoder.whole_page(idx, cpu, subbuf_id, page, &mut |idx, r| held.push(idx, r))
     }
 
     /// Counters, with the kernel's per-CPU stats read now.
@@ -399,46 +445,57 @@ impl FtraceReader {
         ReaderStats { mode: self.mode, fallback_reason: self.fallback_reason.clone(), cpus }
     }
 
-    fn drain_all(&mut self) -> anyhow::Result<()> {
-        let mut out = Vec::new();
+    /// Hands every record now in the buffers to `sink` with the index of its CPU.
+    fn drain_all(&mut self, sink: &mut impl FnMut(usize, RecordRef<'_>)) -> anyhow::Result<()> {
         for (idx, c) in self.cpus.iter_mut().enumerate() {
             match &mut c.transport {
-                Transport::Mapped(m) => m.drain(&c.fd, c.cpu, idx, &mut self.decoder, &mut out)?,
+                Transport::Mapped(m) => m.drain(&c.fd, c.cpu, idx, &mut self.decoder, sink)?,
                 Transport::Read { buf, pages } => {
-                    drain_read(&c.fd, c.cpu, idx, buf, pages, &mut self.decoder, &mut out)?
+                    drain_read(&c.fd, c.cpu, idx, buf, pages, &mut self.decoder, sink)?
                 }
             }
         }
-        self.hold(out);
         Ok(())
     }
 
-    fn hold(&mut self, events: Vec<Event>) {
-        for event in events {
-            if let Ok(idx) = self.decoder.cpu_index(event.cpu) {
-                self.held[idx].push_back(event);
-                self.held_len += 1;
-            }
-        }
+    fn drain_into_window(&mut self) -> anyhow::Result<()> {
+        let mut held = std::mem::take(&mut self.held);
+        let result = self.drain_all(&mut |idx, r| held.push(idx, r));
+        self.held = held;
+        result
+    }
+}
+
+/// Events in the reorder window, one queue per CPU (each already in time order).
+#[derive(Default)]
+struct ReorderWindow {
+    per_cpu: Vec<VecDeque<Event>>,
+    len: usize,
+}
+
+impl ReorderWindow {
+    fn push(&mut self, idx: usize, record: RecordRef<'_>) {
+        self.per_cpu[idx].push_back(record.to_event());
+        self.len += 1;
     }
 
     /// Merges the per-CPU queues: releases, oldest first, every event at or before `horizon`
-    /// (and more while over the bound on held events).
-    fn release(&mut self, horizon: u64) -> Vec<Event> {
+    /// (and more while more than `max_held` are held).
+    fn release(&mut self, horizon: u64, max_held: usize) -> Vec<Event> {
         let mut out = Vec::new();
         loop {
             let oldest = self
-                .held
+                .per_cpu
                 .iter()
                 .enumerate()
                 .filter_map(|(i, q)| q.front().map(|e| (e.ts, i)))
                 .min();
             let Some((ts, idx)) = oldest else { break };
-            if ts > horizon && self.held_len <= self.config.max_held_events {
+            if ts > horizon && self.len <= max_held {
                 break;
             }
-            out.push(self.held[idx].pop_front().expect("front exists"));
-            self.held_len -= 1;
+            out.push(self.per_cpu[idx].pop_front().expect("front exists"));
+            self.len -= 1;
         }
         out
     }
@@ -495,7 +552,7 @@ impl Decoder {
         cpu: u32,
         subbuf_id: u64,
         page: &[u8],
-        out: &mut Vec<Event>,
+        sink: &mut impl FnMut(usize, RecordRef<'_>),
     ) -> anyhow::Result<()> {
         let header = match parse_header(page, &self.layout) {
             Ok(h) => h,
@@ -510,7 +567,7 @@ impl Decoder {
             page,
             &mut cursor,
             self.layout.data_offset + header.commit_len,
-            out,
+            sink,
         )
     }
 
@@ -525,51 +582,52 @@ impl Decoder {
         page: &[u8],
         cursor: &mut PageCursor,
         end: usize,
-        out: &mut Vec<Event>,
+        sink: &mut impl FnMut(usize, RecordRef<'_>),
     ) -> anyhow::Result<()> {
-        let mut raw = Vec::new();
-        let result = cursor.parse(page, end, |e| raw.push(e));
-        for e in raw {
-            self.event(idx, cpu, e, out);
-        }
+        let (stats, by_id) = (&mut self.stats[idx], &self.by_id);
+        let result = cursor.parse(page, end, |raw| {
+            if let Some(record) = checked_record(stats, by_id, cpu, raw) {
+                sink(idx, record);
+            }
+        });
         if let Err(c) = result {
             cursor.ended = true;
             self.corrupt(idx, cpu, subbuf_id, c)?;
         }
         Ok(())
     }
+}
 
-    fn event(&mut self, idx: usize, cpu: u32, raw: RawEvent<'_>, out: &mut Vec<Event>) {
-        let stats = &mut self.stats[idx];
-        let Ok(common) = common_fields(raw.data) else {
-            stats.bad_records += 1;
-            return;
-        };
-        let Some(tp) = self.by_id.get(&common.common_type) else {
-            stats.unknown_events += 1;
-            return;
-        };
-        if raw.data.len() < tp.format.fixed_size() {
-            stats.bad_records += 1;
-            log::warn!(
-                "cpu {cpu} byte {}: {}:{} record of {} bytes is shorter than its format's {}",
-                raw.offset,
-                tp.system,
-                tp.name,
-                raw.data.len(),
-                tp.format.fixed_size()
-            );
-            return;
-        }
-        stats.records += 1;
-        out.push(Event {
-            cpu,
-            ts: raw.ts,
-            tracepoint: tp.clone(),
-            common,
-            record: raw.data.to_vec(),
-        });
+/// The record of `raw` when it is of a known tracepoint and long enough for its format;
+/// otherwise counted in `stats`.
+fn checked_record<'a>(
+    stats: &mut CpuStats,
+    by_id: &'a HashMap<u16, Arc<Tracepoint>>,
+    cpu: u32,
+    raw: RawEvent<'a>,
+) -> Option<RecordRef<'a>> {
+    let Ok(common) = common_fields(raw.data) else {
+        stats.bad_records += 1;
+        return None;
+    };
+    let Some(tracepoint) = by_id.get(&common.common_type) else {
+        stats.unknown_events += 1;
+        return None;
+    };
+    if raw.data.len() < tracepoint.format.fixed_size() {
+        stats.bad_records += 1;
+        log::warn!(
+            "cpu {cpu} byte {}: {}:{} record of {} bytes is shorter than its format's {}",
+            raw.offset,
+            tracepoint.system,
+            tracepoint.name,
+            raw.data.len(),
+            tracepoint.format.fixed_size()
+        );
+        return None;
     }
+    stats.records += 1;
+    Some(RecordRef { cpu, ts: raw.ts, tracepoint, common, record: raw.data })
 }
 
 fn drain_read(
@@ -579,7 +637,7 @@ fn drain_read(
     buf: &mut [u8],
     pages: &mut u64,
     decoder: &mut Decoder,
-    out: &mut Vec<Event>,
+    sink: &mut impl FnMut(usize, RecordRef<'_>),
 ) -> anyhow::Result<()> {
     loop {
         // SAFETY: buf is a valid writable buffer of buf.len() bytes.
@@ -597,7 +655,7 @@ fn drain_read(
         }
         let id = *pages;
         *pages += 1;
-        decoder.whole_page(idx, cpu, id, &buf[..n as usize], out)?;
+        decoder.whole_page(idx, cpu, id, &buf[..n as usize], sink)?;
     }
 }
 
@@ -721,7 +779,7 @@ impl Mapping {
         cpu: u32,
         idx: usize,
         decoder: &mut Decoder,
-        out: &mut Vec<Event>,
+        sink: &mut impl FnMut(usize, RecordRef<'_>),
     ) -> anyhow::Result<()> {
         // GET_READER calls in a row that brought nothing new. The first call after a page is
         // read to its commit may only move the kernel's read position (§2.4 step 2); only a
@@ -776,7 +834,7 @@ impl Mapping {
                     cursor.ended = true;
                     decoder.corrupt(idx, cpu, id as u64, c)?;
                 } else {
-                    decoder.parse(idx, cpu, id as u64, page, cursor, end, out)?;
+                    decoder.parse(idx, cpu, id as u64, page, cursor, end, sink)?;
                 }
             }
             let parsed_to = cursor.pos;
