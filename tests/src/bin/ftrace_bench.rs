@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +61,59 @@ fn produce(inst: Arc<Instance>, seconds: f64, rate: u64, started: Arc<AtomicBool
         }
     }
     written
+}
+
+/// trace-cmd 3.1.6 reads `set_ftrace_pid` and `set_ftrace_notrace_pid` and crashes (strcmp of
+/// NULL) when they cannot be read — as on hosts where function tracing is locked down (reading
+/// them gives EPERM). In a private mount namespace of trace-cmd's own, the unreadable ones are
+/// covered with a file saying "no pid", what the kernel prints when no pid is set. Event
+/// recording, which is what is measured, does not use them.
+/// Returns the file to remove once trace-cmd has exited.
+fn hide_unreadable_ftrace_pid_files(command: &mut Command, inst: &Instance) -> PathBuf {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt as _;
+    let no_pid = std::env::temp_dir().join(format!("ftrace-bench-no-pid-{}", std::process::id()));
+    std::fs::write(&no_pid, "no pid\n").unwrap();
+    let unreadable: Vec<CString> = ["set_ftrace_pid", "set_ftrace_notrace_pid"]
+        .iter()
+        .flat_map(|f| [inst.tracefs().path(f), inst.path(f)])
+        .filter(|p| p.exists() && std::fs::read(p).is_err())
+        .map(|p| CString::new(p.as_os_str().as_bytes()).unwrap())
+        .collect();
+    if unreadable.is_empty() {
+        return no_pid;
+    }
+    let source = CString::new(no_pid.as_os_str().as_bytes()).unwrap();
+    let root = CString::new("/").unwrap();
+    // SAFETY: only async-signal-safe calls (unshare, mount) on strings allocated before fork.
+    unsafe {
+        command.pre_exec(move || {
+            let check = |rc: libc::c_int| {
+                if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+            };
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            let private = libc::MS_REC | libc::MS_PRIVATE;
+            check(libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                private,
+                std::ptr::null(),
+            ))?;
+            for target in &unreadable {
+                let bind = libc::MS_BIND;
+                check(libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    bind,
+                    std::ptr::null(),
+                ))?;
+            }
+            Ok(())
+        });
+    }
+    no_pid
 }
 
 fn main() {
@@ -122,16 +176,17 @@ fn main() {
         "trace-cmd" => {
             let out = std::env::temp_dir().join(format!("ftrace-bench-{}.dat", std::process::id()));
             // -d: do not touch the function tracer (/proc/sys/kernel/ftrace_enabled).
-            let mut child = Command::new("trace-cmd")
+            let mut command = Command::new("trace-cmd");
+            command
                 .args(["record", "-d", "-B", inst.name(), "-b", &BUFFER_KB.to_string()])
                 .args(["-e", "sched:sched_process_free", "-o"])
                 .arg(&out)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 // Its own process group, so its per-CPU recorder children can be ended with it.
-                .process_group(0)
-                .spawn()
-                .expect("trace-cmd (installed by `cargo xtask setup`)");
+                .process_group(0);
+            let no_pid = hide_unreadable_ftrace_pid_files(&mut command, &inst);
+            let mut child = command.spawn().expect("trace-cmd (installed by `cargo xtask setup`)");
             let group = child.id() as i32;
             // trace-cmd turns tracing on once its recorders run.
             let t = Instant::now();
@@ -170,6 +225,7 @@ fn main() {
                 .filter(|l| l.contains(&needle))
                 .count() as u64;
             let _ = std::fs::remove_file(&out);
+            let _ = std::fs::remove_file(&no_pid);
             (written, consumed, written - consumed.min(written), wall, cpu)
         }
         other => panic!("unknown method {other}; {usage}"),

@@ -785,6 +785,10 @@ impl Mapping {
         // read to its commit may only move the kernel's read position (§2.4 step 2); only a
         // second one that swaps in no new page shows the buffer is drained.
         let mut idle_calls = 0;
+        // Set once the writer was seen appending to our reader page: the ring then holds nothing
+        // older, so after parsing what it committed so far the CPU is drained for this wake-up.
+        // Chasing the writer further would cost one ioctl per few records.
+        let mut caught_writer = false;
         // Bounded so a CPU written faster than we read cannot starve the others.
         for _ in 0..3 * self.nr_subbufs + 2 {
             let id = self.reader_id;
@@ -837,6 +841,9 @@ impl Mapping {
                     decoder.parse(idx, cpu, id as u64, page, cursor, end, sink)?;
                 }
             }
+            if caught_writer {
+                return Ok(());
+            }
             let parsed_to = cursor.pos;
             let ended = cursor.ended;
             get_reader(fd.as_raw_fd())?;
@@ -849,7 +856,8 @@ impl Mapping {
             }
             let now = (self.load_commit(id) & COMMIT_LEN_MASK) as usize;
             if !ended && self.layout.data_offset + now > parsed_to {
-                idle_calls = 0;
+                // The kernel now counts everything up to `now` as consumed: parse it, then stop.
+                caught_writer = true;
                 continue;
             }
             idle_calls += 1;
