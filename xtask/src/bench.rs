@@ -95,8 +95,19 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub fn context_line(command: &str) -> String {
     let uname = util::output(Command::new("uname").arg("-r")).unwrap_or_default();
     let loadavg = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, m)| m.trim()))
+        .unwrap_or("unknown CPU");
+    // Syscall and BPF dispatch costs depend on these mitigations more than on the clock rate.
+    let spectre_v2 = fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/spectre_v2")
+        .ok()
+        .and_then(|v| v.split(';').next().map(|m| m.trim().to_string()))
+        .unwrap_or_default();
     format!(
-        "Command: `{command}` (release build; kernel {}; {} CPUs; load average at the end: {}).\n\n",
+        "Command: `{command}` (release build; kernel {}; {} CPUs, {model}, spectre_v2: {spectre_v2}; \
+         load average at the end: {}).\n\n",
         uname.trim(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
