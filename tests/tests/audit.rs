@@ -211,6 +211,34 @@ fn preexisting_mapping_is_reported_from_procfs() {
 }
 
 #[test]
+fn process_exit_comes_with_the_last_thread_not_the_leader() {
+    let mut audit = start_audit(AuditConfig::default());
+    let mut helper = helper(HELPER, &["leader-exits-first"]);
+    let mapped = json(&mut helper);
+    assert_eq!(mapped["phase"], "mapped");
+    let pid = pid_of(&mapped);
+    let gone = json(&mut helper);
+    assert_eq!(gone["phase"], "leader_gone");
+    let tid = gone["tid"].as_u64().unwrap();
+    assert_ne!(tid, pid);
+    // The leader's exit did not end the process: what its last thread maps is still its own.
+    audit.wait_for("the mapping made after the leader's exit", TIMEOUT, |v| {
+        is(v, "dotnet_runtime_seen", pid)
+    });
+    helper.send_line("go").unwrap();
+    finish(helper);
+    let exit = audit.wait_for("the process's exit", TIMEOUT, |v| is(v, "process_exit", pid));
+    assert_eq!(exit["tid"], tid, "reported when the last thread exits: {exit}");
+    let (lines, _) = audit.stop();
+    let kinds: Vec<&str> =
+        lines.iter().filter(|v| v["pid"] == pid).map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["memfd_create", "dotnet_ipc_ready", "memfd_create", "dotnet_runtime_seen", "process_exit"]
+    );
+}
+
+#[test]
 fn coreclr_runtime_is_seen_live() {
     let mut audit = start_audit(AuditConfig::default());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("dotnet/coreclr_host.py");

@@ -257,7 +257,8 @@ pub struct Config {
     /// `sched_process_exec.filename` (`__data_loc char[]`) and `old_pid`.
     pub exec_filename_offset: u32,
     pub exec_old_pid_offset: u32,
-    pub _pad: u32,
+    /// `sched_process_exit.group_dead`; 0 on kernels whose tracepoint lacks it.
+    pub exit_group_dead_offset: u32,
 }
 
 #[cfg(feature = "user")]

@@ -741,12 +741,25 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// Whether this thread's exit ends its process. The last thread to exit need not be the leader
+/// (the leader may have exited first), so the tracepoint's `group_dead` decides where the kernel
+/// has it; older kernels only offer the leader's exit.
+#[inline(always)]
+fn ends_process(ctx: &TracePointContext, pid_tgid: u64) -> bool {
+    match config() {
+        Some(cfg) if cfg.exit_group_dead_offset != 0 => {
+            // SAFETY: offset from the format file, checked to be a 1-byte field in the record.
+            unsafe { ctx.read_at::<u8>(cfg.exit_group_dead_offset as usize) }.is_ok_and(|v| v != 0)
+        }
+        _ => pid_tgid as u32 == (pid_tgid >> 32) as u32,
+    }
+}
+
 #[tracepoint(category = "sched", name = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    // Only the thread-group leader's exit ends the process.
-    if pid_tgid as u32 != tgid {
+    if !ends_process(&ctx, pid_tgid) {
         return 0;
     }
     forget_memfds(tgid);

@@ -9,6 +9,10 @@
 //!   on the next line: fork, the child execs /bin/true, waits for it, prints `done`, exits.
 //! * `map-and-hold` — creates and maps the `dotnet_ipc_created` memfd, prints `mapped`, then
 //!   holds the mapping until stdin closes.
+//! * `leader-exits-first` — maps the `dotnet_ipc_created` memfd, prints `mapped`, starts a
+//!   second thread and ends the main (leader) thread alone; the second thread waits for that exit,
+//!   maps a `doublemapper` memfd, prints `leader_gone` with its tid, and on a stdin line exits the
+//!   process. The process ends with that thread, not with its leader.
 //! * `mmap-loop N`, `ioctl-loop N` — the hooked syscalls' common path, which every process on
 //!   the machine pays for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on
 //!   /dev/null; prints `{"ns_per_op":…}` (benchmarks).
@@ -136,6 +140,49 @@ fn map_and_hold() {
     wait_for_go();
 }
 
+fn leader_exits_first() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // The kernel zeroes this word and wakes its futex when the leader thread has exited
+    // (set_tid_address), as it does for pthread_join.
+    static LEADER_TID: AtomicU32 = AtomicU32::new(0);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let fd = memfd(c"dotnet_ipc_created");
+    let addr = map(fd, libc::PROT_NONE);
+    say(json!({"phase": "mapped", "pid": pid, "addr": format!("{addr:#x}")}));
+    LEADER_TID.store(pid as u32, Ordering::SeqCst);
+    // SAFETY: the word is a static that outlives the thread.
+    unsafe { libc::syscall(libc::SYS_set_tid_address, LEADER_TID.as_ptr()) };
+    std::thread::spawn(move || {
+        loop {
+            let tid = LEADER_TID.load(Ordering::SeqCst);
+            if tid == 0 {
+                break;
+            }
+            // SAFETY: waits on a valid static word while it still holds `tid`.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    LEADER_TID.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    tid,
+                    std::ptr::null::<libc::timespec>(),
+                )
+            };
+        }
+        let fd = memfd(c"doublemapper");
+        map(fd, libc::PROT_READ);
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        say(json!({"phase": "leader_gone", "pid": pid, "tid": tid}));
+        wait_for_go();
+        std::process::exit(0);
+    });
+    // SAFETY: ends only this thread (SYS_exit, not exit_group), without unwinding; the process
+    // goes on in the thread above.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+}
+
 fn mmap_loop(n: u64) {
     let fd = memfd(c"unrelated");
     let start = Instant::now();
@@ -181,12 +228,14 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("sequence") => sequence(),
         Some("map-and-hold") => map_and_hold(),
+        Some("leader-exits-first") => leader_exits_first(),
         Some("mmap-loop") => mmap_loop(count()),
         Some("ioctl-loop") => ioctl_loop(count()),
         Some("latency") => latency(count()),
         _ => {
             eprintln!(
-                "usage: detect_helper sequence|map-and-hold|mmap-loop N|ioctl-loop N|latency N"
+                "usage: detect_helper sequence|map-and-hold|leader-exits-first|mmap-loop N|\
+                 ioctl-loop N|latency N"
             );
             std::process::exit(2);
         }

@@ -266,12 +266,19 @@ fn config_offsets(tracefs: &Tracefs) -> anyhow::Result<Config> {
     let newtask = tracefs.event_format("task", "task_newtask")?;
     let fork = tracefs.event_format("sched", "sched_process_fork")?;
     let exec = tracefs.event_format("sched", "sched_process_exec")?;
+    let exit = tracefs.event_format("sched", "sched_process_exit")?;
+    // Older kernels lack `group_dead`; the programs then take the leader's exit as the process's.
+    let exit_group_dead_offset = match exit.field("group_dead") {
+        Some(_) => field_offset(&exit, "group_dead", 1, None)?,
+        None => 0,
+    };
     Ok(Config {
         fork_child_pid_offset: field_offset(&fork, "child_pid", 4, None)?,
         newtask_pid_offset: field_offset(&newtask, "pid", 4, None)?,
         newtask_clone_flags_offset: field_offset(&newtask, "clone_flags", 8, None)?,
         exec_filename_offset: field_offset(&exec, "filename", 4, Some(DynamicKind::DataLoc))?,
         exec_old_pid_offset: field_offset(&exec, "old_pid", 4, None)?,
+        exit_group_dead_offset,
         ..Config::default()
     })
 }
