@@ -112,6 +112,32 @@ pub fn spawn_idle_target(tmpdir: &std::path::Path) -> Result<LineProcess> {
     Ok(target)
 }
 
+/// `target/<profile>/tracer`, next to the directory holding the running test executable.
+pub fn tracer_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(std::path::Path::parent).expect("target/<profile>");
+    let bin = profile_dir.join("tracer");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (`cargo build -p tracer`, or `cargo xtask test`)",
+        bin.display()
+    );
+    bin
+}
+
+/// Waits for a child that was told to stop (a signal) to exit; panics after `timeout`.
+pub fn wait_child_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "child did not exit within {timeout:?}");
+        // Polling the exit status: there is no event to wait on without a pidfd.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Lines read from `r` (a child's stdout or stderr) on a thread, as they arrive.
 pub fn line_channel(r: impl Read + Send + 'static) -> Receiver<String> {
     let (tx, lines) = mpsc::channel();

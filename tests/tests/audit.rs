@@ -2,13 +2,13 @@
 //! against `detect_helper` and a real CoreCLR 8.0.4. Every wait is on an event or a line with a
 //! timeout; assertions compare exact fields and counts for the processes each test started.
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 use tests::pipeline::Running;
-use tests::process::{LineProcess, line_channel};
+use tests::process::{LineProcess, line_channel, tracer_binary, wait_child_exit};
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
 use tracer::sink::JsonLines;
 
@@ -283,30 +283,6 @@ fn pid_filter_excludes_other_processes() {
     }
 }
 
-/// `target/<profile>/tracer`, next to the directory holding this test executable.
-fn tracer_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = profile_dir.join("tracer");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first (`cargo build -p tracer`, or `cargo xtask test`)",
-        bin.display()
-    );
-    bin
-}
-
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "tracer did not exit within {TIMEOUT:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn cli_exits_zero_on_sigint_with_summary() {
     let mut tracer = Command::new(tracer_binary())
@@ -341,7 +317,7 @@ fn cli_exits_zero_on_sigint_with_summary() {
     }
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) }, 0);
-    let status = wait_exit(&mut tracer);
+    let status = wait_child_exit(&mut tracer, TIMEOUT);
     assert_eq!(status.code(), Some(0), "stderr:\n{err_text}");
     err_text.extend(stderr.iter().map(|l| l + "\n"));
     out.extend(stdout.iter().map(|l| serde_json::from_str(&l).unwrap()));
@@ -392,7 +368,7 @@ fn cli_duration_stops_and_output_goes_to_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let status = wait_exit(&mut tracer);
+    let status = wait_child_exit(&mut tracer, TIMEOUT);
     let mut stderr = String::new();
     tracer.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     let mut stdout = String::new();

@@ -2,12 +2,17 @@
 //! nettrace decoding → JSON lines, against a real CoreCLR 8.0.4, the .NET 10 test double and a
 //! runtime inside pid + mount namespaces. Other tests run in parallel, so every assertion is
 //! about the processes this test started.
-use std::time::Duration;
+use std::io::Read as _;
+use std::os::fd::{FromRawFd as _, OwnedFd};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
 use tests::pipeline::{Running, run_config, start_run, u64_field};
+use tests::process::{line_channel, tracer_binary, wait_child_exit};
 use tests::scratch::ScratchDir;
 use tracer::ipc::client::Timeouts;
 use tracer::pipeline::run::{self, RunConfig, RunSummary};
@@ -284,4 +289,110 @@ fn without_user_events_forcing_user_events_sessions_fails_with_the_reason() {
             tracefs.root().display()
         )
     );
+}
+
+/// A pseudo-terminal: (master, slave).
+fn open_pty() -> (std::fs::File, OwnedFd) {
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: out-pointers to two ints; no name, termios or window size.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both fds were just opened and are owned by nobody else.
+    unsafe { (std::fs::File::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
+}
+
+/// What the terminal shows, chunk by chunk, until every writer closed it.
+fn terminal_output(mut master: std::fs::File) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        // EIO once the last slave fd is closed.
+        while let Ok(n @ 1..) = master.read(&mut buf) {
+            if tx.send(String::from_utf8_lossy(&buf[..n]).into_owned()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The live status lines in `screen` (each starts by clearing the line), parsed as
+/// (processes, sessions, events/s, lost). Only lines already followed by another clear are
+/// complete.
+fn status_lines(screen: &str) -> Vec<[u64; 4]> {
+    let segments: Vec<&str> = screen.split("\r\x1b[2K").collect();
+    let complete = &segments[1..segments.len().saturating_sub(1).max(1)];
+    complete
+        .iter()
+        .filter_map(|s| {
+            let s = s.strip_prefix("tracer: ")?;
+            let n: Vec<u64> =
+                s.split(" | ").map(|f| f.split(' ').next()?.parse().ok()).collect::<Option<_>>()?;
+            let labels: Vec<&str> =
+                s.split(" | ").filter_map(|f| f.split_once(' ')).map(|f| f.1).collect();
+            assert_eq!(labels, ["processes", "sessions", "events/s", "lost"], "status line {s:?}");
+            n.try_into().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn on_a_terminal_a_live_status_line_counts_processes_sessions_events_and_losses() {
+    let tmp = ScratchDir::new("run-tty");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let (master, slave) = open_pty();
+    // --pid: runtimes of tests running in parallel are left alone.
+    let mut tracer = Command::new(tracer_binary())
+        .args(["run", "--pid", &pid.to_string(), "--providers", "TestDouble"])
+        .env("TRACER_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let stdout = line_channel(tracer.stdout.take().unwrap());
+    let terminal = terminal_output(master);
+    let next_json = |what: &str, pred: &dyn Fn(&Value) -> bool| loop {
+        let line = stdout.recv_timeout(SESSION).unwrap_or_else(|_| panic!("no {what}"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if pred(&v) {
+            return v;
+        }
+    };
+    next_json("session_started", &|v| is(v, "session_started", pid));
+    double.emit(5).expect("emit 5");
+    for _ in 0..5 {
+        next_json("Tick", &|v| is_event(v, pid, "Tick"));
+    }
+
+    // Refreshed every second: wait until the events/s of the lines add up to the five events.
+    let mut screen = String::new();
+    let deadline = Instant::now() + EVENTS;
+    let lines = loop {
+        let lines = status_lines(&screen);
+        if lines.iter().map(|l| l[2]).sum::<u64>() == 5 {
+            break lines;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = terminal.recv_timeout(left).unwrap_or_else(|_| panic!("status: {screen:?}"));
+        screen.push_str(&chunk);
+    };
+    let last = lines.last().unwrap();
+    assert_eq!((last[0], last[1], last[3]), (1, 1, 0), "processes, sessions, lost: {screen:?}");
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    assert!(wait_child_exit(&mut tracer, SESSION).success());
+    screen.extend(terminal.iter());
+    // The status line is cleared before the summary is printed.
+    let after_last_clear = screen.rsplit("\r\x1b[2K").next().unwrap();
+    assert!(after_last_clear.starts_with("tracer run summary:"), "{after_last_clear:?}");
 }

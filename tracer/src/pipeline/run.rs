@@ -139,6 +139,21 @@ impl RunSummary {
         self.events_by_provider.values().sum()
     }
 
+    /// Every event known lost: runtime sequence gaps, the ftrace buffer, detection in the kernel.
+    pub fn lost(&self) -> u64 {
+        self.runtime_lost_events
+            + self.ftrace_lost_events
+            + self.detection_losses.iter().map(|l| l.count).sum::<u64>()
+    }
+
+    /// Takes the user_events reader's counters.
+    fn record_user_events_stats(&mut self, reader: &user_events::Reader) {
+        let stats = reader.stats();
+        self.ftrace_lost_events = stats.lost();
+        self.ftrace_corrupt_pages = stats.corrupt_pages();
+        self.user_events_decode_errors = reader.decode_errors();
+    }
+
     fn print(&self) {
         eprintln!("tracer run summary:");
         eprintln!("  processes detected: {}", self.processes);
@@ -256,7 +271,14 @@ pub async fn run(
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
             }
-            _ = tick.tick() => status.show(&summary),
+            _ = tick.tick() => {
+                // Losses are read live so the status line shows them as they happen.
+                summary.detection_losses = detector.losses()?;
+                if let Some(reader) = &user_events {
+                    summary.record_user_events_stats(reader);
+                }
+                status.show(&summary);
+            }
         }
     }
 
@@ -282,10 +304,7 @@ pub async fn run(
     if let Some(mut ue) = user_events {
         let lines = ue.flush(&clock);
         emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
-        let stats = ue.stats();
-        summary.ftrace_lost_events = stats.lost();
-        summary.ftrace_corrupt_pages = stats.corrupt_pages();
-        summary.user_events_decode_errors = ue.decode_errors();
+        summary.record_user_events_stats(&ue);
     }
     detector.detach()?;
     summary.detection_losses = detector.losses()?;
@@ -454,7 +473,7 @@ impl LiveStatus {
             s.processes,
             live,
             events - self.last_events,
-            s.runtime_lost_events
+            s.lost()
         );
         self.last_events = events;
         self.shown = true;
