@@ -1,3 +1,4 @@
+use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -28,7 +29,19 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    env_logger::Builder::new().parse_filters(&cli.log_level).format_timestamp_millis().init();
+    // On a terminal, `tracer run` keeps a live status on the current stderr line: a log line
+    // clears it first so it stands alone (the status is redrawn on its next tick).
+    let clear_line = std::io::stderr().is_terminal();
+    env_logger::Builder::new()
+        .parse_filters(&cli.log_level)
+        .format(move |buf, record| {
+            if clear_line {
+                write!(buf, "\r\x1b[2K")?;
+            }
+            let (ts, level, target) = (buf.timestamp_millis(), record.level(), record.target());
+            writeln!(buf, "[{ts} {level:<5} {target}] {}", record.args())
+        })
+        .init();
     match cli.command {
         Command::Audit(args) => tracer::pipeline::audit::main(args),
         Command::Run(args) => tracer::pipeline::run::main(args),
