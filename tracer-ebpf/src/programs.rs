@@ -389,30 +389,44 @@ pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// Puts (fd, kind) into a free slot of `tgid`'s entry: `None` when the tgid has no entry,
+/// `Some(false)` when every slot is taken.
+#[inline(always)]
+fn add_to_slots(tgid: u32, fd: i32, kind: MemfdKind) -> Option<bool> {
+    let slots = MEMFDS.get_ptr_mut(&tgid)?;
+    // SAFETY: map value pointer valid for this program invocation.
+    let slots = unsafe { &mut *slots };
+    for i in 0..MEMFD_SLOTS {
+        if slots.fd[i] < 0 {
+            slots.fd[i] = fd;
+            slots.kind[i] = kind as u32;
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 #[inline(always)]
 fn remember_memfd(tgid: u32, fd: i32, kind: MemfdKind) {
-    if let Some(slots) = MEMFDS.get_ptr_mut(&tgid) {
-        // SAFETY: map value pointer valid for this program invocation.
-        let slots = unsafe { &mut *slots };
-        for i in 0..MEMFD_SLOTS {
-            if slots.fd[i] < 0 {
-                slots.fd[i] = fd;
-                slots.kind[i] = kind as u32;
-                return;
+    let added = match add_to_slots(tgid, fd, kind) {
+        Some(added) => added,
+        None => {
+            let mut slots = MemfdSlots { fd: [-1; MEMFD_SLOTS], kind: [0; MEMFD_SLOTS] };
+            slots.fd[0] = fd;
+            slots.kind[0] = kind as u32;
+            let hint = tgid % MEMFD_HINT_LEN;
+            atomic_add(&MEMFD_HINT, hint, 1);
+            // BPF_NOEXIST: when another thread of the process created the entry meanwhile, that
+            // entry (and its count) stays and this memfd goes into one of its slots.
+            if MEMFDS.insert(&tgid, &slots, BPF_NOEXIST).is_ok() {
+                true
+            } else {
+                atomic_add(&MEMFD_HINT, hint, u64::MAX);
+                add_to_slots(tgid, fd, kind) == Some(true)
             }
         }
-        count_loss(EventKind::MemfdCreate, LossReason::MapFull);
-        return;
-    }
-    let mut slots = MemfdSlots { fd: [-1; MEMFD_SLOTS], kind: [0; MEMFD_SLOTS] };
-    slots.fd[0] = fd;
-    slots.kind[0] = kind as u32;
-    let hint = tgid % MEMFD_HINT_LEN;
-    atomic_add(&MEMFD_HINT, hint, 1);
-    // BPF_NOEXIST: a thread of the same process that inserted first keeps its slot (its entry
-    // already holds this tgid's count).
-    if MEMFDS.insert(&tgid, &slots, BPF_NOEXIST).is_err() {
-        atomic_add(&MEMFD_HINT, hint, u64::MAX);
+    };
+    if !added {
         count_loss(EventKind::MemfdCreate, LossReason::MapFull);
     }
 }

@@ -143,7 +143,8 @@ impl Event {
 }
 
 /// One decoded record, borrowed from the ring-buffer page it was read from: with the mmap
-/// transport that is the kernel's sub-buffer itself, so nothing has been copied.
+/// transport that is the kernel's sub-buffer itself, so nothing has been copied. Its fields:
+/// `decode_fields(&record.tracepoint.format, record.record)`.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordRef<'a> {
     pub cpu: u32,
@@ -156,11 +157,6 @@ pub struct RecordRef<'a> {
 }
 
 impl RecordRef<'_> {
-    /// The format's fields (without `common_*`).
-    pub fn fields(&self) -> Result<Fields<'_>, RecordError> {
-        decode_fields(&self.tracepoint.format, self.record)
-    }
-
     pub fn to_event(&self) -> Event {
         Event {
             cpu: self.cpu,
