@@ -70,16 +70,10 @@ impl LineProcess {
 
     /// Waits until the process exits by itself; an error if it is still running after `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> Result<()> {
-        let deadline = std::time::Instant::now() + timeout;
-        while std::time::Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait()? {
-                ensure!(status.success(), "{} exited with {status}", self.name);
-                return Ok(());
-            }
-            // Polling the exit status: there is no event to wait on without a pidfd.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        bail!("{} still running after {timeout:?}", self.name)
+        let status = exit_status_within(&mut self.child, timeout)?
+            .with_context(|| format!("{} still running after {timeout:?}", self.name))?;
+        ensure!(status.success(), "{} exited with {status}", self.name);
+        Ok(())
     }
 
     /// Closes its stdin (EOF tells the line-protocol helpers to finish).
@@ -125,17 +119,29 @@ pub fn tracer_binary() -> std::path::PathBuf {
     bin
 }
 
-/// Waits for a child that was told to stop (a signal) to exit; panics after `timeout`.
-pub fn wait_child_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+/// The child's exit status once it has exited, or `None` if it is still running after `timeout`.
+fn exit_status_within(
+    child: &mut Child,
+    timeout: Duration,
+) -> Result<Option<std::process::ExitStatus>> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
         }
-        assert!(std::time::Instant::now() < deadline, "child did not exit within {timeout:?}");
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
         // Polling the exit status: there is no event to wait on without a pidfd.
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Waits for a child that was told to stop (a signal) to exit; panics after `timeout`.
+pub fn wait_child_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    exit_status_within(child, timeout)
+        .expect("try_wait")
+        .unwrap_or_else(|| panic!("child did not exit within {timeout:?}"))
 }
 
 /// Lines read from `r` (a child's stdout or stderr) on a thread, as they arrive.

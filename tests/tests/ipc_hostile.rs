@@ -41,7 +41,6 @@ async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
     (out, start.elapsed())
 }
 
-/// A process that is not a runtime, with `TMPDIR=dir`, killed on drop.
 #[tokio::test]
 async fn garbage_reply_is_refused_as_bad_magic() -> Result<()> {
     let dir = ScratchDir::new("ipc-garbage");

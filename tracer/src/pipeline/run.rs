@@ -271,7 +271,7 @@ pub async fn run(
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
             }
-            _ = tick.tick() => {
+            _ = tick.tick(), if status.enabled => {
                 // Losses are read live so the status line shows them as they happen.
                 summary.detection_losses = detector.losses()?;
                 if let Some(reader) = &user_events {
@@ -463,9 +463,6 @@ impl LiveStatus {
     }
 
     fn show(&mut self, s: &RunSummary) {
-        if !self.enabled {
-            return;
-        }
         let events = s.events();
         let live = s.sessions_started - s.sessions_ended.values().sum::<u64>();
         eprint!(
