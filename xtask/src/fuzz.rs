@@ -9,8 +9,14 @@ use anyhow::Context as _;
 
 use crate::util;
 
-pub const TARGETS: &[&str] =
-    &["bpf_event", "ipc_reply", "nettrace", "user_events_record", "ftrace_page"];
+pub const TARGETS: &[&str] = &[
+    "bpf_event",
+    "ipc_reply",
+    "nettrace",
+    "user_events_record",
+    "ftrace_page",
+    "proc_and_tracefs_text",
+];
 
 pub fn run(seconds: u32, only: &[String]) -> anyhow::Result<()> {
     let root = util::workspace_root();
@@ -37,7 +43,7 @@ pub fn run(seconds: u32, only: &[String]) -> anyhow::Result<()> {
 fn seed_dirs(root: &Path, target: &str) -> Vec<std::path::PathBuf> {
     let dir = match target {
         "nettrace" => "tests/fixtures/nettrace",
-        "ftrace_page" => "tests/fixtures/ftrace",
+        "ftrace_page" | "proc_and_tracefs_text" => "tests/fixtures/ftrace",
         _ => return Vec::new(),
     };
     vec![root.join(dir)]

@@ -62,7 +62,8 @@ enum Command {
         /// Seconds per target.
         #[arg(long, default_value_t = 60)]
         seconds: u32,
-        /// Only these targets (bpf_event, ipc_reply, nettrace, user_events_record, ftrace_page).
+        /// Only these targets (bpf_event, ipc_reply, nettrace, user_events_record, ftrace_page,
+        /// proc_and_tracefs_text).
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:

@@ -273,7 +273,8 @@ fn innermost_ns_pid(pid: u32) -> Result<u32, SocketError> {
     })
 }
 
-fn parse_ns_pid(status: &str) -> Option<u32> {
+/// The innermost pid of the `NSpid:` line of a `/proc/<pid>/status` text.
+pub fn parse_ns_pid(status: &str) -> Option<u32> {
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
 }
@@ -284,7 +285,8 @@ fn temp_dir(pid: u32) -> Result<PathBuf, SocketError> {
     Ok(parse_tmpdir(&environ))
 }
 
-fn parse_tmpdir(environ: &[u8]) -> PathBuf {
+/// `TMPDIR` of a NUL-separated `/proc/<pid>/environ` text, `/tmp` when unset or empty.
+pub fn parse_tmpdir(environ: &[u8]) -> PathBuf {
     environ
         .split(|b| *b == 0)
         .find_map(|var| var.strip_prefix(b"TMPDIR="))
@@ -304,7 +306,8 @@ fn start_time_key(pid: u32) -> Result<u64, SocketError> {
     })
 }
 
-fn parse_start_time(stat: &str) -> Option<u64> {
+/// Field 22 of a `/proc/<pid>/stat` text (see `start_time_key`).
+pub fn parse_start_time(stat: &str) -> Option<u64> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
     // after_comm starts at field 3 (state), so field 22 is the 20th token.
     after_comm.split_whitespace().nth(19)?.parse().ok()

@@ -1,0 +1,47 @@
+//! Text that other processes or the kernel hand tracer: `/proc/<pid>/{maps,status,stat,environ,
+//! cgroup}` (a process controls its memfd names, comm and environment) and tracefs files
+//! (`format`, `header_page`, `header_event`, per-CPU `stats`; a user_events tracepoint's format
+//! follows the fields its registering process chose). Never a panic; a parsed event format or
+//! page layout then decodes the rest of the input as a record or page.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tracer::decode::ftrace::format::EventFormat;
+use tracer::decode::ftrace::page::{PageLayout, decode_page};
+use tracer::decode::ftrace::record::decode_fields;
+use tracer::ipc::socket::{parse_ns_pid, parse_start_time, parse_tmpdir};
+use tracer::kernel::privileges::Capabilities;
+use tracer::kernel::procfs::{cgroup_v2_path, memfd_mappings, parse_status_uid};
+use tracer::kernel::tracefs::CpuBufferStats;
+
+fuzz_target!(|input: &[u8]| {
+    // The first byte says where the text ends and the record bytes begin.
+    let Some((&cut, rest)) = input.split_first() else { return };
+    let (text, record) = rest.split_at(usize::from(cut) * rest.len() / 256);
+    let text = String::from_utf8_lossy(text);
+
+    if let Ok(format) = EventFormat::parse(&text) {
+        for field in &format.fields {
+            assert!(field.offset.checked_add(field.size).is_some());
+            assert!(format.fixed_size() >= field.end());
+        }
+        let _ = decode_fields(&format, record);
+    }
+    // A header_page layout, however odd, must be safe to decode pages with.
+    if let Ok(layout) = PageLayout::parse_header_page(&text) {
+        let _ = decode_page(record, &layout);
+    }
+    let _ = PageLayout::check_header_event(&text);
+    let _ = CpuBufferStats::parse(&text);
+
+    for mapping in memfd_mappings(1, &text) {
+        assert!(mapping.path.starts_with("/memfd:"), "{mapping:?}");
+    }
+    let _ = parse_status_uid(&text);
+    let _ = Capabilities::from_status(&text);
+    let _ = cgroup_v2_path(&text);
+    let _ = parse_ns_pid(&text);
+    let _ = parse_start_time(&text);
+    let tmpdir = parse_tmpdir(rest);
+    assert!(!tmpdir.as_os_str().is_empty());
+});
