@@ -4,9 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer::decode::ftrace::format::EventFormat;
-use tracer::decode::ftrace::page::{PageCursor, PageLayout, decode_page, parse_header};
-use tracer::decode::ftrace::record::{common_fields, decode_fields};
+use tracer_decode::ftrace::format::EventFormat;
+use tracer_decode::ftrace::page::{PageCursor, PageLayout, decode_page, parse_header};
+use tracer_decode::ftrace::record::{common_fields, decode_fields};
 
 /// sched_process_fork on Linux 6.18: two `__data_loc` strings and two ints.
 const FORK: &str = include_str!("../../tests/fixtures/ftrace/sched_process_fork.format");

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer::decode::ipc::{ReplyShape, decode_reply, decode_reply_header};
+use tracer_decode::diagnostic_ipc::{ReplyShape, decode_reply, decode_reply_header};
 
 const SHAPES: [ReplyShape; 5] = [
     ReplyShape::Status,

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer::decode::nettrace::{NettraceError, NettraceParser};
+use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 /// Parses `data` in chunks whose sizes (each + 1) cycle through `chunks`, or in one piece when
 /// `chunks` is empty; returns each event's JSON line and the outcome.

@@ -6,13 +6,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer::decode::ftrace::format::EventFormat;
-use tracer::decode::ftrace::page::{PageLayout, decode_page};
-use tracer::decode::ftrace::record::decode_fields;
-use tracer::ipc::socket::{parse_ns_pid, parse_start_time, parse_tmpdir};
-use tracer::kernel::privileges::Capabilities;
-use tracer::kernel::procfs::{cgroup_v2_path, memfd_mappings, parse_status_uid};
-use tracer::kernel::tracefs::CpuBufferStats;
+use tracer_decode::ftrace::format::EventFormat;
+use tracer_decode::ftrace::page::{PageLayout, decode_page};
+use tracer_decode::ftrace::record::decode_fields;
+use tracer_decode::ftrace::stats::CpuBufferStats;
+use tracer_decode::procfs::{
+    cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_start_time, parse_stat_ppid,
+    parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_tmpdir,
+};
 
 fuzz_target!(|input: &[u8]| {
     // The first byte says where the text ends and the record bytes begin.
@@ -36,9 +37,12 @@ fuzz_target!(|input: &[u8]| {
 
     for mapping in memfd_mappings(1, &text) {
         assert!(mapping.path.starts_with("/memfd:"), "{mapping:?}");
+        assert!(mapping.prot() <= 7, "{mapping:?}");
     }
     let _ = parse_status_uid(&text);
-    let _ = Capabilities::from_status(&text);
+    let _ = parse_status_cap_eff(&text);
+    let _ = parse_status_tgid(&text);
+    let _ = parse_stat_ppid(&text);
     let _ = cgroup_v2_path(&text);
     let _ = parse_ns_pid(&text);
     let _ = parse_start_time(&text);

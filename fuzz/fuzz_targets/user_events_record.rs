@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer::decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
-use tracer::decode::user_events::{MetadataCache, RecordLayout, parse_record};
+use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
+use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
 fuzz_target!(|input: &[u8]| {
     let Some((offsets, record)) = input.split_first_chunk::<4>() else { return };

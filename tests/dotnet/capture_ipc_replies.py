@@ -1,8 +1,8 @@
 """Captures real diagnostic IPC replies from the CoreCLR 8.0.4 host into decoder fixtures.
 
-Usage: python3 tests/dotnet/capture_ipc_replies.py tracer/src/decode/fixtures/ipc
+Usage: python3 tests/dotnet/capture_ipc_replies.py tracer-decode/src/diagnostic_ipc/fixtures/ipc
 Starts coreclr_host.py, sends each request on its own connection, stores each complete reply
-(20-byte header + payload) as <name>.bin. Request bytes follow shared/reference §3.
+(20-byte header + payload) as <name>.bin. Request bytes follow docs/protocol/diagnostic-ipc.md §3.
 """
 import os
 import socket

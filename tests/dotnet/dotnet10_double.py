@@ -1,6 +1,6 @@
 """A test double that behaves like a .NET 10 runtime towards diagnostic tools.
 
-Written from the protocol reference (shared/reference/dotnet-diagnostics.md), independently of
+Written from the protocol documentation (docs/protocol/diagnostic-ipc.md), independently of
 tracer's own code, so tests exercise tracer against the documented behaviour:
 
 * start-up, in the runtime's order: bind + listen on `$TMPDIR/dotnet-diagnostic-<pid>-<key>-socket`
@@ -157,7 +157,7 @@ class Provider:
         self.tracepoint_default, self.tracepoint_sets = "", []
 
     def enabled(self, meta):
-        # Runtime order: keywords, level, then the event filter (reference §4.1).
+        # Runtime order: keywords, level, then the event filter (docs/protocol/diagnostic-ipc.md §4.1).
         if meta.keywords and not (meta.keywords & self.keywords):
             return False
         if meta.level and self.level and self.level < meta.level:

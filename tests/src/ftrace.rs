@@ -24,8 +24,8 @@ pub fn instance(suffix: &str, buffer_kb: u64) -> Arc<Instance> {
 
 pub fn marker_tracepoints(inst: &Instance) -> Vec<Tracepoint> {
     vec![
-        Tracepoint::load(inst, "ftrace", "raw_data").unwrap(),
-        Tracepoint::load(inst, "ftrace", "print").unwrap(),
+        inst.tracepoint("ftrace", "raw_data").unwrap(),
+        inst.tracepoint("ftrace", "print").unwrap(),
     ]
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::oneshot;
-use tracer::sink::JsonLines;
+use tracer::output::JsonLines;
 
 /// Resolves when the test asks the pipeline to stop.
 pub type StopSignal = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -180,7 +180,7 @@ pub fn run_config(
     let providers = tracer::ipc::providers::parse_providers(providers).expect("provider spec");
     tracer::pipeline::run::RunConfig {
         session: tracer::session::SessionConfig {
-            request: tracer::decode::ipc::TracingRequest {
+            request: tracer_decode::diagnostic_ipc::TracingRequest {
                 circular_buffer_mb: 64,
                 providers: providers.clone(),
                 rundown_keyword: 0,

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tests::pipeline::Running;
 use tests::process::{LineProcess, line_channel, tracer_binary, wait_child_exit};
+use tracer::output::JsonLines;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
-use tracer::sink::JsonLines;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -374,7 +374,7 @@ fn cli_duration_stops_and_output_goes_to_file() {
     let mut stdout = String::new();
     tracer.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("stopping (Duration)"), "{stderr}");
+    assert!(stderr.contains("stopping (duration)"), "{stderr}");
     assert!(stderr.contains("tracer audit summary"), "{stderr}");
     assert!(stdout.is_empty(), "JSON goes to the file: {stdout}");
     let text = std::fs::read_to_string(&out).unwrap();

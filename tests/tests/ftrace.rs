@@ -166,10 +166,8 @@ async fn decoded_fields_match_the_kernels_text_rendering() {
     let inst = instance("text", 1024);
     let tid = unsafe { libc::gettid() };
     let tps = vec![
-        tracer::kernel::ftrace_reader::Tracepoint::load(&inst, "sched", "sched_process_exec")
-            .unwrap(),
-        tracer::kernel::ftrace_reader::Tracepoint::load(&inst, "syscalls", "sys_enter_openat")
-            .unwrap(),
+        inst.tracepoint("sched", "sched_process_exec").unwrap(),
+        inst.tracepoint("syscalls", "sys_enter_openat").unwrap(),
     ];
     inst.enable(&"sched:sched_process_exec".parse().unwrap()).unwrap();
     inst.enable(&format!("syscalls:sys_enter_openat:common_pid == {tid}").parse().unwrap())
@@ -200,75 +198,6 @@ async fn decoded_fields_match_the_kernels_text_rendering() {
     want.sort();
     got.sort();
     assert_eq!(got, want);
-}
-
-#[tokio::test]
-async fn corrupt_page_is_reported_and_reading_continues() {
-    use tracer::decode::ftrace::page::{Missed, build::PageBuilder};
-    use tracer::kernel::ftrace_reader::CorruptionReport;
-    let inst = instance("corrupt", 1024);
-    let tps = marker_tracepoints(&inst);
-    let raw_id = tps[0].format.id;
-    let mut reader = reader(&inst, tps, ReadMode::Mmap);
-    inst.set_tracing_on(true).unwrap();
-    let record = |seq: u32| {
-        let mut r = raw_id.to_le_bytes().to_vec();
-        r.extend([0, 0]);
-        r.extend(1234i32.to_le_bytes());
-        r.extend(raw_payload(seq));
-        r
-    };
-    let layout = inst.page_layout().unwrap();
-    let mut b = PageBuilder::new(layout, tracer::sink::clock::monotonic_ns());
-    b.data(0, &record(1000));
-    let bad_at = b.pos();
-    b.data(3, &record(1001)); // > 112 bytes: a type_len 0 event with its length at bad_at + 4
-    let mut page = b.finish(Missed::None);
-    page[bad_at + 4..bad_at + 8].copy_from_slice(&5000u32.to_le_bytes());
-    let left = b.pos() - bad_at;
-    reader.ingest_page(0, 77, &page).unwrap();
-    assert_eq!(
-        reader.take_corruptions(),
-        vec![CorruptionReport {
-            cpu: 0,
-            subbuf_id: 77,
-            offset: bad_at,
-            reason: format!("event length 5004 runs past commit ({left} bytes left)"),
-        }]
-    );
-    // Real records keep flowing after the bad page.
-    write_raw(&inst, 0..100);
-    let events =
-        collect_until(&mut reader, Duration::from_secs(20), |e: &[Event]| e.len() >= 101).await;
-    let seqs: Vec<u32> = events.iter().map(|e| parse_raw_record(&e.record).0).collect();
-    let mut want = vec![1000];
-    want.extend(0..100);
-    assert_eq!(seqs, want, "the valid record before the corruption, then the real ones");
-    assert_eq!(reader.stats().corrupt_pages(), 1);
-    assert!(reader.take_corruptions().is_empty());
-}
-
-#[tokio::test]
-async fn strict_integrity_makes_a_corrupt_page_fatal() {
-    let inst = instance("strict", 64);
-    let config = tracer::kernel::ftrace_reader::ReaderConfig {
-        integrity: tracer::kernel::ftrace_reader::Integrity::Strict,
-        ..Default::default()
-    };
-    let mut reader = tracer::kernel::ftrace_reader::FtraceReader::open(
-        inst.clone(),
-        marker_tracepoints(&inst),
-        config,
-    )
-    .unwrap();
-    let mut page = vec![0u8; 4096];
-    page[8..16].copy_from_slice(&5000u64.to_le_bytes());
-    let err = reader.ingest_page(1, 3, &page).unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "corrupt ring-buffer page: cpu 1 sub-buffer 3 byte 8: commit length 5000 exceeds the \
-         sub-buffer's data size 4080 (--integrity strict)"
-    );
 }
 
 #[test]
@@ -310,50 +239,47 @@ fn tracer_check_on_this_host() {
     assert!(!leftover);
 }
 
-/// `tracer ftrace` end to end (library entry point): JSON lines with the common envelope, and
-/// the private instance is gone afterwards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ftrace_pipeline_streams_json_lines() {
-    use tracer::pipeline::ftrace::{FtraceArgs, run};
-    let out = std::env::temp_dir().join(format!("tracer-ftrace-{}.jsonl", std::process::id()));
-    let args = FtraceArgs {
+/// `tracer ftrace` end to end (library entry point): JSON lines with the common envelope, the
+/// summary's exact counts, and the private instance is gone afterwards.
+#[test]
+fn ftrace_pipeline_streams_json_lines() {
+    use tests::pipeline::Running;
+    use tracer::pipeline::ftrace::{FtraceConfig, run};
+    let config = FtraceConfig {
         events: vec!["ftrace:raw_data".parse().unwrap(), "ftrace:print".parse().unwrap()],
         buffer_size_kb: 1024,
         buffer_percent: 0,
         read_mode: ReadMode::Auto,
         integrity: tracer::kernel::ftrace_reader::Integrity::Strict,
-        duration: Some(Duration::from_secs(3)),
-        output: Some(out.clone()),
     };
-    let pipeline = tokio::spawn(run(args));
+    let mut pipeline = Running::start(Duration::from_secs(30), move |sink, stop, ready| {
+        run(config, sink, stop, Some(ready))
+    });
+    // Ready: the instance records with the mono clock from now on.
     let dir = std::path::PathBuf::from(format!(
         "/sys/kernel/tracing/instances/tracer-{}",
         std::process::id()
     ));
-    let start = std::time::Instant::now();
-    // The pipeline selects the mono clock before it opens the reader and turns tracing on.
-    let recording = || {
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-        read("trace_clock").contains("[mono]") && read("tracing_on").trim() == "1"
-    };
-    while !recording() {
-        assert!(start.elapsed() < Duration::from_secs(5), "pipeline did not start tracing");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert!(std::fs::read_to_string(dir.join("trace_clock")).unwrap().contains("[mono]"));
+    // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     std::fs::write(dir.join("trace_marker"), "pipeline line\n").unwrap();
     let mut raw = std::fs::File::options().write(true).open(dir.join("trace_marker_raw")).unwrap();
     std::io::Write::write_all(&mut raw, &raw_payload(5)).unwrap();
     drop(raw);
-    pipeline.await.unwrap().unwrap();
+    pipeline.wait_for("the raw_data line", Duration::from_secs(20), |l| l["event"] == "raw_data");
+    let (lines, summary) = pipeline.stop();
     assert!(!dir.exists(), "instance removed on exit");
-    let text = std::fs::read_to_string(&out).unwrap();
-    std::fs::remove_file(&out).unwrap();
-    let lines: Vec<serde_json::Value> =
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!((summary.reader.records(), summary.reader.lost(), summary.bad_fields), (2, 0, 0));
     let print = &lines[0];
+    let keys: Vec<&str> = print.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["ts", "mono_ns", "kind", "source", "pid", "system", "event", "cpu", "tid", "fields"]
+    );
     assert_eq!(print["kind"], "ftrace");
+    assert_eq!(print["source"], "ftrace");
     assert_eq!(print["system"], "ftrace");
     assert_eq!(print["event"], "print");
     assert_eq!(print["tid"], tid);
@@ -361,8 +287,7 @@ async fn ftrace_pipeline_streams_json_lines() {
     assert_eq!(print["fields"]["buf"], "pipeline line\n");
     assert!(print["ts"].as_str().unwrap().ends_with('Z'));
     let mono = print["mono_ns"].as_u64().unwrap();
-    let now = tracer::sink::clock::monotonic_ns();
-    assert!(mono < now && now - mono < 10_000_000_000, "mono_ns is CLOCK_MONOTONIC");
+    assert!(mono < tracer::time::monotonic_ns(), "mono_ns is CLOCK_MONOTONIC");
     let raw = &lines[1];
     assert_eq!(raw["event"], "raw_data");
     assert_eq!(raw["fields"]["id"], RAW_ID);

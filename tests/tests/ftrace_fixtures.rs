@@ -3,9 +3,9 @@
 //! rendering of the same buffer (`per_cpu/cpu1/trace`, captured just before).
 use std::collections::HashMap;
 
-use tracer::decode::ftrace::format::EventFormat;
-use tracer::decode::ftrace::page::{Missed, PageLayout, decode_page};
-use tracer::decode::ftrace::record::{common_fields, decode_fields};
+use tracer_decode::ftrace::format::EventFormat;
+use tracer_decode::ftrace::page::{Missed, PageLayout, decode_page};
+use tracer_decode::ftrace::record::{common_fields, decode_fields};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ftrace");
 

@@ -8,9 +8,11 @@ use tests::coreclr::CoreclrHost;
 use tests::procfs;
 use tests::scratch::ScratchDir;
 use tokio::io::AsyncReadExt;
-use tracer::decode::ipc::{CommandCode, ServerError, TracingRequest, oldest_collect_tracing};
 use tracer::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use tracer::ipc::{providers, socket};
+use tracer_decode::diagnostic_ipc::{
+    CommandCode, ServerError, TracingRequest, oldest_collect_tracing,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_runtime_probe_and_gc_session() -> Result<()> {

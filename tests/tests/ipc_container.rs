@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::Result;
 use tests::coreclr::CoreclrHost;
 use tokio::io::AsyncReadExt;
-use tracer::decode::ipc::{TracingRequest, oldest_collect_tracing};
 use tracer::ipc::client::{DiagnosticClient, RuntimeInfo, Timeouts};
 use tracer::ipc::{providers, socket};
+use tracer_decode::diagnostic_ipc::{TracingRequest, oldest_collect_tracing};
 
 const INNER_TMPDIR: &str = "/tmp/tracer-container-tmp";
 

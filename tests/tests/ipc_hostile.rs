@@ -9,12 +9,12 @@ use tests::peer::HostilePeer;
 use tests::process::spawn_idle_target;
 use tests::procfs;
 use tests::scratch::ScratchDir;
-use tracer::decode::ipc::{
-    CollectTracing, CommandCode, DecodeError, ReplyShape, TracingRequest, oldest_collect_tracing,
-};
 use tracer::ipc::client::{ClientError, DiagnosticClient, Phase, Timeouts};
 use tracer::ipc::providers;
 use tracer::ipc::socket::{self, Refusal, SocketError};
+use tracer_decode::diagnostic_ipc::{
+    CollectTracing, CommandCode, DecodeError, ReplyShape, TracingRequest, oldest_collect_tracing,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hostile_peer");
 const TIMEOUT: Duration = Duration::from_secs(1);

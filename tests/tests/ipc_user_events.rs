@@ -10,12 +10,12 @@ use anyhow::{Result, ensure};
 use tests::peer::HostilePeer;
 use tests::process::{LineProcess, spawn_idle_target};
 use tests::scratch::ScratchDir;
-use tracer::decode::ipc::{
-    CollectTracing, EventFilter, Request, TracepointConfig, TracepointSet, UserEventsProvider,
-};
 use tracer::ipc::client::{ClientError, DiagnosticClient, Timeouts};
 use tracer::ipc::providers;
 use tracer::ipc::socket::{Refusal, SocketError};
+use tracer_decode::diagnostic_ipc::{
+    CollectTracing, EventFilter, Request, TracepointConfig, TracepointSet, UserEventsProvider,
+};
 
 const FD_PEER: &str = env!("CARGO_BIN_EXE_fd_peer");
 const HOSTILE_PEER: &str = env!("CARGO_BIN_EXE_hostile_peer");

@@ -279,7 +279,7 @@ fn without_user_events_forcing_user_events_sessions_fails_with_the_reason() {
     let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
     cfg.session.mode = SessionMode::UserEvents;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let sink = tracer::sink::JsonLines::writer(std::io::sink());
+    let sink = tracer::output::JsonLines::writer(std::io::sink());
     let err = rt.block_on(run::run(cfg, sink, async {}, None)).unwrap_err();
     assert_eq!(
         format!("{err:#}"),

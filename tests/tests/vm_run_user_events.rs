@@ -1,7 +1,7 @@
 //! `tracer run` with CollectTracing5 user_events sessions, end to end on a kernel with user_events
 //! (runs inside the VM: `cargo xtask vm-test`; fails on a kernel without user_events).
 //!
-//! The .NET 10 test double (written from the protocol reference) receives tracer's
+//! The .NET 10 test double (written from docs/protocol/diagnostic-ipc.md) receives tracer's
 //! `user_events_data` fd over SCM_RIGHTS, registers the runtime's tracepoint format through it,
 //! writes events with `writev` only while the kernel has set its enable bit, and unregisters when
 //! tracer closes the session's connection. tracer reads the records from its private instance's

@@ -2,7 +2,7 @@
 //!
 //! Every event starts with an [`EventHeader`]; `EventHeader::kind` says which struct follows.
 //! All structs are `#[repr(C)]` with explicit padding so both sides agree on the layout, and
-//! user space decodes them from untrusted byte slices (`tracer::decode::bpf_event`).
+//! user space decodes them from untrusted byte slices (`tracer_decode::bpf_event`).
 #![no_std]
 
 pub const TASK_COMM_LEN: usize = 16;
@@ -48,7 +48,8 @@ pub struct UserUnreg {
 const _: () = assert!(core::mem::size_of::<UserReg>() == 28);
 const _: () = assert!(core::mem::size_of::<UserUnreg>() == 16);
 
-/// Name the .NET runtime (11+, 10.x backport) gives the memfd it maps once its diagnostic IPC is ready.
+/// Name the .NET runtime (11+, 10.x backport) gives the memfd it maps once its diagnostic IPC is
+/// ready.
 pub const DOTNET_IPC_MEMFD_NAME: &[u8] = b"dotnet_ipc_created";
 /// Name CoreCLR (7+, W^X enabled) gives the memfd behind its executable memory.
 pub const DOUBLEMAPPER_MEMFD_NAME: &[u8] = b"doublemapper";
@@ -69,6 +70,21 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The name of the kind in output lines and summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::MemfdCreate => "memfd_create",
+            EventKind::DotnetIpcReady => "dotnet_ipc_ready",
+            EventKind::DotnetRuntimeSeen => "dotnet_runtime_seen",
+            EventKind::UserEventsRegister => "user_events_register",
+            EventKind::UserEventsDelete => "user_events_delete",
+            EventKind::UserEventsUnregister => "user_events_unregister",
+            EventKind::ProcessFork => "process_fork",
+            EventKind::ProcessExec => "process_exec",
+            EventKind::ProcessExit => "process_exit",
+        }
+    }
+
     /// Number of slots in per-kind tables (index 0 is unused so the wire value is the index).
     pub const TABLE_LEN: usize = 10;
     pub const ALL: [EventKind; 9] = [
@@ -101,6 +117,15 @@ pub enum LossReason {
 }
 
 impl LossReason {
+    /// The name of the reason in output lines and summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossReason::RingFull => "ring_full",
+            LossReason::ReadFailed => "read_failed",
+            LossReason::MapFull => "map_full",
+        }
+    }
+
     pub const COUNT: usize = 3;
     pub const ALL: [LossReason; 3] =
         [LossReason::RingFull, LossReason::ReadFailed, LossReason::MapFull];
@@ -122,6 +147,14 @@ pub enum MemfdKind {
 }
 
 impl MemfdKind {
+    /// The memfd name this kind stands for.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemfdKind::DotnetIpcCreated => "dotnet_ipc_created",
+            MemfdKind::DoubleMapper => "doublemapper",
+        }
+    }
+
     pub fn from_u32(v: u32) -> Option<MemfdKind> {
         match v {
             1 => Some(MemfdKind::DotnetIpcCreated),

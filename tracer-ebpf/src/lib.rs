@@ -1,3 +1,4 @@
 #![no_std]
-// The programs live in main.rs (the `tracer` binary of this crate); this stub lets the crate
-// take part in workspace-wide commands such as `cargo metadata`.
+// The programs are the `tracer-ebpf` binary (src/main.rs, src/programs.rs), built for
+// bpfel-unknown-none by tracer's build.rs. This empty library only lets the crate take part in
+// workspace-wide commands such as `cargo metadata`.

@@ -36,7 +36,8 @@ const BPF_NOEXIST: u64 = 1;
 const CLONE_THREAD: u64 = 0x0001_0000;
 /// `mmap` returns an address or -errno; the kernel's errno range is [-4095, -1].
 const MAX_ERRNO: i64 = 4095;
-/// Syscall tracepoint context: argument i at 16 + 8*i, the return value at 16 (§5.2).
+/// Syscall tracepoint context: argument i at 16 + 8*i, the return value at 16
+/// (docs/protocol/bpf-detection.md §2).
 const SYSCALL_ARG0: usize = 16;
 const SYSCALL_RET: usize = 16;
 
@@ -295,7 +296,8 @@ macro_rules! reserve {
 #[inline(always)]
 fn syscall_ctx_u64(ctx: &TracePointContext, offset: usize) -> u64 {
     use aya_ebpf::EbpfContext as _;
-    // SAFETY: offsets 16..64 lie inside every syscall tracepoint context (§5.2 of the reference).
+    // SAFETY: offsets 16..64 lie inside every syscall tracepoint context
+    // (docs/protocol/bpf-detection.md §2).
     unsafe { core::ptr::read(ctx.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
 }
 
@@ -621,6 +623,8 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
             // SAFETY: user memory read through the helper.
             match unsafe { bpf_probe_read_user(pending.arg as *const UserUnreg) } {
                 Ok(unreg) => {
+                    // The `reg_*` fields carry `struct user_unreg` for UNREG (see the doc of
+                    // `UserEventsIoctlEvent`; the decoder reads them back the same way).
                     ev.reg_size = unreg.size;
                     ev.reg_enable_bit = unreg.disable_bit;
                     ev.reg_enable_size = unreg.reserved;

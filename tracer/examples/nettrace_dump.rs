@@ -2,7 +2,7 @@
 //! stderr. Usage: nettrace_dump FILE
 use std::io::Write as _;
 
-use tracer::decode::nettrace::NettraceParser;
+use tracer_decode::nettrace::NettraceParser;
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: nettrace_dump FILE");

@@ -6,7 +6,7 @@
 //! Prints MB/s for the parser alone (events counted) and with every event decoded to JSON.
 use std::time::Instant;
 
-use tracer::decode::nettrace::NettraceParser;
+use tracer_decode::nettrace::NettraceParser;
 
 /// Writes one block object with the padding its absolute offset needs.
 fn push_block(out: &mut Vec<u8>, name: &[u8], content: &[u8]) {

@@ -1,5 +1,329 @@
-//! Argument helpers shared by the subcommands.
+//! The command line: every subcommand's arguments (clap stays in this layer), their conversion
+//! into pipeline configurations, and the one way a subcommand runs (runtime, signals, errors,
+//! exit status).
+use std::future::Future;
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
+
+use crate::ipc::client::Timeouts;
+use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profile};
+use crate::kernel::ftrace_reader::{Integrity, ReadMode};
+use crate::kernel::tracefs::EventSpec;
+use crate::output::JsonLines;
+use crate::pipeline::{audit, check, ftrace, run};
+use crate::session::{SessionConfig, SessionMode};
+
+/// Linux observability for .NET diagnostics and user_events, from the kernel up.
+///
+/// tracer detects, inside the kernel (eBPF on syscall tracepoints), .NET processes whose
+/// diagnostic IPC is ready and processes registering Linux user_events; it starts .NET tracing
+/// sessions and reads kernel trace data from the memory-mapped ftrace ring buffer.
+/// Needs root (or CAP_BPF + CAP_PERFMON + tracefs access); `tracer check` tells what is missing.
+#[derive(Parser)]
+#[command(name = "tracer", version, propagate_version = true)]
+pub struct Cli {
+    /// Log verbosity for diagnostics on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "info", env = "TRACER_LOG")]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    Audit(AuditArgs),
+    Run(RunArgs),
+    Ftrace(FtraceArgs),
+    Check(CheckArgs),
+}
+
+impl Command {
+    /// Runs the subcommand to its end; errors are printed as `tracer <name>: error: ...`.
+    pub fn execute(self) -> ExitCode {
+        match self {
+            Command::Audit(args) => run_pipeline("audit", args.duration, |stop| async move {
+                let sink = JsonLines::open(args.output.as_deref())?;
+                let config = audit::AuditConfig {
+                    target_pids: args.pids,
+                    registrations: args.registrations,
+                };
+                let summary = audit::run(config, sink, stop, None).await?;
+                eprint!("{summary}");
+                Ok(ExitCode::SUCCESS)
+            }),
+            Command::Run(args) => run_pipeline("run", args.duration, |stop| async move {
+                let config = run_config(&args)?;
+                let sink = JsonLines::open(args.output.as_deref())?;
+                run::run(config, sink, stop, None).await?.print();
+                Ok(ExitCode::SUCCESS)
+            }),
+            Command::Ftrace(args) => run_pipeline("ftrace", args.duration, |stop| async move {
+                let sink = JsonLines::open(args.output.as_deref())?;
+                let config = ftrace::FtraceConfig {
+                    events: args.events,
+                    buffer_size_kb: args.buffer_size_kb,
+                    buffer_percent: args.buffer_percent,
+                    read_mode: args.read_mode.into(),
+                    integrity: args.integrity.into(),
+                };
+                let summary = ftrace::run(config, sink, stop, None).await?;
+                eprint!("{summary}");
+                Ok(ExitCode::SUCCESS)
+            }),
+            Command::Check(CheckArgs {}) => check::main(),
+        }
+    }
+}
+
+/// Runs a pipeline on a tokio runtime until it ends or SIGINT/SIGTERM/`duration` asks it to
+/// stop. The signal handlers are installed before the pipeline starts, so an early Ctrl-C
+/// during attach is not lost.
+fn run_pipeline<F, Fut>(name: &str, duration: Option<Duration>, pipeline: F) -> ExitCode
+where
+    F: FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = anyhow::Result<ExitCode>>,
+{
+    let result = tokio::runtime::Builder::new_multi_thread()
+        // Two workers: session tasks and the output loop progress side by side on small hosts.
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let signals = crate::pipeline::stop_requested(duration)?;
+                let stop = Box::pin(async {
+                    let reason = signals.await;
+                    log::info!("stopping ({})", reason.name());
+                });
+                pipeline(stop).await
+            })
+        });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tracer {name}: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Detect .NET processes and trace them: one session per process, decoded events as JSON lines.
+///
+/// Every .NET process that becomes ready while tracer runs (detected in the kernel through its
+/// `dotnet_ipc_created` or `doublemapper` memfd mapping), and every one already running at start
+/// (found in /proc), gets a session with the selected providers. Each output line is one event:
+/// {"ts","mono_ns","kind":"dotnet_event","pid","provider","event","id","level","keywords",
+/// "thread","fields":{...}}; session_started / session_ended / session_failed lines report the
+/// sessions themselves. Stop with Ctrl-C (SIGINT) or SIGTERM: every session is stopped with
+/// StopTracing, drained, and a summary goes to stderr.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Providers in dotnet-trace syntax: `Name[:KeywordsHex[:Level[:Args]]]`, comma-separated,
+    /// e.g. 'Microsoft-Windows-DotNETRuntime:0x1:4,MyEventSource'. Overrides --profile.
+    #[arg(long)]
+    pub providers: Option<String>,
+    /// Named provider set used when --providers is absent: `gc` (GC events at Informational) or
+    /// `default` (dotnet-trace's default: CPU sampling + runtime events).
+    #[arg(long, default_value = "default", value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
+    pub profile: String,
+    /// Trace only these processes (repeatable); default: every .NET process.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Write JSON lines to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Time limit for each step of a diagnostic IPC command (connect, write, read reply).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub ipc_timeout: Duration,
+    /// Runtime-side session buffer (circularBufferMB).
+    #[arg(long, default_value_t = 64)]
+    pub buffer_mb: u32,
+    /// Request rundown events at session end (method/module names for symbolization).
+    #[arg(long)]
+    pub rundown: bool,
+    /// Session kind: `auto` uses CollectTracing5 user_events sessions when the kernel has
+    /// user_events and the runtime is .NET 10+, streaming (nettrace over the socket) otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub session: SessionArg,
+    /// Per-CPU ftrace buffer of the user_events instance, in KiB.
+    #[arg(long, default_value_t = 4096)]
+    pub buffer_size_kb: u64,
+}
+
+/// `--session`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SessionArg {
+    /// user_events when the kernel has it and the runtime is .NET 10+, else streaming.
+    Auto,
+    /// nettrace streamed over the diagnostic socket (every runtime since .NET Core 3.0).
+    Streaming,
+    /// CollectTracing5 user_events sessions (Linux with CONFIG_USER_EVENTS, .NET 10+).
+    UserEvents,
+}
+
+impl From<SessionArg> for SessionMode {
+    fn from(arg: SessionArg) -> SessionMode {
+        match arg {
+            SessionArg::Auto => SessionMode::Auto,
+            SessionArg::Streaming => SessionMode::Streaming,
+            SessionArg::UserEvents => SessionMode::UserEvents,
+        }
+    }
+}
+
+/// The configuration of `tracer run` with these arguments.
+pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
+    let providers = match &args.providers {
+        Some(spec) => parse_providers(spec)?,
+        None => profile(&args.profile)?,
+    };
+    let timeouts =
+        Timeouts { connect: args.ipc_timeout, write: args.ipc_timeout, read: args.ipc_timeout };
+    Ok(run::RunConfig {
+        session: SessionConfig {
+            request: TracingRequest {
+                circular_buffer_mb: args.buffer_mb,
+                providers: providers.clone(),
+                rundown_keyword: if args.rundown { DEFAULT_RUNDOWN_KEYWORD } else { 0 },
+                request_stackwalk: true,
+            },
+            mode: args.session.into(),
+            timeouts,
+            locate_for: run::LOCATE_WINDOW,
+            drain_timeout: args.ipc_timeout,
+        },
+        providers,
+        target_pids: args.pids.clone(),
+        live_status: std::io::stderr().is_terminal(),
+        buffer_size_kb: args.buffer_size_kb,
+    })
+}
+
+/// Detect .NET processes and user_events registrations, printing one JSON object per line.
+///
+/// Every line has `ts` (ISO-8601 wall clock), `mono_ns` (CLOCK_MONOTONIC), `kind`, `source`
+/// (`kernel` for live events, `procfs` for mappings found at start-up), the process (`pid`,
+/// `tid`, `comm`, `uid`, `cgroup_id`), `cpu` and `seq` (per-CPU sequence; gaps are losses), and
+/// the kind's fields. Kinds: memfd_create, dotnet_ipc_ready, dotnet_runtime_seen,
+/// user_events_register, user_events_delete, user_events_unregister, process_fork,
+/// process_exec, process_exit (fork/exec/exit only for processes that did one of the others).
+///
+/// Stop with Ctrl-C / SIGTERM or --duration: tracer detaches, drains what is buffered and prints
+/// a summary to stderr (events per kind; losses per CPU, kind and reason; sequence gaps).
+///
+/// Needs root, or CAP_BPF + CAP_PERFMON and read access to tracefs.
+/// Example: `tracer audit --pid 1234 --registrations --duration 30s -o audit.jsonl`
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    /// Write the JSON lines to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Stop after this long (e.g. 30s, 500ms, 2m); default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Only report this process and its descendants (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Keep the per-process user_events registration table (inherited on fork, dropped on exec
+    /// and exit) and print it at exit: a `registration_table` JSON line and a table on stderr.
+    #[arg(long)]
+    pub registrations: bool,
+}
+
+/// Stream kernel tracepoints (ftrace events) as JSON lines.
+///
+/// Events are recorded in a private ftrace instance (`instances/tracer-<pid>`, removed on exit)
+/// with the `mono` clock, read from the memory-mapped per-CPU ring buffers (or read() when the
+/// kernel cannot map them), checked for integrity, and merged across CPUs in time order.
+/// A summary (per-CPU records, overrun, lost events, corrupt pages, read mode) goes to stderr.
+///
+/// Example: tracer ftrace --event sched:sched_process_exec --event 'syscalls:sys_enter_openat:dfd
+/// == -100' --duration 10s
+#[derive(Debug, clap::Args)]
+pub struct FtraceArgs {
+    /// Tracepoint to record: SYSTEM:NAME, SYSTEM:* (every event of the system), optionally
+    /// followed by :FILTER (a kernel filter expression, e.g. `sched:sched_switch:prev_pid != 0`).
+    /// Repeatable.
+    #[arg(long = "event", required = true, value_name = "SYSTEM:NAME[:FILTER]")]
+    pub events: Vec<EventSpec>,
+    /// Ring-buffer size per CPU, in KiB.
+    #[arg(long, default_value_t = 4096)]
+    pub buffer_size_kb: u64,
+    /// Wake the reader when a CPU buffer is this full (0–100; 0 = on every event). A 100 ms poll
+    /// timer drains quieter CPUs anyway.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub buffer_percent: u32,
+    /// How to read the ring buffer: mmap (Linux ≥ 6.10), read(), or auto (mmap, falling back).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub read_mode: ReadModeArg,
+    /// What a corrupt ring-buffer page does: lenient = report, count and skip; strict = exit 1.
+    #[arg(long, value_enum, default_value = "lenient")]
+    pub integrity: IntegrityArg,
+    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Write JSON lines to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `--read-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadModeArg {
+    /// Memory-map the ring buffer (Linux ≥ 6.10).
+    Mmap,
+    /// Copy whole sub-buffers with read().
+    Read,
+    /// mmap, falling back to read() when the kernel refuses the mapping.
+    Auto,
+}
+
+impl From<ReadModeArg> for ReadMode {
+    fn from(arg: ReadModeArg) -> ReadMode {
+        match arg {
+            ReadModeArg::Mmap => ReadMode::Mmap,
+            ReadModeArg::Read => ReadMode::Read,
+            ReadModeArg::Auto => ReadMode::Auto,
+        }
+    }
+}
+
+/// `--integrity`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IntegrityArg {
+    /// Report, count and skip corrupt pages.
+    Lenient,
+    /// A corrupt page or record is a fatal error.
+    Strict,
+}
+
+impl From<IntegrityArg> for Integrity {
+    fn from(arg: IntegrityArg) -> Integrity {
+        match arg {
+            IntegrityArg::Lenient => Integrity::Lenient,
+            IntegrityArg::Strict => Integrity::Strict,
+        }
+    }
+}
+
+/// Check privileges and kernel features tracer needs, and say what to do about missing ones.
+///
+/// Checks: privileges (root or CAP_BPF + CAP_PERFMON), the bpf() syscall, every tracepoint the
+/// detection programs attach to, the tracefs mount, user_events (optional), memory-mapped
+/// trace_pipe_raw (tried on a scratch instance), and the kernel version. Exit status 1 when a
+/// required feature is missing, 0 otherwise.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {}
 
 /// Parses `10`, `10s`, `250ms`, `2m`, `1h` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -15,10 +339,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         _ => return Err(format!("invalid duration unit {unit:?} in {s:?}: use ms, s, m or h")),
     };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        format!("invalid duration {s:?}: must be non-negative and at most {} s", u64::MAX)
+    })
 }
 
 #[cfg(test)]
@@ -33,5 +356,12 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("5x").unwrap_err().contains("unit"));
         assert!(parse_duration("").is_err());
+        assert_eq!(
+            parse_duration("99999999999999999999").unwrap_err(),
+            format!(
+                "invalid duration \"99999999999999999999\": must be non-negative and at most {} s",
+                u64::MAX
+            )
+        );
     }
 }

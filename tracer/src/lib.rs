@@ -1,21 +1,24 @@
 //! tracer: in-kernel detection of .NET diagnostic IPC and Linux user_events, .NET diagnostic
 //! sessions, and a memory-mapped ftrace ring-buffer consumer.
 //!
-//! Layout (one room per concern):
-//! * [`decode`] — pure decoders of untrusted bytes (no I/O): BPF events, IPC codec, nettrace,
-//!   ftrace pages and format files, user_events records. Unit-tested and fuzzed on slices.
-//! * [`kernel`] — thin I/O layers: BPF loading/attach, tracefs, the mapped ftrace reader, procfs.
+//! Layout (one room per concern; the pure decoders of untrusted bytes are the `tracer-decode`
+//! crate, the wire types shared with the eBPF programs `tracer-common`):
+//! * [`kernel`] — thin I/O layers: BPF loading/attach, tracefs, the ftrace reader, procfs.
 //! * [`ipc`] — locating and talking to a runtime's diagnostic socket.
 //! * [`session`] — tracing sessions (streaming nettrace, user_events).
-//! * [`pipeline`] — one per subcommand, wiring detection → sessions → decode → sinks.
-//! * [`sink`] — output (JSON lines) and timestamps.
+//! * [`registrations`] — the per-process user_events registration table.
+//! * [`pipeline`] — one per subcommand, wiring detection → sessions → decode → output.
+//! * [`output`] — every output line's schema and the JSON-lines writer.
+//! * [`time`] — clock reads and monotonic → wall-clock conversion.
+//! * [`cli`] — arguments of each subcommand and how a subcommand runs.
 pub mod cli;
-pub mod decode;
 pub mod ipc;
 pub mod kernel;
+pub mod output;
 pub mod pipeline;
+pub mod registrations;
 pub mod session;
-pub mod sink;
+pub mod time;
 
 /// The eBPF object built from `tracer-ebpf` by build.rs.
 pub static EBPF_OBJECT: &[u8] =

@@ -1,7 +1,8 @@
-//! Plays the runtime side of a CollectTracing5 user_events session, written from the reference
-//! (§4.2), not from tracer's code: reads the whole message, then `recvmsg` of one byte carrying
-//! SCM_RIGHTS, writes `fd-ok\n` through the received fd (so the test can see it is the fd it
-//! passed), replies OK with session id 0x5E5510, and keeps the session until the client closes.
+//! Plays the runtime side of a CollectTracing5 user_events session, written from the protocol
+//! documentation (docs/protocol/diagnostic-ipc.md §4.2), not from tracer's code: reads the whole
+//! message, then `recvmsg` of one byte carrying SCM_RIGHTS, writes `fd-ok\n` through the received
+//! fd (so the test can see it is the fd it passed), replies OK with session id 0x5E5510, and keeps
+//! the session until the client closes.
 //!
 //! Socket: this process's runtime name in `$TMPDIR`. stdout: `READY <path>`, then
 //! `RECEIVED <message bytes> <extra data bytes> <fds>`, then `CLOSED` at the client's EOF.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tests::ftrace::{instance, pin_to_cpu};
-use tracer::kernel::ftrace_reader::{FtraceReader, ReadMode, ReaderConfig, RecordRef, Tracepoint};
+use tracer::kernel::ftrace_reader::{FtraceReader, ReadMode, ReaderConfig, RecordRef};
 use tracer::kernel::tracefs::Instance;
 
 const BUFFER_KB: u64 = 4096;
@@ -132,7 +132,7 @@ fn main() {
             let mode = if method == "mmap" { ReadMode::Mmap } else { ReadMode::Read };
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let tps = vec![Tracepoint::load(&inst, "ftrace", "raw_data").unwrap()];
+                let tps = vec![inst.tracepoint("ftrace", "raw_data").unwrap()];
                 let config = ReaderConfig { mode, ..ReaderConfig::default() };
                 let mut reader = FtraceReader::open(inst.clone(), tps, config).unwrap();
                 inst.set_tracing_on(true).unwrap();
@@ -203,7 +203,8 @@ fn main() {
                         None => "trace-cmd record did not start recording within 10 s".into(),
                     };
                     println!("{{\"method\":\"trace-cmd\",\"rate\":{rate},\"error\":\"{why}\"}}");
-                    // Its recorders held the buffers open; let them go before removing the instance.
+                    // Its recorders held the buffers open; let them go before removing the
+                    // instance.
                     std::thread::sleep(Duration::from_millis(500));
                     drop(inst);
                     std::process::exit(2);

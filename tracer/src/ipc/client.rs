@@ -1,6 +1,7 @@
 //! Thin async client for a runtime's diagnostic server: one command per connection, the whole
 //! message in one write, every step bounded by a timeout (the runtime's server is single-threaded
-//! and never times out on its own, reference §2.5), replies decoded by [`crate::decode::ipc`].
+//! and never times out on its own, docs/protocol/diagnostic-ipc.md §2.5 item 2), replies decoded by
+//! [`tracer_decode::diagnostic_ipc`].
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -10,11 +11,11 @@ use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use crate::decode::ipc::{
-    self, CollectTracing, CommandCode, DecodeError, EncodeError, HEADER_LEN, ProcessInfo, Reply,
-    Request, ServerError, UserEventsProvider,
-};
 use crate::ipc::socket::{self, DiagnosticSocket, SocketError, VerifiedStream};
+use tracer_decode::diagnostic_ipc::{
+    CollectTracing, CommandCode, DecodeError, EncodeError, HEADER_LEN, ProcessInfo, Reply, Request,
+    ServerError, UserEventsProvider,
+};
 
 /// Client-side limits for each step of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,8 @@ pub struct Timeouts {
 }
 
 impl Default for Timeouts {
-    /// 5 s each, as Microsoft's record-trace settled on after runtime hangs (reference §10).
+    /// 5 s each, as Microsoft's record-trace settled on after runtime hangs
+    /// (docs/protocol/diagnostic-ipc.md §2.6).
     fn default() -> Self {
         let five = Duration::from_secs(5);
         Timeouts { connect: five, write: five, read: five }
@@ -94,7 +96,8 @@ impl ClientError {
     }
 }
 
-/// What the version probe found (ProcessInfo3 → ProcessInfo2 → ProcessInfo, §3.6).
+/// What the version probe found (ProcessInfo3 → ProcessInfo2 → ProcessInfo,
+/// docs/protocol/diagnostic-ipc.md §3.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeInfo {
     /// `answered_by` is the newest ProcessInfo command the runtime knew.
@@ -110,7 +113,8 @@ pub struct StreamingSession {
     pub stream: UnixStream,
 }
 
-/// A user_events session: the runtime keeps it while `stream` stays open (§4.2 step 8).
+/// A user_events session: the runtime keeps it while `stream` stays open
+/// (docs/protocol/diagnostic-ipc.md §4.2 step 8).
 #[derive(Debug)]
 pub struct UserEventsSession {
     pub session_id: u64,
@@ -189,7 +193,7 @@ impl DiagnosticClient {
     }
 
     /// Stops a session with StopTracing on a new connection (the session's own socket only
-    /// carries its stream, reference §2.5 item 1).
+    /// carries its stream, docs/protocol/diagnostic-ipc.md §2.5 item 1).
     pub async fn stop_session(&self, session_id: u64) -> Result<(), ClientError> {
         let echoed = expect_session_id(self.send(&Request::StopTracing { session_id }).await?);
         if echoed != session_id {
@@ -200,8 +204,8 @@ impl DiagnosticClient {
 
     /// Starts a CollectTracing5 user_events session: writes the message, then passes
     /// `user_events_data` as SCM_RIGHTS on one extra byte — only over a [`VerifiedStream`] — then
-    /// reads the reply (the runtime's order, §4.2). The returned stream must stay open for the
-    /// session's lifetime; closing it ends the session.
+    /// reads the reply (the runtime's order, docs/protocol/diagnostic-ipc.md §4.2). The returned
+    /// stream must stay open for the session's lifetime; closing it ends the session.
     pub async fn start_user_events_session(
         &self,
         rundown_keyword: u64,
@@ -252,12 +256,12 @@ impl DiagnosticClient {
         let shape = command.reply_shape();
         let mut message = vec![0u8; HEADER_LEN];
         self.read_exact(stream, command, Phase::ReadReplyHeader, &mut message).await?;
-        let header = ipc::decode_reply_header(shape, &message)
+        let header = tracer_decode::diagnostic_ipc::decode_reply_header(shape, &message)
             .map_err(|source| ClientError::Decode { pid: self.pid(), command, source })?;
         message.resize(usize::from(header.size), 0);
         self.read_exact(stream, command, Phase::ReadReplyPayload, &mut message[HEADER_LEN..])
             .await?;
-        match ipc::decode_reply(shape, &message) {
+        match tracer_decode::diagnostic_ipc::decode_reply(shape, &message) {
             Ok(Reply::Error { error, message }) => {
                 Err(ClientError::Server { pid: self.pid(), command, error, message })
             }
@@ -318,7 +322,8 @@ impl DiagnosticClient {
     }
 }
 
-/// UNKNOWN_COMMAND, or BAD_ENCODING from runtimes that cannot parse a newer command (§2.5 item 7).
+/// UNKNOWN_COMMAND, or BAD_ENCODING from runtimes that cannot parse a newer command
+/// (docs/protocol/diagnostic-ipc.md §3.3).
 fn is_version_refusal(error: &ClientError) -> bool {
     matches!(error.server_error(), Some(ServerError::UnknownCommand | ServerError::BadEncoding))
 }

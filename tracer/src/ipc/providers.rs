@@ -16,7 +16,7 @@
 
 use thiserror::Error;
 
-use crate::decode::ipc::{EventLevel, FilteredProvider, ProviderConfig};
+use tracer_decode::diagnostic_ipc::{EventLevel, FilteredProvider, ProviderConfig};
 
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 pub const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler";

@@ -2,7 +2,7 @@
 //! paths an (unprivileged, possibly containerised) target controls.
 //!
 //! tracer runs as root and resolves names inside the target's root and temp dir, which the
-//! target owns. So (reference §1.3, issue 3):
+//! target owns. So (docs/protocol/diagnostic-ipc.md §1.3, issue 3):
 //! * the socket name uses the target's innermost pid (`NSpid`), its `TMPDIR` and its start time
 //!   (field 22 of `/proc/<pid>/stat`), exactly as the runtime builds it;
 //! * the path is opened with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS |
@@ -12,7 +12,7 @@
 //!   listener's `SO_PEERCRED` pid must be the detected pid — a socket bound by anyone else is
 //!   refused before a single byte is sent.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use thiserror::Error;
 use tokio::net::UnixStream;
+use tracer_decode::procfs::{parse_ns_pid, parse_start_time, parse_tmpdir};
 
 /// Where a process's diagnostic socket is, as seen from inside the process's root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,8 +133,8 @@ impl VerifiedStream {
         self.stream
     }
 
-    /// Sends one data byte carrying `fd` as SCM_RIGHTS (reference §4.2 step 5), waiting at most
-    /// `timeout` for the socket to become writable.
+    /// Sends one data byte carrying `fd` as SCM_RIGHTS (docs/protocol/diagnostic-ipc.md §4.2 step
+    /// 5), waiting at most `timeout` for the socket to become writable.
     pub async fn send_fd(&self, fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
         let fd = fd.as_raw_fd();
         let send =
@@ -175,7 +176,7 @@ fn send_fd_once(stream: &UnixStream, fd: RawFd) -> io::Result<()> {
     }
 }
 
-/// Locates the diagnostic socket of `host_pid` (reference §1.3).
+/// Locates the diagnostic socket of `host_pid` (docs/protocol/diagnostic-ipc.md §1.3).
 pub fn locate(host_pid: u32) -> Result<DiagnosticSocket, SocketError> {
     let ns_pid = innermost_ns_pid(host_pid)?;
     let dir = temp_dir(host_pid)?;
@@ -273,30 +274,14 @@ fn innermost_ns_pid(pid: u32) -> Result<u32, SocketError> {
     })
 }
 
-/// The innermost pid of the `NSpid:` line of a `/proc/<pid>/status` text.
-pub fn parse_ns_pid(status: &str) -> Option<u32> {
-    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
-}
-
-/// `TMPDIR` from /proc/<pid>/environ; `/tmp` when unset or empty (CoreCLR's rule, §1.2).
+/// `TMPDIR` from /proc/<pid>/environ; `/tmp` when unset or empty (CoreCLR's rule,
+/// docs/protocol/diagnostic-ipc.md §1.2).
 fn temp_dir(pid: u32) -> Result<PathBuf, SocketError> {
     let environ = read_proc(pid, "environ")?;
     Ok(parse_tmpdir(&environ))
 }
 
-/// `TMPDIR` of a NUL-separated `/proc/<pid>/environ` text, `/tmp` when unset or empty.
-pub fn parse_tmpdir(environ: &[u8]) -> PathBuf {
-    environ
-        .split(|b| *b == 0)
-        .find_map(|var| var.strip_prefix(b"TMPDIR="))
-        .filter(|dir| !dir.is_empty())
-        .map(|dir| PathBuf::from(OsStr::from_bytes(dir)))
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
-}
-
-/// Field 22 (`starttime`) of /proc/<pid>/stat, counted after the last `)` because the comm
-/// field may contain spaces and parentheses.
+/// The socket key: the start time (field 22) of /proc/<pid>/stat.
 fn start_time_key(pid: u32) -> Result<u64, SocketError> {
     let stat = read_proc(pid, "stat")?;
     parse_start_time(&String::from_utf8_lossy(&stat)).ok_or(SocketError::Malformed {
@@ -304,13 +289,6 @@ fn start_time_key(pid: u32) -> Result<u64, SocketError> {
         file: "stat",
         what: "no parsable start time (field 22)",
     })
-}
-
-/// Field 22 of a `/proc/<pid>/stat` text (see `start_time_key`).
-pub fn parse_start_time(stat: &str) -> Option<u64> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    // after_comm starts at field 3 (state), so field 22 is the 20th token.
-    after_comm.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// `/proc/<pid>/root` is a magic link to the process's root; opening it (not resolving paths
@@ -410,31 +388,6 @@ fn newest_candidate(dir: &OwnedFd, ns_pid: u32) -> io::Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ns_pid_is_the_last_value() {
-        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t4242\n"), Some(4242));
-        assert_eq!(parse_ns_pid("NSpid:\t4242\t17\t1\nPPid:\t1\n"), Some(1));
-        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
-        assert_eq!(parse_ns_pid("NSpid:\t\n"), None);
-    }
-
-    #[test]
-    fn tmpdir_from_environ() {
-        assert_eq!(parse_tmpdir(b"A=1\0TMPDIR=/run/t\0B=2\0"), PathBuf::from("/run/t"));
-        assert_eq!(parse_tmpdir(b"A=1\0TMPDIR=\0"), PathBuf::from("/tmp"));
-        assert_eq!(parse_tmpdir(b"XTMPDIR=/x\0"), PathBuf::from("/tmp"));
-        assert_eq!(parse_tmpdir(b""), PathBuf::from("/tmp"));
-    }
-
-    #[test]
-    fn start_time_after_the_last_paren() {
-        let fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
-        let stat = format!("77 (a) b (c)) {}", fields.join(" "));
-        assert_eq!(parse_start_time(&stat), Some(22));
-        assert_eq!(parse_start_time("77 (x) S 1 2"), None);
-        assert_eq!(parse_start_time("no paren"), None);
-    }
 
     #[test]
     fn own_process_resolves_to_its_values() {

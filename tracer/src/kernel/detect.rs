@@ -13,10 +13,10 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 
-use crate::decode::bpf_event::{self, DetectionEvent};
-use crate::decode::ftrace::format::{DynamicKind, EventFormat};
 use crate::kernel::privileges::Capabilities;
 use crate::kernel::tracefs::Tracefs;
+use tracer_decode::bpf_event::{self, DetectionEvent};
+use tracer_decode::ftrace::format::{DynamicKind, EventFormat};
 
 /// Every program of the object: (program name, tracepoint category, tracepoint name).
 pub const PROGRAMS: [(&str, &str, &str); 11] = [

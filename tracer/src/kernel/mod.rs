@@ -1,4 +1,6 @@
-//! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in `decode`.
+//! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in the
+//! `tracer-decode` crate.
+pub mod bpf_probe;
 pub mod detect;
 pub mod ftrace_reader;
 pub mod privileges;

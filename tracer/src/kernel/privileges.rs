@@ -49,8 +49,8 @@ impl Capabilities {
 
     /// Parses the `CapEff:` line of a `/proc/<pid>/status` text.
     pub fn from_status(status: &str) -> Option<Capabilities> {
-        let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-        u64::from_str_radix(hex, 16).ok().map(|effective| Capabilities { effective })
+        tracer_decode::procfs::parse_status_cap_eff(status)
+            .map(|effective| Capabilities { effective })
     }
 
     pub fn has(&self, cap: Capability) -> bool {

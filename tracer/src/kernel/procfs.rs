@@ -3,75 +3,16 @@
 //!
 //! Everything read here belongs to other processes and can change or vanish at any moment: a
 //! process that exits mid-scan is skipped, never an error.
+use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use tracer_common::MemfdKind;
+use tracer_decode::procfs::{
+    MemfdMapping, cgroup_v2_path, memfd_mappings, parse_stat_ppid, parse_status_uid,
+};
 
 const PROC: &str = "/proc";
-
-/// A mapping of a memfd of interest found in `/proc/<pid>/maps`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemfdMapping {
-    pub pid: u32,
-    pub memfd_kind: MemfdKind,
-    pub start: u64,
-    pub end: u64,
-    /// `rwxp`-style permissions as procfs prints them.
-    pub perms: String,
-    pub offset: u64,
-    /// The path column, e.g. `/memfd:dotnet_ipc_created (deleted)`.
-    pub path: String,
-}
-
-/// Parses one `/proc/<pid>/maps` line; `Some` when it maps a memfd of interest. Only the name
-/// prefix is matched (the kernel appends ` (deleted)`); permissions are ignored because the
-/// runtime's IPC mapping is `---p`.
-pub fn parse_maps_line(pid: u32, line: &str) -> Option<MemfdMapping> {
-    let mut cols = line.splitn(6, ' ');
-    let range = cols.next()?;
-    let perms = cols.next()?;
-    let offset = cols.next()?;
-    let _dev = cols.next()?;
-    let _inode = cols.next()?;
-    let path = cols.next()?.trim_start();
-    let name = path.strip_prefix("/memfd:")?;
-    let memfd_kind = if memfd_name_matches(name, "dotnet_ipc_created") {
-        MemfdKind::DotnetIpcCreated
-    } else if memfd_name_matches(name, "doublemapper") {
-        MemfdKind::DoubleMapper
-    } else {
-        return None;
-    };
-    let (start, end) = range.split_once('-')?;
-    Some(MemfdMapping {
-        pid,
-        memfd_kind,
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        perms: perms.to_string(),
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        path: path.to_string(),
-    })
-}
-
-/// `name` is exactly `wanted`, optionally followed by procfs's ` (deleted)` marker.
-fn memfd_name_matches(name: &str, wanted: &str) -> bool {
-    name.strip_prefix(wanted).is_some_and(|rest| rest.is_empty() || rest.starts_with(" ("))
-}
-
-/// The first mapping of each memfd kind of interest in a `maps` text (one report per process
-/// and kind, as the live path reports the runtime once).
-pub fn memfd_mappings(pid: u32, maps: &str) -> Vec<MemfdMapping> {
-    let mut found: Vec<MemfdMapping> = Vec::new();
-    for m in maps.lines().filter_map(|l| parse_maps_line(pid, l)) {
-        if !found.iter().any(|f| f.memfd_kind == m.memfd_kind) {
-            found.push(m);
-        }
-    }
-    found
-}
 
 /// Every pid currently in /proc.
 pub fn pids() -> std::io::Result<Vec<u32>> {
@@ -81,8 +22,42 @@ pub fn pids() -> std::io::Result<Vec<u32>> {
     Ok(pids)
 }
 
+/// The start-up scan of `audit` and `run`: memfds of interest mapped by every process but
+/// tracer, or only by `targets` and their descendants when targets are given.
+pub fn scan_targets(targets: &[u32]) -> std::io::Result<Vec<MemfdMapping>> {
+    let me = std::process::id();
+    if targets.is_empty() {
+        return scan_memfd_mappings(|pid| pid != me);
+    }
+    let parents: HashMap<u32, u32> = pids()?
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = fs::read_to_string(Path::new(PROC).join(pid.to_string()).join("stat"));
+            Some((pid, parse_stat_ppid(&stat.ok()?)?))
+        })
+        .collect();
+    scan_memfd_mappings(|pid| pid != me && is_descendant(pid, targets, &parents))
+}
+
+/// `pid` is one of `targets` or has one as an ancestor in `parents` (child → parent).
+fn is_descendant(pid: u32, targets: &[u32], parents: &HashMap<u32, u32>) -> bool {
+    let mut current = pid;
+    // At most one step per process: a snapshot taken while processes exit and pids are reused
+    // may hold a cycle.
+    for _ in 0..=parents.len() {
+        if targets.contains(&current) {
+            return true;
+        }
+        match parents.get(&current) {
+            Some(&parent) if parent != 0 && parent != current => current = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Scans `/proc/*/maps` for memfds of interest. `include(pid)` selects processes.
-pub fn scan_memfd_mappings(include: impl Fn(u32) -> bool) -> std::io::Result<Vec<MemfdMapping>> {
+fn scan_memfd_mappings(include: impl Fn(u32) -> bool) -> std::io::Result<Vec<MemfdMapping>> {
     let mut out = Vec::new();
     for pid in pids()?.into_iter().filter(|p| include(*p)) {
         // Kernel threads have empty maps; processes may exit mid-scan.
@@ -129,16 +104,6 @@ pub fn process_identity(pid: u32) -> Option<ProcessIdentity> {
     Some(ProcessIdentity { comm, uid, cgroup_id })
 }
 
-/// The real uid (first column of `Uid:`) of a `/proc/<pid>/status` text.
-pub fn parse_status_uid(status: &str) -> Option<u32> {
-    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
-}
-
-/// The unified-hierarchy path (`0::/path`) of a `/proc/<pid>/cgroup` text.
-pub fn cgroup_v2_path(cgroup: &str) -> Option<&str> {
-    cgroup.lines().find_map(|l| l.strip_prefix("0::"))
-}
-
 /// Where the cgroup v2 hierarchy is mounted.
 fn cgroup_v2_root() -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
@@ -154,62 +119,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maps_lines() {
-        let ipc = "7f5e1c000000-7f5e1c001000 ---p 00000000 00:01 2054   /memfd:dotnet_ipc_created (deleted)";
-        assert_eq!(
-            parse_maps_line(7, ipc),
-            Some(MemfdMapping {
-                pid: 7,
-                memfd_kind: MemfdKind::DotnetIpcCreated,
-                start: 0x7f5e_1c00_0000,
-                end: 0x7f5e_1c00_1000,
-                perms: "---p".into(),
-                offset: 0,
-                path: "/memfd:dotnet_ipc_created (deleted)".into(),
-            })
-        );
-        let dm = "7f0000000000-7f0000010000 r-xs 00010000 00:01 99 /memfd:doublemapper (deleted)";
-        let m = parse_maps_line(8, dm).unwrap();
-        assert_eq!(
-            (m.memfd_kind, m.offset, m.perms.as_str()),
-            (MemfdKind::DoubleMapper, 0x10000, "r-xs")
-        );
-        // Not deleted yet: still a match.
-        assert!(
-            parse_maps_line(1, "1000-2000 rw-s 00000000 00:01 5 /memfd:doublemapper").is_some()
-        );
-        for other in [
-            "1000-2000 rw-s 00000000 00:01 5 /memfd:unrelated (deleted)",
-            "1000-2000 rw-s 00000000 00:01 5 /memfd:dotnet_ipc_created_not (deleted)",
-            "1000-2000 rw-s 00000000 00:01 5 /tmp/memfd:doublemapper",
-            "1000-2000 rw-p 00000000 00:00 0 ",
-            "1000-2000 rw-p 00000000 00:00 0",
-            "garbage",
-            "zz-2000 rw-s 00000000 00:01 5 /memfd:doublemapper",
-        ] {
-            assert_eq!(parse_maps_line(1, other), None, "{other}");
-        }
-    }
-
-    #[test]
-    fn one_mapping_per_kind() {
-        let maps = "\
-1000-2000 r-xs 00000000 00:01 5 /memfd:doublemapper (deleted)
-3000-4000 rw-s 00001000 00:01 5 /memfd:doublemapper (deleted)
-5000-6000 ---p 00000000 00:01 6 /memfd:dotnet_ipc_created (deleted)
-";
-        let found = memfd_mappings(3, maps);
-        assert_eq!(found.len(), 2);
-        assert_eq!(found[0].start, 0x1000);
-        assert_eq!(found[1].memfd_kind, MemfdKind::DotnetIpcCreated);
-    }
-
-    #[test]
-    fn status_and_cgroup() {
-        assert_eq!(parse_status_uid("Name:\tx\nUid:\t1000\t1000\t1000\t1000\n"), Some(1000));
-        assert_eq!(parse_status_uid("Name:\tx\n"), None);
-        assert_eq!(cgroup_v2_path("0::/user.slice/a.scope\n"), Some("/user.slice/a.scope"));
-        assert_eq!(cgroup_v2_path("1:name=systemd:/x\n"), None);
+    fn descendants_follow_parent_links() {
+        let parents: HashMap<u32, u32> =
+            [(10, 1), (11, 10), (12, 11), (20, 1), (30, 31), (31, 30)].into_iter().collect();
+        assert!(is_descendant(10, &[10], &parents));
+        assert!(is_descendant(12, &[10], &parents), "grandchild");
+        assert!(!is_descendant(20, &[10], &parents), "sibling");
+        assert!(!is_descendant(1, &[10], &parents), "parent");
+        assert!(!is_descendant(30, &[10], &parents), "a cycle ends");
+        assert!(!is_descendant(99, &[10], &parents), "unknown pid");
     }
 
     #[test]

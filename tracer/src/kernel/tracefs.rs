@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
-use crate::decode::ftrace::format::EventFormat;
+use tracer_decode::ftrace::format::EventFormat;
+use tracer_decode::ftrace::stream::Tracepoint;
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
@@ -124,38 +125,6 @@ impl std::str::FromStr for EventSpec {
     }
 }
 
-/// Counters of one CPU buffer from `per_cpu/cpuN/stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct CpuBufferStats {
-    /// Entries currently in the buffer.
-    pub entries: u64,
-    /// Entries overwritten (lost) in overwrite mode.
-    pub overrun: u64,
-    pub commit_overrun: u64,
-    /// Entries dropped in no-overwrite mode (not flagged on pages).
-    pub dropped_events: u64,
-    pub read_events: u64,
-}
-
-impl CpuBufferStats {
-    pub fn parse(text: &str) -> CpuBufferStats {
-        let mut s = CpuBufferStats::default();
-        for line in text.lines() {
-            let Some((key, value)) = line.split_once(':') else { continue };
-            let Ok(v) = value.trim().parse::<u64>() else { continue };
-            match key.trim() {
-                "entries" => s.entries = v,
-                "overrun" => s.overrun = v,
-                "commit overrun" => s.commit_overrun = v,
-                "dropped events" => s.dropped_events = v,
-                "read events" => s.read_events = v,
-                _ => {}
-            }
-        }
-        s
-    }
-}
-
 const INSTANCE_PREFIX: &str = "tracer-";
 
 /// A private ftrace instance `instances/tracer-<pid>[-<suffix>]`: its own ring buffer, clock and
@@ -266,8 +235,13 @@ impl Instance {
         Ok(cpus)
     }
 
-    pub fn cpu_stats(&self, cpu: u32) -> anyhow::Result<CpuBufferStats> {
-        Ok(CpuBufferStats::parse(&self.read(&format!("per_cpu/cpu{cpu}/stats"))?))
+    pub fn cpu_stats(
+        &self,
+        cpu: u32,
+    ) -> anyhow::Result<tracer_decode::ftrace::stats::CpuBufferStats> {
+        Ok(tracer_decode::ftrace::stats::CpuBufferStats::parse(
+            &self.read(&format!("per_cpu/cpu{cpu}/stats"))?,
+        ))
     }
 
     /// Enables the selected events (with the filter, if any) and returns `(system, name)` of
@@ -336,13 +310,27 @@ impl Instance {
     }
 
     /// Format of an event (the same text as the top-level `events/` tree).
+    /// Stops recording `system:name` in this instance.
+    pub fn disable(&self, system: &str, name: &str) -> anyhow::Result<()> {
+        self.write(&format!("events/{system}/{name}/enable"), "0")
+    }
+
+    /// A tracepoint of this instance with its parsed format, ready for a reader.
+    pub fn tracepoint(&self, system: &str, name: &str) -> anyhow::Result<Tracepoint> {
+        Ok(Tracepoint {
+            system: system.to_string(),
+            name: name.to_string(),
+            format: self.event_format(system, name)?,
+        })
+    }
+
     pub fn event_format(&self, system: &str, event: &str) -> anyhow::Result<EventFormat> {
         self.tracefs.event_format(system, event)
     }
 
     /// Sub-buffer layout from `events/header_page`, checked against `events/header_event`.
-    pub fn page_layout(&self) -> anyhow::Result<crate::decode::ftrace::page::PageLayout> {
-        use crate::decode::ftrace::page::PageLayout;
+    pub fn page_layout(&self) -> anyhow::Result<tracer_decode::ftrace::page::PageLayout> {
+        use tracer_decode::ftrace::page::PageLayout;
         let read = |name: &str| read_in_one_go(&self.tracefs.path("events").join(name));
         PageLayout::check_header_event(&read("header_event")?)?;
         Ok(PageLayout::parse_header_page(&read("header_page")?)?)
@@ -429,21 +417,7 @@ mod tests {
     }
 
     #[test]
-    fn stats_and_instance_names() {
-        let s = CpuBufferStats::parse(
-            "entries: 5\noverrun: 7\ncommit overrun: 0\nbytes: 10\noldest event ts:     0.000000\n\
-             now ts:  1009.465220\ndropped events: 2\nread events: 9\n",
-        );
-        assert_eq!(
-            s,
-            CpuBufferStats {
-                entries: 5,
-                overrun: 7,
-                commit_overrun: 0,
-                dropped_events: 2,
-                read_events: 9
-            }
-        );
+    fn instance_names() {
         assert_eq!(instance_owner("tracer-123"), Some(123));
         assert_eq!(instance_owner("tracer-123-check"), Some(123));
         assert_eq!(instance_owner("tracer-x"), None);

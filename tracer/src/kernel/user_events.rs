@@ -14,8 +14,9 @@ use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG, UserReg, UserUnreg};
 
 use crate::kernel::tracefs::Tracefs;
 
-/// Field list of the runtime's "Tracepoint Format Version 1" (reference §4.3). It must match the
-/// runtime's byte for byte: a different list under the same name is refused with EADDRINUSE.
+/// Field list of the runtime's "Tracepoint Format Version 1" (docs/protocol/user_events.md §7.1).
+/// It must match the runtime's byte for byte: a different list under the same name is refused with
+/// EADDRINUSE.
 pub const DOTNET_TRACEPOINT_FIELDS: &str =
     "u8 version; u16 event_id; __rel_loc u8[] extension; __rel_loc u8[] payload";
 

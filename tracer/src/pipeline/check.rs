@@ -6,15 +6,6 @@ use crate::kernel::ftrace_reader::probe_mmap;
 use crate::kernel::privileges::{Capabilities, Capability};
 use crate::kernel::tracefs::{Instance, Tracefs};
 
-/// Check privileges and kernel features tracer needs, and say what to do about missing ones.
-///
-/// Checks: privileges (root or CAP_BPF + CAP_PERFMON), the bpf() syscall, every tracepoint the
-/// detection programs attach to, the tracefs mount, user_events (optional), memory-mapped
-/// trace_pipe_raw (tried on a scratch instance), and the kernel version. Exit status 1 when a
-/// required feature is missing, 0 otherwise.
-#[derive(Debug, clap::Args)]
-pub struct CheckArgs {}
-
 /// Tracepoints the eBPF detection programs attach to.
 pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("syscalls", "sys_enter_memfd_create"),
@@ -60,7 +51,8 @@ fn finding(status: Status, what: impl Into<String>, detail: impl Into<String>) -
     Finding { status, what: what.into(), detail: detail.into() }
 }
 
-pub fn main(_args: CheckArgs) -> ExitCode {
+/// `tracer check`: prints every finding; exit status 1 when a required feature is missing.
+pub fn main() -> ExitCode {
     let findings = run();
     for f in &findings {
         println!("{f}");
@@ -125,33 +117,21 @@ fn privileges() -> Finding {
     }
 }
 
-/// Creates (and closes) a one-entry BPF array map: the bpf() syscall works for this process.
 fn bpf_syscall() -> Finding {
-    // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size, max_entries, rest zero.
-    let mut attr = [0u32; 32];
-    attr[..4].copy_from_slice(&[2 /* BPF_MAP_TYPE_ARRAY */, 4, 4, 1]);
-    // SAFETY: attr is a valid, zero-padded bpf_attr of the size passed.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_bpf, 0 /* BPF_MAP_CREATE */, attr.as_ptr(), size_of_val(&attr))
-    };
-    if fd < 0 {
-        let err = std::io::Error::last_os_error();
-        let hint = match err.raw_os_error() {
-            Some(libc::EPERM) => {
-                "run as root or with CAP_BPF; check kernel.unprivileged_bpf_disabled and LSM policy"
-            }
-            Some(libc::ENOSYS) => "the kernel is built without CONFIG_BPF_SYSCALL",
-            _ => "BPF maps cannot be created",
-        };
-        return finding(
-            Status::Missing,
-            "BPF syscall",
-            format!("bpf(BPF_MAP_CREATE): {err}: {hint}"),
-        );
+    match crate::kernel::bpf_probe::create_array_map() {
+        Ok(()) => finding(Status::Ok, "BPF syscall", "created and freed a BPF array map"),
+        Err(err) => {
+            let hint = match err.raw_os_error() {
+                Some(libc::EPERM) => {
+                    "run as root or with CAP_BPF; check kernel.unprivileged_bpf_disabled and LSM \
+                     policy"
+                }
+                Some(libc::ENOSYS) => "the kernel is built without CONFIG_BPF_SYSCALL",
+                _ => "BPF maps cannot be created",
+            };
+            finding(Status::Missing, "BPF syscall", format!("bpf(BPF_MAP_CREATE): {err}: {hint}"))
+        }
     }
-    // SAFETY: closing the fd just returned by the kernel.
-    unsafe { libc::close(fd as i32) };
-    finding(Status::Ok, "BPF syscall", "created and freed a BPF array map")
 }
 
 fn kernel_release() -> String {

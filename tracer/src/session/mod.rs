@@ -1,25 +1,25 @@
 //! Tracing sessions started over the diagnostic IPC: one task per traced process. The task
 //! locates the socket (retrying through the start-up race), probes the runtime, then runs either
 //! a streaming session (nettrace on the socket) or a CollectTracing5 user_events session
-//! (records through tracer's ftrace instance), and reports through [`SessionMessage`]s.
+//! (records through tracer's ftrace instance), and reports through [`SessionMessage`]s: events
+//! arrive already rendered as output lines, so the pipeline only counts and writes them.
 pub mod streaming;
 pub mod user_events;
 
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, TracingRequest};
+use tracer_decode::nettrace::NettraceStats;
 
-use crate::decode::ipc::{CommandCode, ProcessInfo, TracingRequest};
-use crate::decode::nettrace::{DecodedEvent, NettraceStats};
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::SocketError;
-use crate::sink::Clock;
+use crate::output::RenderedLine;
+use crate::time::Clock;
 
 /// Which kind of session to start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionMode {
     /// user_events when the kernel has it and the runtime is .NET 10+, else streaming.
     Auto,
@@ -27,6 +27,16 @@ pub enum SessionMode {
     Streaming,
     /// CollectTracing5 user_events sessions (Linux with CONFIG_USER_EVENTS, .NET 10+).
     UserEvents,
+}
+
+impl SessionMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionMode::Auto => "auto",
+            SessionMode::Streaming => "streaming",
+            SessionMode::UserEvents => "user_events",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -42,8 +52,7 @@ pub struct SessionConfig {
 }
 
 /// How a session ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndReason {
     /// tracer stopped it (streaming: the stream ended with its end tag).
     Stopped,
@@ -72,6 +81,14 @@ impl EndReason {
     }
 }
 
+/// One runtime event, rendered as its output line.
+#[derive(Debug)]
+pub struct EventLine {
+    pub pid: u32,
+    pub provider: String,
+    pub line: RenderedLine,
+}
+
 /// What a session task reports to the pipeline, in order: `Started`, any number of `Event`s,
 /// then exactly one `Ended`; or a single `Failed` when no session could be started.
 #[derive(Debug)]
@@ -83,11 +100,7 @@ pub enum SessionMessage {
         mode: SessionMode,
         runtime: Option<ProcessInfo>,
     },
-    Event {
-        pid: u32,
-        provider: String,
-        line: serde_json::Value,
-    },
+    Event(EventLine),
     Ended {
         pid: u32,
         session_id: u64,
@@ -103,63 +116,36 @@ pub enum SessionMessage {
     },
 }
 
-/// The JSON line of one runtime event: the common envelope, then the decoded event.
-#[derive(Serialize)]
-pub struct DotnetEventLine<'a> {
-    pub ts: String,
-    pub mono_ns: u64,
-    pub kind: &'static str,
-    /// `nettrace` or `user_events`.
-    pub source: &'static str,
-    pub pid: u32,
-    #[serde(flatten)]
-    pub event: DecodedEvent<'a>,
+/// What every session task gets from the pipeline.
+#[derive(Clone)]
+pub struct SessionContext {
+    pub config: SessionConfig,
+    pub clock: Clock,
+    /// Where the task reports.
+    pub out: mpsc::Sender<SessionMessage>,
+    /// Flips to true when the pipeline shuts down.
+    pub stop: watch::Receiver<bool>,
+    /// The pipeline's user_events hub, when the kernel has user_events.
+    pub user_events: Option<user_events::HubHandle>,
 }
 
-impl<'a> DotnetEventLine<'a> {
-    pub fn new(
-        clock: &Clock,
-        mono_ns: u64,
-        source: &'static str,
-        pid: u32,
-        event: DecodedEvent<'a>,
-    ) -> Self {
-        DotnetEventLine {
-            ts: clock.iso8601(mono_ns),
-            mono_ns,
-            kind: "dotnet_event",
-            source,
-            pid,
-            event,
-        }
-    }
-}
-
-/// Runs one process's session to its end, reporting through `out`. `stop` flips to true at
-/// shutdown. `user_events` is the pipeline's user_events backend, when the kernel has one.
-pub async fn run(
-    pid: u32,
-    config: SessionConfig,
-    clock: Clock,
-    out: mpsc::Sender<SessionMessage>,
-    mut stop: watch::Receiver<bool>,
-    user_events: Option<user_events::Backend>,
-) {
+/// Runs one process's session to its end, reporting through `ctx.out`.
+pub async fn run(pid: u32, mut ctx: SessionContext) {
     let probed = tokio::select! {
-        r = locate_and_probe(pid, &config) => r,
-        () = stopped(&mut stop) => return,
+        r = locate_and_probe(pid, &ctx.config) => r,
+        () = stopped(&mut ctx.stop) => return,
     };
     let (client, runtime) = match probed {
         Ok(p) => p,
-        Err(e) => return report_failure(pid, e, &out).await,
+        Err(e) => return report_failure(pid, e, &ctx.out).await,
     };
-    let backend = match (config.mode, user_events) {
+    let hub = match (ctx.config.mode, ctx.user_events.take()) {
         (SessionMode::Streaming, _) | (_, None) => None,
-        (SessionMode::UserEvents, Some(b)) => Some(b),
-        (SessionMode::Auto, Some(b)) => {
+        (SessionMode::UserEvents, Some(h)) => Some(h),
+        (SessionMode::Auto, Some(h)) => {
             let major = runtime.as_ref().and_then(ProcessInfo::major_version);
             if major.is_some_and(|m| m >= 10) {
-                Some(b)
+                Some(h)
             } else {
                 log::info!(
                     "pid {pid}: runtime {} predates user_events sessions (.NET 10): streaming",
@@ -172,9 +158,9 @@ pub async fn run(
             }
         }
     };
-    match backend {
-        Some(b) => user_events::run(pid, client, runtime, &config, clock, out, stop, b).await,
-        None => streaming::run(pid, client, runtime, &config, clock, out, stop).await,
+    match hub {
+        Some(hub) => user_events::run(pid, client, runtime, ctx, hub).await,
+        None => streaming::run(pid, client, runtime, ctx).await,
     }
 }
 
@@ -196,7 +182,7 @@ async fn locate_and_probe(
 }
 
 /// Retries while the socket does not exist yet: a runtime seen through its `doublemapper`
-/// mapping may not have bound its diagnostic socket yet (reference §5.2).
+/// mapping may not have bound its diagnostic socket yet (docs/protocol/diagnostic-ipc.md §1.5).
 async fn locate(pid: u32, config: &SessionConfig) -> Result<DiagnosticClient, ClientError> {
     let give_up = Instant::now() + config.locate_for;
     let mut delay = Duration::from_millis(20);

@@ -2,24 +2,22 @@
 //! Stopping sends StopTracing on a new connection, then drains the rest of the stream (rundown,
 //! end tag) within the drain timeout.
 use tokio::io::AsyncReadExt as _;
-use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{DotnetEventLine, EndReason, SessionConfig, SessionMessage, SessionMode, stopped};
-use crate::decode::ipc::{ProcessInfo, oldest_collect_tracing};
-use crate::decode::nettrace::NettraceParser;
+use tracer_decode::diagnostic_ipc::{ProcessInfo, oldest_collect_tracing};
+use tracer_decode::nettrace::NettraceParser;
+
+use super::{EndReason, EventLine, SessionContext, SessionMessage, SessionMode, stopped};
 use crate::ipc::client::DiagnosticClient;
-use crate::sink::Clock;
+use crate::output::{self, Source};
 
 pub(super) async fn run(
     pid: u32,
     client: DiagnosticClient,
     runtime: Option<ProcessInfo>,
-    config: &SessionConfig,
-    clock: Clock,
-    out: mpsc::Sender<SessionMessage>,
-    mut stop: watch::Receiver<bool>,
+    ctx: SessionContext,
 ) {
+    let SessionContext { config, clock, out, mut stop, .. } = ctx;
     let command = oldest_collect_tracing(&config.request);
     let session = match client.start_streaming_session(&command).await {
         Ok(s) => s,
@@ -65,14 +63,12 @@ pub(super) async fn run(
         let fed = parser.feed(&buf[..n], |ev| {
             let decoded = ev.decode();
             let provider = decoded.provider.to_string();
-            let line = DotnetEventLine::new(&clock, ev.timestamp as u64, "nettrace", pid, decoded);
-            match serde_json::to_value(&line) {
-                Ok(v) => lines.push((provider, v)),
-                Err(e) => log::error!("pid {pid}: cannot serialize an event: {e}"),
-            }
+            let mono_ns = ev.timestamp as u64;
+            let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded);
+            lines.push(EventLine { pid, provider, line: line.render() });
         });
-        for (provider, line) in lines.drain(..) {
-            if out.send(SessionMessage::Event { pid, provider, line }).await.is_err() {
+        for event in lines.drain(..) {
+            if out.send(SessionMessage::Event(event)).await.is_err() {
                 return;
             }
         }

@@ -1,16 +1,18 @@
-//! CollectTracing5 user_events sessions (reference §4): the runtime writes its events into Linux
-//! user_events tracepoints through a `user_events_data` fd tracer passes it; tracer reads them
-//! from the mapped ftrace ring buffer of its private instance.
+//! CollectTracing5 user_events sessions (docs/protocol/diagnostic-ipc.md §4,
+//! docs/protocol/user_events.md §7): the runtime writes its events into Linux user_events
+//! tracepoints through a `user_events_data` fd tracer passes it; tracer reads them from the mapped
+//! ftrace ring buffer of its private instance.
 //!
-//! Order per session (§4.2, and the "metadata only on first write" lesson of §10): tracer
-//! registers each tracepoint itself with the runtime's exact field list, starts decoding its id,
-//! and enables it in its instance; only then does it send CollectTracing5 followed by the fd
-//! (SCM_RIGHTS, after the peer-credential check), and it keeps the connection open for the
-//! session's lifetime. Closing the connection ends the session; tracer then reads what is
+//! Order per session (the runtime writes an event's metadata only with its first record,
+//! docs/protocol/user_events.md §7.4, so the tracepoint must be recorded before the runtime is told
+//! about it): tracer registers each tracepoint itself with the runtime's exact field list, starts
+//! decoding its id, and enables it in its instance; only then does it send CollectTracing5 followed
+//! by the fd (SCM_RIGHTS, after the peer-credential check), and it keeps the connection open for
+//! the session's lifetime. Closing the connection ends the session; tracer then reads what is
 //! buffered, disables its tracepoints and unregisters them.
 //!
-//! The ftrace reader has one owner, the pipeline ([`Reader`]); session tasks reach it through
-//! [`Backend`] requests.
+//! The ftrace reader has one owner, the pipeline's [`Hub`]; session tasks reach it through
+//! their [`HubHandle`].
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::sync::Arc;
@@ -18,24 +20,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context as _, anyhow};
 use tokio::io::AsyncReadExt as _;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
-use super::{DotnetEventLine, EndReason, SessionConfig, SessionMessage, SessionMode, stopped};
-use crate::decode::ipc::{CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider};
-use crate::decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
-use crate::decode::user_events::{MetadataCache, RecordLayout, parse_record};
+use tracer_decode::diagnostic_ipc::{
+    CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider,
+};
+use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
+use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
+
+use super::{EndReason, EventLine, SessionContext, SessionMessage, SessionMode, stopped};
 use crate::ipc::client::DiagnosticClient;
-use crate::kernel::ftrace_reader::{self, FtraceReader, ReaderConfig, ReaderStats, Tracepoint};
+use crate::kernel::ftrace_reader::{self, FtraceReader, ReaderConfig, ReaderStats};
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
 use crate::kernel::user_events::{DOTNET_TRACEPOINT_FIELDS, UserEventsData};
-use crate::sink::Clock;
+use crate::output::{self, Source};
+use crate::time::Clock;
 
 /// user_events event names are limited (dynamic event names: 64 bytes with the NUL).
 const MAX_TRACEPOINT_NAME: usize = 63;
 /// Metadata entries cached across all sessions (metadata arrives once per event and session).
 const METADATA_CACHE_ENTRIES: usize = 64 * 1024;
 
-/// What session tasks ask of the pipeline's [`Reader`].
+/// What session tasks ask of the pipeline's [`Hub`].
 pub enum Request {
     /// Register, start decoding and enable one tracepoint per provider of `pid`; replies with
     /// the tracepoint names in provider order.
@@ -49,25 +55,22 @@ pub enum Request {
     Release { pid: u32, reply: oneshot::Sender<()> },
 }
 
-/// A session task's handle on the pipeline's user_events state.
+/// A session task's handle on the pipeline's [`Hub`].
 #[derive(Clone)]
-pub struct Backend {
+pub struct HubHandle {
     data: Arc<UserEventsData>,
     requests: mpsc::Sender<Request>,
 }
 
 /// Runs one user_events session with an already probed runtime.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
     pid: u32,
     client: DiagnosticClient,
     runtime: Option<ProcessInfo>,
-    config: &SessionConfig,
-    _clock: Clock,
-    out: mpsc::Sender<SessionMessage>,
-    mut stop: watch::Receiver<bool>,
-    backend: Backend,
+    ctx: SessionContext,
+    hub: HubHandle,
 ) {
+    let SessionContext { config, out, mut stop, .. } = ctx;
     let providers: Vec<String> =
         config.request.providers.iter().map(|p| p.provider.name.clone()).collect();
     let pointer_size = match runtime.as_ref().map(|r| r.arch.as_str()) {
@@ -76,7 +79,7 @@ pub(super) async fn run(
     };
     let (reply, prepared) = oneshot::channel();
     let prepare = Request::Prepare { pid, providers, pointer_size, reply };
-    if backend.requests.send(prepare).await.is_err() {
+    if hub.requests.send(prepare).await.is_err() {
         return;
     }
     let names = match prepared.await {
@@ -103,13 +106,13 @@ pub(super) async fn run(
         .start_user_events_session(
             config.request.rundown_keyword,
             &session_providers,
-            backend.data.as_fd(),
+            hub.data.as_fd(),
         )
         .await;
     let session = match started {
         Ok(s) => s,
         Err(e) => {
-            release(&backend, pid).await;
+            release(&hub, pid).await;
             return super::report_failure(pid, e, &out).await;
         }
     };
@@ -137,13 +140,13 @@ pub(super) async fn run(
     };
     // Closing the connection ends the session in the runtime (it polls it every 100 ms).
     drop(stream);
-    release(&backend, pid).await;
+    release(&hub, pid).await;
     let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, stream: None }).await;
 }
 
-async fn release(backend: &Backend, pid: u32) {
+async fn release(hub: &HubHandle, pid: u32) {
     let (reply, released) = oneshot::channel();
-    if backend.requests.send(Request::Release { pid, reply }).await.is_ok() {
+    if hub.requests.send(Request::Release { pid, reply }).await.is_ok() {
         let _ = released.await;
     }
 }
@@ -154,10 +157,13 @@ struct TracepointInfo {
     provider: String,
     layout: RecordLayout,
     pointer_size: u32,
+    /// The tracepoint's event id, to stop decoding it when the session ends.
+    id: u16,
 }
 
-/// The pipeline's side: tracer's `user_events_data`, its private ftrace instance and reader.
-pub struct Reader {
+/// The pipeline's side: tracer's `user_events_data`, its private ftrace instance and reader,
+/// and what it needs to decode the records of every session's tracepoints.
+pub struct Hub {
     data: Arc<UserEventsData>,
     reader: FtraceReader,
     tracepoints: HashMap<String, TracepointInfo>,
@@ -168,10 +174,10 @@ pub struct Reader {
     decode_errors: u64,
 }
 
-impl Reader {
+impl Hub {
     /// Opens `user_events_data` and a private instance (trace_clock mono, so record timestamps
     /// are CLOCK_MONOTONIC like every other source) with its mapped reader.
-    pub fn start(tracefs: &Tracefs, buffer_size_kb: u64) -> anyhow::Result<Reader> {
+    pub fn start(tracefs: &Tracefs, buffer_size_kb: u64) -> anyhow::Result<Hub> {
         let data = UserEventsData::open(tracefs)?;
         // Several pipelines may run in one process (tests): each gets its own instance.
         static INSTANCES: AtomicU64 = AtomicU64::new(0);
@@ -185,7 +191,7 @@ impl Reader {
         // Instances start with tracing off; record only once every CPU buffer has its reader.
         reader.instance().set_tracing_on(true)?;
         let (sender, requests) = mpsc::channel(64);
-        Ok(Reader {
+        Ok(Hub {
             data: Arc::new(data),
             reader,
             tracepoints: HashMap::new(),
@@ -197,15 +203,14 @@ impl Reader {
         })
     }
 
-    pub fn backend(&self) -> Backend {
-        Backend { data: self.data.clone(), requests: self.sender.clone() }
+    pub fn handle(&self) -> HubHandle {
+        HubHandle { data: self.data.clone(), requests: self.sender.clone() }
     }
 
-    /// Waits for a request or buffered records; returns the decoded event lines (possibly none)
-    /// as (provider, line).
-    pub async fn next(&mut self, clock: &Clock) -> Vec<(String, serde_json::Value)> {
+    /// Waits for a request or buffered records; returns the decoded event lines (possibly none).
+    pub async fn next(&mut self, clock: &Clock) -> Vec<EventLine> {
         tokio::select! {
-            Some(request) = self.requests.recv() => self.handle(request, clock),
+            Some(request) = self.requests.recv() => self.handle_request(request, clock),
             batch = self.reader.next_batch() => match batch {
                 Ok(events) => self.decode(&events, clock),
                 Err(e) => {
@@ -217,7 +222,7 @@ impl Reader {
     }
 
     /// Everything still buffered (at shutdown).
-    pub fn flush(&mut self, clock: &Clock) -> Vec<(String, serde_json::Value)> {
+    pub fn flush(&mut self, clock: &Clock) -> Vec<EventLine> {
         match self.reader.flush() {
             Ok(events) => self.decode(&events, clock),
             Err(e) => {
@@ -235,7 +240,7 @@ impl Reader {
         self.decode_errors
     }
 
-    fn handle(&mut self, request: Request, clock: &Clock) -> Vec<(String, serde_json::Value)> {
+    fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
         match request {
             Request::Prepare { pid, providers, pointer_size, reply } => {
                 let result = providers
@@ -264,14 +269,15 @@ impl Reader {
             .register(&name, DOTNET_TRACEPOINT_FIELDS)
             .with_context(|| format!("registering user_events tracepoint {name}"))?;
         self.by_pid.entry(pid).or_default().push(name.clone());
-        let tracepoint = Tracepoint::load(self.reader.instance(), "user_events", &name)?;
+        let tracepoint = self.reader.instance().tracepoint("user_events", &name)?;
         let layout = RecordLayout::from_format(&tracepoint.format).ok_or_else(|| {
             anyhow!("user_events:{name} does not have the runtime's fields (format changed?)")
         })?;
+        let id = tracepoint.format.id;
         self.reader.add_tracepoint(tracepoint);
         self.tracepoints.insert(
             name.clone(),
-            TracepointInfo { pid, provider: provider.to_string(), layout, pointer_size },
+            TracepointInfo { pid, provider: provider.to_string(), layout, pointer_size, id },
         );
         let spec =
             EventSpec { system: "user_events".into(), name: Some(name.clone()), filter: None };
@@ -281,9 +287,11 @@ impl Reader {
 
     fn release(&mut self, pid: u32) {
         for name in self.by_pid.remove(&pid).unwrap_or_default() {
-            let enable = format!("events/user_events/{name}/enable");
-            if let Err(e) = self.reader.instance().write(&enable, "0") {
+            if let Err(e) = self.reader.instance().disable("user_events", &name) {
                 log::warn!("disabling user_events:{name}: {e:#}");
+            }
+            if let Some(info) = self.tracepoints.remove(&name) {
+                self.reader.remove_tracepoint(info.id);
             }
             if let Err(e) = self.data.unregister(&name) {
                 log::warn!("unregistering user_events tracepoint {name}: {e}");
@@ -292,11 +300,7 @@ impl Reader {
         self.cache.forget_process(pid);
     }
 
-    fn decode(
-        &mut self,
-        events: &[ftrace_reader::Event],
-        clock: &Clock,
-    ) -> Vec<(String, serde_json::Value)> {
+    fn decode(&mut self, events: &[ftrace_reader::Event], clock: &Clock) -> Vec<EventLine> {
         let limits = MetadataLimits::default();
         let mut lines = Vec::with_capacity(events.len());
         for ev in events {
@@ -323,11 +327,12 @@ impl Reader {
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
             };
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
-            let line = DotnetEventLine::new(clock, ev.ts, "user_events", info.pid, decoded);
-            match serde_json::to_value(&line) {
-                Ok(v) => lines.push((info.provider.clone(), v)),
-                Err(e) => log::error!("cannot serialize an event: {e}"),
-            }
+            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded);
+            lines.push(EventLine {
+                pid: info.pid,
+                provider: info.provider.clone(),
+                line: line.render(),
+            });
         }
         lines
     }

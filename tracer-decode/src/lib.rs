@@ -4,6 +4,7 @@ pub mod bpf_event;
 pub mod ftrace;
 pub mod names;
 
-pub mod ipc;
+pub mod diagnostic_ipc;
 pub mod nettrace;
+pub mod procfs;
 pub mod user_events;

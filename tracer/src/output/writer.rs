@@ -1,5 +1,5 @@
-//! JSON-lines writer: one object per line to stdout or a file, flushed per line so a consumer
-//! (or a test) sees each event as soon as it is decoded.
+//! The JSON-lines writer: one [`Line`] per line to stdout or a file, flushed per line so a
+//! consumer (or a test) sees each event as soon as it is decoded.
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -7,8 +7,25 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde::Serialize;
 
+use super::Line;
+
 pub struct JsonLines {
     out: Box<dyn Write + Send>,
+}
+
+/// A line serialized ahead of writing (without its newline).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedLine(Vec<u8>);
+
+impl RenderedLine {
+    pub(super) fn of(line: &impl Serialize) -> RenderedLine {
+        // Serializing into memory fails only for maps with non-string keys, which no line has.
+        RenderedLine(serde_json::to_vec(line).expect("output lines serialize to JSON"))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl JsonLines {
@@ -36,8 +53,17 @@ impl JsonLines {
         JsonLines { out: Box::new(w) }
     }
 
-    pub fn emit(&mut self, value: &impl Serialize) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, value)?;
+    pub fn emit<B: Serialize>(&mut self, line: &Line<B>) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, line)?;
+        self.end_line()
+    }
+
+    pub fn emit_rendered(&mut self, line: &RenderedLine) -> io::Result<()> {
+        self.out.write_all(line.as_bytes())?;
+        self.end_line()
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
         self.out.write_all(b"\n")?;
         self.out.flush()
     }

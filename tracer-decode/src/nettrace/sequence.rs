@@ -1,6 +1,6 @@
-//! Per-capture-thread sequence numbers (§6.10): every event the runtime tried to write on a
-//! thread takes the next number, so a gap — within the thread's events, or up to a sequence
-//! point's number — is a count of events dropped by the runtime.
+//! Per-capture-thread sequence numbers (docs/protocol/nettrace.md §7): every event the runtime
+//! tried to write on a thread takes the next number, so a gap — within the thread's events, or up
+//! to a sequence point's number — is a count of events dropped by the runtime.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,6 @@
 //! Built-in payload layouts of native runtime events (provider `Microsoft-Windows-DotNETRuntime`),
-//! which carry no field metadata. Layouts follow the public ClrEtwAll.man templates (reference
-//! §7.2) and were checked against payloads captured from CoreCLR 8.0.4.
+//! which carry no field metadata. Layouts follow the public ClrEtwAll.man templates
+//! (docs/protocol/nettrace.md §10.2) and were checked against payloads captured from CoreCLR 8.0.4.
 
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 

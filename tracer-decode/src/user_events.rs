@@ -1,4 +1,4 @@
-//! .NET user_events records, "Tracepoint Format Version 1" (reference §4.4–4.6):
+//! .NET user_events records, "Tracepoint Format Version 1" (docs/protocol/user_events.md §7.2–7.5):
 //! `u8 version; u16 event_id; __rel_loc u8[] extension; __rel_loc u8[] payload`.
 //!
 //! The field offsets come from the tracepoint's format file (parsed elsewhere) and are passed in
@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::decode::nettrace::metadata::{self, EventMetadata, MetadataError, MetadataLimits};
+use crate::nettrace::metadata::{self, EventMetadata, MetadataError, MetadataLimits};
 
 /// Byte offsets of the four fields inside a trace record (common header included), as the
 /// tracepoint's `format` file gives them.
@@ -23,10 +23,8 @@ pub struct RecordLayout {
 impl RecordLayout {
     /// The offsets from a tracepoint's format (`version`, `event_id`, `extension`, `payload`);
     /// `None` when a field is missing or has another shape than the runtime's field list.
-    pub fn from_format(
-        format: &crate::decode::ftrace::format::EventFormat,
-    ) -> Option<RecordLayout> {
-        use crate::decode::ftrace::format::DynamicKind;
+    pub fn from_format(format: &crate::ftrace::format::EventFormat) -> Option<RecordLayout> {
+        use crate::ftrace::format::DynamicKind;
         let field = |name: &str, size: usize, dynamic: Option<DynamicKind>| {
             format.field(name).filter(|f| f.size == size && f.dynamic == dynamic).map(|f| f.offset)
         };
@@ -294,7 +292,7 @@ mod tests {
 
     #[test]
     fn layout_from_the_kernels_format_of_the_runtime_field_list() {
-        use crate::decode::ftrace::format::EventFormat;
+        use crate::ftrace::format::EventFormat;
         // As the 6.12 kernel prints `events/user_events/<name>/format` for the runtime's fields.
         let text = "name: tp\nID: 1600\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:u8 version;\toffset:8;\tsize:1;\tsigned:0;\n\tfield:u16 event_id;\toffset:9;\tsize:2;\tsigned:0;\n\tfield:__rel_loc u8[] extension;\toffset:11;\tsize:4;\tsigned:0;\n\tfield:__rel_loc u8[] payload;\toffset:15;\tsize:4;\tsigned:0;\n\nprint fmt: \"\"\n";
         let format = EventFormat::parse(text).unwrap();
@@ -304,7 +302,7 @@ mod tests {
         assert_eq!(RecordLayout::from_format(&other), None);
     }
     use super::*;
-    use crate::decode::nettrace::{DecodedEvent, EventContext, decode_payload};
+    use crate::nettrace::{DecodedEvent, EventContext, decode_payload};
 
     /// Offsets the kernel gives for the runtime's field string after the 8-byte common header.
     const LAYOUT: RecordLayout =

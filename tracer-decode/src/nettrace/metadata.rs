@@ -1,6 +1,7 @@
-//! Event metadata (reference §6.8): provider, event id, name, keywords, version, level and the
-//! field list used to decode EventSource payloads. The same body is carried by nettrace
-//! MetadataBlocks and by the user_events extension label 0x01 (§4.5), so both use this parser.
+//! Event metadata (docs/protocol/nettrace.md §5): provider, event id, name, keywords, version,
+//! level and the field list used to decode EventSource payloads. The same body is carried by
+//! nettrace MetadataBlocks and by the user_events extension label 0x01
+//! (docs/protocol/user_events.md §7.3), so both use this parser.
 
 use std::borrow::Cow;
 
@@ -24,7 +25,7 @@ impl Default for MetadataLimits {
     }
 }
 
-/// Type of one payload field (type codes of §6.8).
+/// Type of one payload field (type codes of docs/protocol/nettrace.md §6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum FieldType {
     Object(Vec<FieldDef>),
@@ -144,8 +145,9 @@ pub fn parse_nettrace_metadata(
     parser.body(metadata_id, provider)
 }
 
-/// Parses a metadata body that starts at the event id (user_events label 0x01, §4.5), for
-/// `provider`. `bytes` must end where the metadata ends: trailing bytes are read as tags.
+/// Parses a metadata body that starts at the event id (user_events label 0x01,
+/// docs/protocol/user_events.md §7.3), for `provider`. `bytes` must end where the metadata ends:
+/// trailing bytes are read as tags.
 pub fn parse_metadata_body(
     bytes: &[u8],
     provider: String,

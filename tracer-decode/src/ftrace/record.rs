@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn rel_loc_arrays_and_flex_buffers() {
-        // The user_events layout of the .NET runtime (reference §4.4).
+        // The user_events layout of the .NET runtime (docs/protocol/user_events.md §7.2).
         let f = format(
             "dotnet",
             1000,

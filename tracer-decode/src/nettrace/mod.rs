@@ -1,4 +1,5 @@
-//! Streaming nettrace parser (reference §6): the byte stream a runtime sends after CollectTracing.
+//! Streaming nettrace parser (docs/protocol/nettrace.md): the byte stream a runtime sends after
+//! CollectTracing.
 //!
 //! Feed it chunks of any size with [`NettraceParser::feed`]; it calls back once per event, in
 //! stream order, and gives identical results however the stream is split. Memory is bounded: at
@@ -85,7 +86,7 @@ pub enum NettraceError {
     Truncated { offset: u64, pending: usize },
 }
 
-/// The Trace object (§6.3).
+/// The Trace object (docs/protocol/nettrace.md §3.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TraceInfo {
     /// Year, Month, DayOfWeek, Day, Hour, Minute, Second, Millisecond (UTC).
@@ -107,7 +108,7 @@ pub struct Event<'a> {
     pub capture_thread_id: u64,
     pub proc_num: u32,
     pub stack_id: u32,
-    /// QPC ticks; CLOCK_MONOTONIC ns on Linux (§6.12).
+    /// QPC ticks; CLOCK_MONOTONIC ns on Linux (docs/protocol/nettrace.md §9).
     pub timestamp: i64,
     pub activity_id: [u8; 16],
     pub related_activity_id: [u8; 16],
@@ -479,7 +480,8 @@ impl NettraceParser {
                 max: self.limits.max_block_size,
             });
         }
-        // Block content is 4-byte aligned in the *stream*, prologue included (§6.4).
+        // Block content is 4-byte aligned in the *stream*, prologue included
+        // (docs/protocol/nettrace.md §4.1).
         let after_size = at + header_len as u64 + 4;
         let padding = (after_size.wrapping_neg() % 4) as usize;
         let content_at = header_len + 4 + padding;
@@ -677,7 +679,8 @@ fn count_stacks(content: &[u8], base: u64) -> Result<u64, NettraceError> {
     Ok(count.into())
 }
 
-/// Header fields of one blob in an EventBlock or MetadataBlock (§6.6, §6.7).
+/// Header fields of one blob in an EventBlock or MetadataBlock (docs/protocol/nettrace.md §4.4,
+/// §4.5).
 #[derive(Debug, Clone, Copy, Default)]
 struct BlobHeader {
     metadata_id: u32,
@@ -733,7 +736,8 @@ fn for_each_blob(
     Ok(())
 }
 
-/// Reads one compressed header over `h`, which holds the previous blob's values (§6.6).
+/// Reads one compressed header over `h`, which holds the previous blob's values
+/// (docs/protocol/nettrace.md §4.4).
 #[inline]
 fn read_compressed<'a>(cur: &mut Cursor<'a>, h: &mut BlobHeader) -> Option<&'a [u8]> {
     let flags = cur.u8()?;
@@ -741,7 +745,7 @@ fn read_compressed<'a>(cur: &mut Cursor<'a>, h: &mut BlobHeader) -> Option<&'a [
         h.metadata_id = cur.varuint32()?;
     }
     if flags & 0x02 != 0 {
-        // The writer stores `seq - prev_seq - 1` (§6.6).
+        // The writer stores `seq - prev_seq - 1` (docs/protocol/nettrace.md §4.4).
         h.sequence = h.sequence.wrapping_add(cur.varuint32()?).wrapping_add(1);
         h.capture_thread_id = cur.varuint64()?;
         h.proc_num = cur.varuint32()?;
@@ -768,7 +772,7 @@ fn read_compressed<'a>(cur: &mut Cursor<'a>, h: &mut BlobHeader) -> Option<&'a [
     cur.take(h.payload_size as usize)
 }
 
-/// Fixed header size after EventSize (§6.7).
+/// Fixed header size after EventSize (docs/protocol/nettrace.md §4.5).
 const UNCOMPRESSED_FIXED: usize = 4 + 4 + 8 + 8 + 4 + 4 + 8 + 16 + 16 + 4;
 
 fn read_uncompressed<'a>(cur: &mut Cursor<'a>, h: &mut BlobHeader) -> Option<&'a [u8]> {

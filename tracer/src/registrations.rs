@@ -1,12 +1,13 @@
 //! Per-process table of user_events registrations, mirroring what the kernel keeps per mm
-//! (reference §1.8): a successful `DIAG_IOCSREG` adds an enabler, `DIAG_IOCSUNREG` removes the
-//! ones matching (address, bit), fork copies them to the child, exec and exit drop them.
+//! (docs/protocol/user_events.md §5): a successful `DIAG_IOCSREG` adds an enabler, `DIAG_IOCSUNREG`
+//! removes the ones matching (address, bit), fork copies them to the child, exec and exit drop
+//! them.
 //! A pure state machine: it is fed decoded events and does no I/O.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::decode::bpf_event::{DetectionEvent, EventBody, UserEventsOp};
+use tracer_decode::bpf_event::{DetectionEvent, EventBody, UserEventsOp};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Registration {
@@ -141,7 +142,7 @@ mod tests {
     use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG, EventKind};
 
     use super::*;
-    use crate::decode::bpf_event::{EventMeta, UserEventsIoctl, UserReg, UserUnreg};
+    use tracer_decode::bpf_event::{EventMeta, UserEventsIoctl, UserReg, UserUnreg};
 
     fn meta(kind: EventKind, pid: u32) -> EventMeta {
         EventMeta {

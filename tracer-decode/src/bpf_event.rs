@@ -168,29 +168,6 @@ pub fn wire_size(kind: EventKind) -> usize {
     }
 }
 
-/// The snake_case name of an event kind, as it appears in output (`"kind":"dotnet_ipc_ready"`).
-pub fn kind_name(kind: EventKind) -> &'static str {
-    match kind {
-        EventKind::MemfdCreate => "memfd_create",
-        EventKind::DotnetIpcReady => "dotnet_ipc_ready",
-        EventKind::DotnetRuntimeSeen => "dotnet_runtime_seen",
-        EventKind::UserEventsRegister => "user_events_register",
-        EventKind::UserEventsDelete => "user_events_delete",
-        EventKind::UserEventsUnregister => "user_events_unregister",
-        EventKind::ProcessFork => "process_fork",
-        EventKind::ProcessExec => "process_exec",
-        EventKind::ProcessExit => "process_exit",
-    }
-}
-
-/// The memfd name a [`MemfdKind`] stands for.
-pub fn memfd_name(kind: MemfdKind) -> &'static str {
-    match kind {
-        MemfdKind::DotnetIpcCreated => "dotnet_ipc_created",
-        MemfdKind::DoubleMapper => "doublemapper",
-    }
-}
-
 /// Bytes up to the first NUL (or all of them), as text.
 fn c_string(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -332,6 +309,8 @@ fn user_events(kind: EventKind, bytes: &[u8]) -> Result<UserEventsIoctl, DecodeE
                 Some(captured(kind, "name", ev.name_len, &ev.name)?)
             },
         },
+        // The `reg_*` fields carry `struct user_unreg` for UNREG (documented on
+        // `UserEventsIoctlEvent`; the eBPF program fills them the same way).
         _ => UserEventsOp::Unregister {
             unreg: arg_read.map(|()| UserUnreg {
                 size: ev.reg_size,

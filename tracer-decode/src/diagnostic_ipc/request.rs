@@ -1,0 +1,756 @@
+//! Request messages tracer sends: commands, provider configurations and CollectTracing
+//! versions, validated before anything is written.
+use std::fmt;
+
+use thiserror::Error;
+
+use super::writer::MessageWriter;
+use super::*;
+
+/// Every command tracer can send, by (command set, command id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandCode {
+    StopTracing,
+    CollectTracing,
+    CollectTracing2,
+    CollectTracing3,
+    CollectTracing4,
+    CollectTracing5,
+    ProcessInfo,
+    ResumeRuntime,
+    ProcessInfo2,
+    EnablePerfMap,
+    DisablePerfMap,
+    ProcessInfo3,
+}
+
+impl CommandCode {
+    /// The (command_set, command_id) pair on the wire.
+    pub fn set_and_id(self) -> (u8, u8) {
+        match self {
+            CommandCode::StopTracing => (SET_EVENTPIPE, 0x01),
+            CommandCode::CollectTracing => (SET_EVENTPIPE, 0x02),
+            CommandCode::CollectTracing2 => (SET_EVENTPIPE, 0x03),
+            CommandCode::CollectTracing3 => (SET_EVENTPIPE, 0x04),
+            CommandCode::CollectTracing4 => (SET_EVENTPIPE, 0x05),
+            CommandCode::CollectTracing5 => (SET_EVENTPIPE, 0x06),
+            CommandCode::ProcessInfo => (SET_PROCESS, 0x00),
+            CommandCode::ResumeRuntime => (SET_PROCESS, 0x01),
+            CommandCode::ProcessInfo2 => (SET_PROCESS, 0x04),
+            CommandCode::EnablePerfMap => (SET_PROCESS, 0x05),
+            CommandCode::DisablePerfMap => (SET_PROCESS, 0x06),
+            CommandCode::ProcessInfo3 => (SET_PROCESS, 0x08),
+        }
+    }
+
+    /// What an OK reply to this command carries.
+    pub fn reply_shape(self) -> ReplyShape {
+        match self {
+            CommandCode::StopTracing
+            | CommandCode::CollectTracing
+            | CommandCode::CollectTracing2
+            | CommandCode::CollectTracing3
+            | CommandCode::CollectTracing4
+            | CommandCode::CollectTracing5 => ReplyShape::SessionId,
+            CommandCode::ResumeRuntime
+            | CommandCode::EnablePerfMap
+            | CommandCode::DisablePerfMap => ReplyShape::Status,
+            CommandCode::ProcessInfo => ReplyShape::ProcessInfo,
+            CommandCode::ProcessInfo2 => ReplyShape::ProcessInfo2,
+            CommandCode::ProcessInfo3 => ReplyShape::ProcessInfo3,
+        }
+    }
+}
+
+impl fmt::Display for CommandCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (set, id) = self.set_and_id();
+        write!(f, "{self:?} (0x{set:02x}{id:02x})")
+    }
+}
+
+/// EventPipe verbosity levels (docs/protocol/diagnostic-ipc.md §3.4); the runtime rejects anything
+/// above Verbose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u32)]
+pub enum EventLevel {
+    LogAlways = 0,
+    Critical = 1,
+    Error = 2,
+    Warning = 3,
+    Informational = 4,
+    Verbose = 5,
+}
+
+impl EventLevel {
+    pub fn from_u32(level: u32) -> Option<EventLevel> {
+        Some(match level {
+            0 => EventLevel::LogAlways,
+            1 => EventLevel::Critical,
+            2 => EventLevel::Error,
+            3 => EventLevel::Warning,
+            4 => EventLevel::Informational,
+            5 => EventLevel::Verbose,
+            _ => return None,
+        })
+    }
+}
+
+/// One EventPipe provider as CollectTracing1–4 carry it (`provider_config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub keywords: u64,
+    pub level: EventLevel,
+    /// `key=value;key=value` filter data; `None` is sent as count 0, `Some("")` as count 1 + NUL.
+    pub arguments: Option<String>,
+}
+
+/// Per-provider event-id filter of CollectTracing5 (docs/protocol/diagnostic-ipc.md §3.4, "Event
+/// filters").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventFilter {
+    /// Only the listed event ids pass.
+    Only(Vec<u32>),
+    /// Every event except the listed ids passes.
+    Except(Vec<u32>),
+}
+
+impl EventFilter {
+    /// Wire form: (`enable`, ids). "No filter" is `enable = 0` with an empty list.
+    pub(super) fn wire(filter: Option<&EventFilter>) -> (bool, &[u32]) {
+        match filter {
+            None => (false, &[]),
+            Some(EventFilter::Only(ids)) => (true, ids),
+            Some(EventFilter::Except(ids)) => (false, ids),
+        }
+    }
+}
+
+/// A provider with an optional event filter (`provider_config_v2`, CollectTracing5 streaming).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilteredProvider {
+    pub provider: ProviderConfig,
+    pub filter: Option<EventFilter>,
+}
+
+/// Which tracepoint receives which events of a user_events provider
+/// (docs/protocol/diagnostic-ipc.md §4.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracepointConfig {
+    /// Tracepoint for events not listed in any set; `None` means such events are not written.
+    pub default_name: Option<String>,
+    pub sets: Vec<TracepointSet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracepointSet {
+    pub name: String,
+    pub event_ids: Vec<u32>,
+}
+
+/// One provider of a CollectTracing5 user_events session (`user_events_provider_config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserEventsProvider {
+    pub provider: ProviderConfig,
+    pub filter: Option<EventFilter>,
+    pub tracepoints: TracepointConfig,
+}
+
+/// `format` field of the streaming CollectTracing commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum TraceFormat {
+    /// Legacy V3 stream; listed for completeness, tracer does not parse it.
+    NetPerf = 0,
+    NetTrace = 1,
+}
+
+/// The CollectTracing family. Field names follow docs/protocol/diagnostic-ipc.md §3.5; semantics of
+/// the older commands: CT1 always rundown + stack walk, CT2 rundown switch (always stacks), CT3
+/// adds the stack-walk switch, CT4 replaces the rundown switch by a keyword mask, CT5 adds event
+/// filters and user_events sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CollectTracing {
+    V1 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        providers: Vec<ProviderConfig>,
+    },
+    V2 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        request_rundown: bool,
+        providers: Vec<ProviderConfig>,
+    },
+    V3 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        request_rundown: bool,
+        request_stackwalk: bool,
+        providers: Vec<ProviderConfig>,
+    },
+    V4 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        rundown_keyword: u64,
+        request_stackwalk: bool,
+        providers: Vec<ProviderConfig>,
+    },
+    /// CollectTracing5 with `session_type = 0`: nettrace on the socket, like CT1–4.
+    V5Streaming {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        rundown_keyword: u64,
+        request_stackwalk: bool,
+        providers: Vec<FilteredProvider>,
+    },
+    /// CollectTracing5 with `session_type = 1`: the runtime writes to user_events tracepoints
+    /// through a `user_events_data` fd that must follow the message as SCM_RIGHTS
+    /// (docs/protocol/diagnostic-ipc.md §4.2).
+    V5UserEvents {
+        rundown_keyword: u64,
+        providers: Vec<UserEventsProvider>,
+    },
+}
+
+impl CollectTracing {
+    pub fn code(&self) -> CommandCode {
+        match self {
+            CollectTracing::V1 { .. } => CommandCode::CollectTracing,
+            CollectTracing::V2 { .. } => CommandCode::CollectTracing2,
+            CollectTracing::V3 { .. } => CommandCode::CollectTracing3,
+            CollectTracing::V4 { .. } => CommandCode::CollectTracing4,
+            CollectTracing::V5Streaming { .. } | CollectTracing::V5UserEvents { .. } => {
+                CommandCode::CollectTracing5
+            }
+        }
+    }
+
+    /// Whether the runtime answers with a nettrace stream on the same socket.
+    pub fn streams_nettrace(&self) -> bool {
+        !matches!(self, CollectTracing::V5UserEvents { .. })
+    }
+}
+
+/// What a caller wants from a streaming session, independent of the command that carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracingRequest {
+    pub circular_buffer_mb: u32,
+    pub providers: Vec<FilteredProvider>,
+    /// 0 = no rundown; [`DEFAULT_RUNDOWN_KEYWORD`] = the rundown CT1–3 request.
+    pub rundown_keyword: u64,
+    pub request_stackwalk: bool,
+}
+
+/// Picks the oldest CollectTracing command that expresses `request` exactly, so the session works
+/// on as many runtime versions as possible (docs/protocol/diagnostic-ipc.md §3.3):
+/// event filters need CT5 (10.0+); a rundown mask other than none/default needs CT4 (9.0+);
+/// switching stack walking off needs CT3 (9.0+); otherwise CT2 (3.0+) without rundown, or CT1
+/// (3.0+, always rundown + stacks) with the default rundown.
+pub fn oldest_collect_tracing(request: &TracingRequest) -> CollectTracing {
+    let circular_buffer_mb = request.circular_buffer_mb;
+    let format = TraceFormat::NetTrace;
+    let rundown_keyword = request.rundown_keyword;
+    let request_stackwalk = request.request_stackwalk;
+    if request.providers.iter().any(|p| p.filter.is_some()) {
+        return CollectTracing::V5Streaming {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers: request.providers.clone(),
+        };
+    }
+    let providers: Vec<ProviderConfig> =
+        request.providers.iter().map(|p| p.provider.clone()).collect();
+    let request_rundown = match rundown_keyword {
+        0 => false,
+        DEFAULT_RUNDOWN_KEYWORD => true,
+        _ => {
+            return CollectTracing::V4 {
+                circular_buffer_mb,
+                format,
+                rundown_keyword,
+                request_stackwalk,
+                providers,
+            };
+        }
+    };
+    match (request_rundown, request_stackwalk) {
+        (_, false) => CollectTracing::V3 {
+            circular_buffer_mb,
+            format,
+            request_rundown,
+            request_stackwalk,
+            providers,
+        },
+        (true, true) => CollectTracing::V1 { circular_buffer_mb, format, providers },
+        (false, true) => {
+            CollectTracing::V2 { circular_buffer_mb, format, request_rundown, providers }
+        }
+    }
+}
+
+/// `perfMapType` of EnablePerfMap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PerfMapType {
+    Disabled = 0,
+    PerfMapAndJitDump = 1,
+    JitDumpOnly = 2,
+    PerfMapOnly = 3,
+}
+
+/// A request message, ready to encode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    ProcessInfo,
+    ProcessInfo2,
+    ProcessInfo3,
+    ResumeRuntime,
+    EnablePerfMap(PerfMapType),
+    DisablePerfMap,
+    CollectTracing(CollectTracing),
+    StopTracing { session_id: u64 },
+}
+
+/// Why a request could not be encoded. Nothing is sent in that case.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EncodeError {
+    #[error(
+        "{command} message would be {size} bytes, above the protocol's 65535-byte limit: \
+         use fewer providers, shorter arguments or split them across sessions"
+    )]
+    TooLarge { command: CommandCode, size: usize },
+    #[error("a session needs at least one provider")]
+    NoProviders,
+    #[error("{count} providers given; the runtime accepts at most {MAX_PROVIDERS}")]
+    TooManyProviders { count: usize },
+    #[error("provider #{index} has an empty name")]
+    EmptyProviderName { index: usize },
+    #[error(
+        "string {value:?} contains a NUL character, which would truncate it on the runtime side"
+    )]
+    NulInString { value: String },
+    #[error("streaming sessions need a circular buffer of at least 1 MB")]
+    ZeroBuffer,
+    #[error(
+        "user_events provider {provider:?} has neither a default tracepoint nor a tracepoint set, \
+         so none of its events could be written"
+    )]
+    NoTracepoint { provider: String },
+    #[error("user_events provider {provider:?} has a tracepoint set with an empty name")]
+    EmptyTracepointName { provider: String },
+    #[error("tracepoint set {tracepoint:?} of provider {provider:?} lists no event ids")]
+    EmptyTracepointSet { provider: String, tracepoint: String },
+    #[error("event id {event_id} of provider {provider:?} is in more than one tracepoint set")]
+    DuplicateTracepointEvent { provider: String, event_id: u32 },
+}
+
+impl Request {
+    pub fn code(&self) -> CommandCode {
+        match self {
+            Request::ProcessInfo => CommandCode::ProcessInfo,
+            Request::ProcessInfo2 => CommandCode::ProcessInfo2,
+            Request::ProcessInfo3 => CommandCode::ProcessInfo3,
+            Request::ResumeRuntime => CommandCode::ResumeRuntime,
+            Request::EnablePerfMap(_) => CommandCode::EnablePerfMap,
+            Request::DisablePerfMap => CommandCode::DisablePerfMap,
+            Request::CollectTracing(ct) => ct.code(),
+            Request::StopTracing { .. } => CommandCode::StopTracing,
+        }
+    }
+
+    /// The whole message (header + payload), validated and at most 65535 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        let code = self.code();
+        let mut w = MessageWriter::new(code);
+        match self {
+            Request::ProcessInfo
+            | Request::ProcessInfo2
+            | Request::ProcessInfo3
+            | Request::ResumeRuntime
+            | Request::DisablePerfMap => {}
+            Request::EnablePerfMap(kind) => w.u32(*kind as u32),
+            Request::StopTracing { session_id } => w.u64(*session_id),
+            Request::CollectTracing(ct) => encode_collect_tracing(&mut w, ct)?,
+        }
+        w.finish()
+    }
+}
+
+fn encode_collect_tracing(w: &mut MessageWriter, ct: &CollectTracing) -> Result<(), EncodeError> {
+    match ct {
+        CollectTracing::V1 { circular_buffer_mb, format, providers } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V2 { circular_buffer_mb, format, request_rundown, providers } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.bool(*request_rundown);
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V3 {
+            circular_buffer_mb,
+            format,
+            request_rundown,
+            request_stackwalk,
+            providers,
+        } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.bool(*request_rundown);
+            w.bool(*request_stackwalk);
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V4 {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers,
+        } => {
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.u64(*rundown_keyword);
+            w.bool(*request_stackwalk);
+            w.providers(providers, |w, p| w.provider(p))
+        }
+        CollectTracing::V5Streaming {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers,
+        } => {
+            w.u32(0); // session_type: streaming
+            w.streaming_prefix(*circular_buffer_mb, *format)?;
+            w.u64(*rundown_keyword);
+            w.bool(*request_stackwalk);
+            w.providers(providers, |w, p| {
+                w.provider(&p.provider)?;
+                w.event_filter(p.filter.as_ref());
+                Ok(())
+            })
+        }
+        CollectTracing::V5UserEvents { rundown_keyword, providers } => {
+            w.u32(1); // session_type: user_events
+            w.u64(*rundown_keyword);
+            w.providers(providers, |w, p| {
+                w.provider(&p.provider)?;
+                w.event_filter(p.filter.as_ref());
+                w.tracepoint_config(&p.provider.name, &p.tracepoints)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+
+    fn runtime_provider() -> ProviderConfig {
+        ProviderConfig {
+            name: "Microsoft-Windows-DotNETRuntime".into(),
+            keywords: 0x1,
+            level: EventLevel::Informational,
+            arguments: None,
+        }
+    }
+
+    #[test]
+    fn ready_made_messages_match_the_reference_byte_for_byte() {
+        let magic = b"DOTNET_IPC_V1\0";
+        let expect = |tail: &[u8]| [magic.as_slice(), tail].concat();
+        assert_eq!(Request::ProcessInfo.encode().unwrap(), expect(&[0x14, 0, 4, 0, 0, 0]));
+        assert_eq!(
+            Request::EnablePerfMap(PerfMapType::PerfMapOnly).encode().unwrap(),
+            expect(&[0x18, 0, 4, 5, 0, 0, 3, 0, 0, 0])
+        );
+        assert_eq!(Request::DisablePerfMap.encode().unwrap(), expect(&[0x14, 0, 4, 6, 0, 0]));
+        assert_eq!(Request::ProcessInfo2.encode().unwrap(), expect(&[0x14, 0, 4, 4, 0, 0]));
+        assert_eq!(Request::ProcessInfo3.encode().unwrap(), expect(&[0x14, 0, 4, 8, 0, 0]));
+        assert_eq!(Request::ResumeRuntime.encode().unwrap(), expect(&[0x14, 0, 4, 1, 0, 0]));
+        assert_eq!(
+            Request::StopTracing { session_id: 0x1122_3344_5566_7788 }.encode().unwrap(),
+            expect(&[0x1c, 0, 2, 1, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11])
+        );
+    }
+
+    /// The 119-byte CollectTracing2 of `dotnet/runtime` issue #42382
+    /// (docs/protocol/diagnostic-ipc.md §3.8).
+    #[test]
+    fn collect_tracing2_worked_example() {
+        let request = Request::CollectTracing(CollectTracing::V2 {
+            circular_buffer_mb: 256,
+            format: TraceFormat::NetTrace,
+            request_rundown: true,
+            providers: vec![ProviderConfig {
+                name: "Microsoft-Windows-DotNETRuntime".into(),
+                keywords: 0xFFFF_FFFF_FFFF_FFBF,
+                level: EventLevel::Verbose,
+                arguments: Some(String::new()),
+            }],
+        });
+        let mut expected = b"DOTNET_IPC_V1\0".to_vec();
+        expected.extend_from_slice(&[0x77, 0x00, 0x02, 0x03, 0x00, 0x00]);
+        expected.extend_from_slice(&[0x00, 0x01, 0x00, 0x00]);
+        expected.extend_from_slice(&[0x01, 0x00, 0x00, 0x00]);
+        expected.push(0x01);
+        expected.extend_from_slice(&[0x01, 0x00, 0x00, 0x00]);
+        expected.extend_from_slice(&[0xbf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        expected.extend_from_slice(&[0x05, 0x00, 0x00, 0x00]);
+        expected.extend_from_slice(&[0x20, 0x00, 0x00, 0x00]);
+        for c in "Microsoft-Windows-DotNETRuntime\0".bytes() {
+            expected.extend_from_slice(&[c, 0]);
+        }
+        expected.extend_from_slice(&[0x01, 0x00, 0x00, 0x00, 0x00, 0x00]);
+        assert_eq!(expected.len(), 119);
+        assert_eq!(request.encode().unwrap(), expected);
+    }
+
+    #[test]
+    fn collect_tracing_1_3_4_field_order() {
+        let providers = vec![runtime_provider()];
+        let provider_bytes = || {
+            let mut p = 1u32.to_le_bytes().to_vec();
+            p.extend_from_slice(&1u64.to_le_bytes());
+            p.extend_from_slice(&4u32.to_le_bytes());
+            p.extend_from_slice(&utf16z("Microsoft-Windows-DotNETRuntime"));
+            p.extend_from_slice(&0u32.to_le_bytes());
+            p
+        };
+        let prefix = [64u32.to_le_bytes(), 1u32.to_le_bytes()].concat();
+        let cases = [
+            (
+                CollectTracing::V1 {
+                    circular_buffer_mb: 64,
+                    format: TraceFormat::NetTrace,
+                    providers: providers.clone(),
+                },
+                0x02,
+                vec![],
+            ),
+            (
+                CollectTracing::V3 {
+                    circular_buffer_mb: 64,
+                    format: TraceFormat::NetTrace,
+                    request_rundown: false,
+                    request_stackwalk: true,
+                    providers: providers.clone(),
+                },
+                0x04,
+                vec![0, 1],
+            ),
+            (
+                CollectTracing::V4 {
+                    circular_buffer_mb: 64,
+                    format: TraceFormat::NetTrace,
+                    rundown_keyword: 0x8,
+                    request_stackwalk: false,
+                    providers: providers.clone(),
+                },
+                0x05,
+                [8u64.to_le_bytes().as_slice(), &[0]].concat(),
+            ),
+        ];
+        for (ct, id, middle) in cases {
+            let payload = [prefix.as_slice(), &middle, &provider_bytes()].concat();
+            let mut expected = header((20 + payload.len()) as u16, 2, id);
+            expected.extend_from_slice(&payload);
+            assert_eq!(Request::CollectTracing(ct).encode().unwrap(), expected, "id {id}");
+        }
+    }
+
+    #[test]
+    fn collect_tracing5_streaming_with_filter() {
+        let ct = CollectTracing::V5Streaming {
+            circular_buffer_mb: 16,
+            format: TraceFormat::NetTrace,
+            rundown_keyword: 0,
+            request_stackwalk: false,
+            providers: vec![
+                FilteredProvider {
+                    provider: runtime_provider(),
+                    filter: Some(EventFilter::Only(vec![1, 2])),
+                },
+                FilteredProvider {
+                    provider: ProviderConfig {
+                        name: "My".into(),
+                        keywords: u64::MAX,
+                        level: EventLevel::Verbose,
+                        arguments: Some("a=b".into()),
+                    },
+                    filter: None,
+                },
+            ],
+        };
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&0u32.to_le_bytes()); // session_type
+        payload.extend_from_slice(&16u32.to_le_bytes());
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&0u64.to_le_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&2u32.to_le_bytes());
+        payload.extend_from_slice(&1u64.to_le_bytes());
+        payload.extend_from_slice(&4u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("Microsoft-Windows-DotNETRuntime"));
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload.push(1);
+        payload.extend_from_slice(&[2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
+        payload.extend_from_slice(&u64::MAX.to_le_bytes());
+        payload.extend_from_slice(&5u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("My"));
+        payload.extend_from_slice(&utf16z("a=b"));
+        payload.push(0); // no filter: enable 0, empty list
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        let mut expected = header((20 + payload.len()) as u16, 2, 6);
+        expected.extend_from_slice(&payload);
+        assert_eq!(Request::CollectTracing(ct).encode().unwrap(), expected);
+    }
+
+    #[test]
+    fn collect_tracing5_user_events() {
+        let ct = CollectTracing::V5UserEvents {
+            rundown_keyword: 0,
+            providers: vec![UserEventsProvider {
+                provider: runtime_provider(),
+                filter: Some(EventFilter::Except(vec![7])),
+                tracepoints: TracepointConfig {
+                    default_name: Some("tp_all".into()),
+                    sets: vec![TracepointSet { name: "tp_gc".into(), event_ids: vec![1, 2] }],
+                },
+            }],
+        };
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&1u32.to_le_bytes()); // session_type user_events
+        payload.extend_from_slice(&0u64.to_le_bytes()); // rundownKeyword; no buffer/format
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&1u64.to_le_bytes());
+        payload.extend_from_slice(&4u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("Microsoft-Windows-DotNETRuntime"));
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&[1, 0, 0, 0, 7, 0, 0, 0]);
+        payload.extend_from_slice(&utf16z("tp_all"));
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&utf16z("tp_gc"));
+        payload.extend_from_slice(&[2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]);
+        let mut expected = header((20 + payload.len()) as u16, 2, 6);
+        expected.extend_from_slice(&payload);
+        assert_eq!(Request::CollectTracing(ct).encode().unwrap(), expected);
+    }
+
+    #[test]
+    fn user_events_tracepoint_rules() {
+        let with = |tracepoints| {
+            Request::CollectTracing(CollectTracing::V5UserEvents {
+                rundown_keyword: 0,
+                providers: vec![UserEventsProvider {
+                    provider: runtime_provider(),
+                    filter: None,
+                    tracepoints,
+                }],
+            })
+            .encode()
+        };
+        let name = "Microsoft-Windows-DotNETRuntime".to_string();
+        assert_eq!(
+            with(TracepointConfig { default_name: None, sets: vec![] }),
+            Err(EncodeError::NoTracepoint { provider: name.clone() })
+        );
+        let set = |n: &str, ids: Vec<u32>| TracepointSet { name: n.into(), event_ids: ids };
+        assert_eq!(
+            with(TracepointConfig { default_name: None, sets: vec![set("a", vec![])] }),
+            Err(EncodeError::EmptyTracepointSet { provider: name.clone(), tracepoint: "a".into() })
+        );
+        assert_eq!(
+            with(TracepointConfig {
+                default_name: None,
+                sets: vec![set("a", vec![1, 2]), set("b", vec![2])]
+            }),
+            Err(EncodeError::DuplicateTracepointEvent { provider: name, event_id: 2 })
+        );
+    }
+
+    #[test]
+    fn encode_refusals() {
+        let big = ProviderConfig { arguments: Some("x".repeat(40_000)), ..runtime_provider() };
+        let err = Request::CollectTracing(CollectTracing::V2 {
+            circular_buffer_mb: 1,
+            format: TraceFormat::NetTrace,
+            request_rundown: false,
+            providers: vec![big],
+        })
+        .encode()
+        .unwrap_err();
+        assert!(
+            matches!(err, EncodeError::TooLarge { command: CommandCode::CollectTracing2, size }
+                if size == 20 + 9 + 4 + 12 + 68 + 4 + 80_002),
+            "{err:?}"
+        );
+        let ct2 = |providers, buffer| {
+            Request::CollectTracing(CollectTracing::V2 {
+                circular_buffer_mb: buffer,
+                format: TraceFormat::NetTrace,
+                request_rundown: false,
+                providers,
+            })
+            .encode()
+        };
+        assert_eq!(ct2(vec![], 1), Err(EncodeError::NoProviders));
+        assert_eq!(ct2(vec![runtime_provider()], 0), Err(EncodeError::ZeroBuffer));
+        let unnamed = ProviderConfig { name: String::new(), ..runtime_provider() };
+        assert_eq!(
+            ct2(vec![runtime_provider(), unnamed], 1),
+            Err(EncodeError::EmptyProviderName { index: 1 })
+        );
+        let nul = ProviderConfig { name: "a\0b".into(), ..runtime_provider() };
+        assert_eq!(ct2(vec![nul], 1), Err(EncodeError::NulInString { value: "a\0b".into() }));
+        assert_eq!(
+            ct2(vec![runtime_provider(); 1001], 1),
+            Err(EncodeError::TooManyProviders { count: 1001 })
+        );
+    }
+
+    #[test]
+    fn oldest_command_for_each_request() {
+        let plain = FilteredProvider { provider: runtime_provider(), filter: None };
+        let filtered =
+            FilteredProvider { filter: Some(EventFilter::Only(vec![1])), ..plain.clone() };
+        let request = |providers: Vec<FilteredProvider>, rundown_keyword, request_stackwalk| {
+            oldest_collect_tracing(&TracingRequest {
+                circular_buffer_mb: 64,
+                providers,
+                rundown_keyword,
+                request_stackwalk,
+            })
+            .code()
+        };
+        use CommandCode as C;
+        assert_eq!(request(vec![plain.clone()], 0, true), C::CollectTracing2);
+        assert_eq!(request(vec![plain.clone()], DEFAULT_RUNDOWN_KEYWORD, true), C::CollectTracing);
+        assert_eq!(request(vec![plain.clone()], 0, false), C::CollectTracing3);
+        assert_eq!(
+            request(vec![plain.clone()], DEFAULT_RUNDOWN_KEYWORD, false),
+            C::CollectTracing3
+        );
+        assert_eq!(request(vec![plain.clone()], 0x8, true), C::CollectTracing4);
+        assert_eq!(request(vec![plain.clone(), filtered], 0, true), C::CollectTracing5);
+        let ct2 = oldest_collect_tracing(&TracingRequest {
+            circular_buffer_mb: 64,
+            providers: vec![plain],
+            rundown_keyword: 0,
+            request_stackwalk: true,
+        });
+        assert_eq!(
+            ct2,
+            CollectTracing::V2 {
+                circular_buffer_mb: 64,
+                format: TraceFormat::NetTrace,
+                request_rundown: false,
+                providers: vec![runtime_provider()],
+            }
+        );
+    }
+}

@@ -1,0 +1,242 @@
+//! Parsers of `/proc/<pid>/*` text. Every byte of these files is controlled (or influenced) by
+//! the process they describe, which tracer does not trust: parsers take the text, never a path,
+//! and return `None` for anything they cannot parse.
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::PathBuf;
+
+use tracer_common::MemfdKind;
+
+/// A mapping of a memfd of interest found in `/proc/<pid>/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemfdMapping {
+    pub pid: u32,
+    pub memfd_kind: MemfdKind,
+    pub start: u64,
+    pub end: u64,
+    /// `rwxp`-style permissions as procfs prints them.
+    pub perms: String,
+    pub offset: u64,
+    /// The path column, e.g. `/memfd:dotnet_ipc_created (deleted)`.
+    pub path: String,
+}
+
+/// Parses one `/proc/<pid>/maps` line; `Some` when it maps a memfd of interest. Only the name
+/// prefix is matched (the kernel appends ` (deleted)`); permissions are ignored because the
+/// runtime's IPC mapping is `---p`.
+pub fn parse_maps_line(pid: u32, line: &str) -> Option<MemfdMapping> {
+    let mut cols = line.splitn(6, ' ');
+    let range = cols.next()?;
+    let perms = cols.next()?;
+    let offset = cols.next()?;
+    let _dev = cols.next()?;
+    let _inode = cols.next()?;
+    let path = cols.next()?.trim_start();
+    let name = path.strip_prefix("/memfd:")?;
+    let memfd_kind = if memfd_name_matches(name, "dotnet_ipc_created") {
+        MemfdKind::DotnetIpcCreated
+    } else if memfd_name_matches(name, "doublemapper") {
+        MemfdKind::DoubleMapper
+    } else {
+        return None;
+    };
+    let (start, end) = range.split_once('-')?;
+    Some(MemfdMapping {
+        pid,
+        memfd_kind,
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms: perms.to_string(),
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path: path.to_string(),
+    })
+}
+
+/// `name` is exactly `wanted`, optionally followed by procfs's ` (deleted)` marker.
+fn memfd_name_matches(name: &str, wanted: &str) -> bool {
+    name.strip_prefix(wanted).is_some_and(|rest| rest.is_empty() || rest.starts_with(" ("))
+}
+
+/// The first mapping of each memfd kind of interest in a `maps` text (one report per process
+/// and kind, as the live path reports the runtime once).
+pub fn memfd_mappings(pid: u32, maps: &str) -> Vec<MemfdMapping> {
+    let mut found: Vec<MemfdMapping> = Vec::new();
+    for m in maps.lines().filter_map(|l| parse_maps_line(pid, l)) {
+        if !found.iter().any(|f| f.memfd_kind == m.memfd_kind) {
+            found.push(m);
+        }
+    }
+    found
+}
+
+impl MemfdMapping {
+    /// `PROT_*` bits of the `rwxp` permissions column (`r-xp` → PROT_READ|PROT_EXEC).
+    pub fn prot(&self) -> u64 {
+        let b = self.perms.as_bytes();
+        let bit = |i: usize, c: u8, v: u64| if b.get(i) == Some(&c) { v } else { 0 };
+        bit(0, b'r', 1) | bit(1, b'w', 2) | bit(2, b'x', 4)
+    }
+
+    /// The mapping is shared (`s` in the fourth permissions column), not private.
+    pub fn is_shared(&self) -> bool {
+        self.perms.as_bytes().get(3) == Some(&b's')
+    }
+}
+
+/// The real uid (first column of `Uid:`) of a `/proc/<pid>/status` text.
+pub fn parse_status_uid(status: &str) -> Option<u32> {
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// The unified-hierarchy path (`0::/path`) of a `/proc/<pid>/cgroup` text.
+pub fn cgroup_v2_path(cgroup: &str) -> Option<&str> {
+    cgroup.lines().find_map(|l| l.strip_prefix("0::"))
+}
+
+/// The thread-group id (`Tgid:`) of a `/proc/<tid>/status` text: the process a thread belongs to.
+pub fn parse_status_tgid(status: &str) -> Option<i32> {
+    status.lines().find_map(|l| l.strip_prefix("Tgid:"))?.trim().parse().ok()
+}
+
+/// The effective capability set (`CapEff:`, hex) of a `/proc/<pid>/status` text.
+pub fn parse_status_cap_eff(status: &str) -> Option<u64> {
+    u64::from_str_radix(status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim(), 16).ok()
+}
+
+/// The innermost pid of the `NSpid:` line of a `/proc/<pid>/status` text.
+pub fn parse_ns_pid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+/// `TMPDIR` of a NUL-separated `/proc/<pid>/environ` text, `/tmp` when unset or empty.
+pub fn parse_tmpdir(environ: &[u8]) -> PathBuf {
+    environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(b"TMPDIR="))
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| PathBuf::from(OsStr::from_bytes(dir)))
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// Field 22 of a `/proc/<pid>/stat` text (`starttime`, in clock ticks since boot), counted after
+/// the last `)` because the comm field may contain spaces and parentheses.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // after_comm starts at field 3 (state), so field 22 is the 20th token.
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Field 4 (`ppid`) of a `/proc/<pid>/stat` text: the parent process.
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // after_comm starts at field 3 (state).
+    after_comm.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines() {
+        let ipc = "7f5e1c000000-7f5e1c001000 ---p 00000000 00:01 2054   /memfd:dotnet_ipc_created (deleted)";
+        assert_eq!(
+            parse_maps_line(7, ipc),
+            Some(MemfdMapping {
+                pid: 7,
+                memfd_kind: MemfdKind::DotnetIpcCreated,
+                start: 0x7f5e_1c00_0000,
+                end: 0x7f5e_1c00_1000,
+                perms: "---p".into(),
+                offset: 0,
+                path: "/memfd:dotnet_ipc_created (deleted)".into(),
+            })
+        );
+        let dm = "7f0000000000-7f0000010000 r-xs 00010000 00:01 99 /memfd:doublemapper (deleted)";
+        let m = parse_maps_line(8, dm).unwrap();
+        assert_eq!(
+            (m.memfd_kind, m.offset, m.perms.as_str()),
+            (MemfdKind::DoubleMapper, 0x10000, "r-xs")
+        );
+        // Not deleted yet: still a match.
+        assert!(
+            parse_maps_line(1, "1000-2000 rw-s 00000000 00:01 5 /memfd:doublemapper").is_some()
+        );
+        for other in [
+            "1000-2000 rw-s 00000000 00:01 5 /memfd:unrelated (deleted)",
+            "1000-2000 rw-s 00000000 00:01 5 /memfd:dotnet_ipc_created_not (deleted)",
+            "1000-2000 rw-s 00000000 00:01 5 /tmp/memfd:doublemapper",
+            "1000-2000 rw-p 00000000 00:00 0 ",
+            "1000-2000 rw-p 00000000 00:00 0",
+            "garbage",
+            "zz-2000 rw-s 00000000 00:01 5 /memfd:doublemapper",
+        ] {
+            assert_eq!(parse_maps_line(1, other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn one_mapping_per_kind() {
+        let maps = "\
+1000-2000 r-xs 00000000 00:01 5 /memfd:doublemapper (deleted)
+3000-4000 rw-s 00001000 00:01 5 /memfd:doublemapper (deleted)
+5000-6000 ---p 00000000 00:01 6 /memfd:dotnet_ipc_created (deleted)
+";
+        let found = memfd_mappings(3, maps);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].start, 0x1000);
+        assert_eq!(found[1].memfd_kind, MemfdKind::DotnetIpcCreated);
+    }
+
+    #[test]
+    fn status_and_cgroup() {
+        assert_eq!(parse_status_uid("Name:\tx\nUid:\t1000\t1000\t1000\t1000\n"), Some(1000));
+        assert_eq!(parse_status_uid("Name:\tx\n"), None);
+        assert_eq!(cgroup_v2_path("0::/user.slice/a.scope\n"), Some("/user.slice/a.scope"));
+        assert_eq!(cgroup_v2_path("1:name=systemd:/x\n"), None);
+    }
+
+    #[test]
+    fn ns_pid_is_the_last_value() {
+        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t4242\n"), Some(4242));
+        assert_eq!(parse_ns_pid("NSpid:\t4242\t17\t1\nPPid:\t1\n"), Some(1));
+        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
+        assert_eq!(parse_ns_pid("NSpid:\t\n"), None);
+    }
+
+    #[test]
+    fn tmpdir_from_environ() {
+        assert_eq!(parse_tmpdir(b"A=1\0TMPDIR=/run/t\0B=2\0"), PathBuf::from("/run/t"));
+        assert_eq!(parse_tmpdir(b"A=1\0TMPDIR=\0"), PathBuf::from("/tmp"));
+        assert_eq!(parse_tmpdir(b"XTMPDIR=/x\0"), PathBuf::from("/tmp"));
+        assert_eq!(parse_tmpdir(b""), PathBuf::from("/tmp"));
+    }
+
+    #[test]
+    fn start_time_after_the_last_paren() {
+        let fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        let stat = format!("77 (a) b (c)) {}", fields.join(" "));
+        assert_eq!(parse_start_time(&stat), Some(22));
+        assert_eq!(parse_start_time("77 (x) S 1 2"), None);
+        assert_eq!(parse_start_time("no paren"), None);
+        assert_eq!(parse_stat_ppid(&stat), Some(4));
+        assert_eq!(parse_stat_ppid("7 (x) S"), None);
+    }
+
+    #[test]
+    fn perms_to_prot_and_sharing() {
+        let m = parse_maps_line(1, "1000-2000 r-xs 00000000 00:01 5 /memfd:doublemapper").unwrap();
+        assert_eq!((m.prot(), m.is_shared()), (0b101, true));
+        let m = parse_maps_line(1, "1000-2000 ---p 00000000 00:01 5 /memfd:doublemapper").unwrap();
+        assert_eq!((m.prot(), m.is_shared()), (0, false));
+    }
+
+    #[test]
+    fn tgid_and_capabilities() {
+        assert_eq!(parse_status_tgid("Name:\tx\nTgid:\t4242\nPid:\t4243\n"), Some(4242));
+        assert_eq!(parse_status_tgid("Name:\tx\n"), None);
+        assert_eq!(parse_status_cap_eff("CapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
+        assert_eq!(parse_status_cap_eff("CapEff:\tzz\n"), None);
+    }
+}

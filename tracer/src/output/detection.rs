@@ -1,0 +1,197 @@
+//! Bodies of detection lines: a live detection from the eBPF programs or a mapping found by the
+//! start-up scan. Fields follow the kind, so the body is an ordered map of them.
+use serde::Serialize;
+use serde::ser::SerializeMap as _;
+use serde_json::{Value, json};
+use tracer_common::{EventKind, MemfdKind};
+use tracer_decode::bpf_event::{Captured, DetectionEvent, EventBody, Mapping, UserEventsOp};
+use tracer_decode::names;
+use tracer_decode::procfs::MemfdMapping;
+
+use super::{Kind, Line, Pid, Source};
+use crate::kernel::procfs::ProcessIdentity;
+use crate::time::{Clock, monotonic_ns};
+
+/// Fields in the order they were pushed: the body of lines whose fields depend on the event.
+#[derive(Debug, Clone, Default)]
+pub struct FieldMap {
+    fields: Vec<(&'static str, Value)>,
+}
+
+impl FieldMap {
+    pub fn push(&mut self, key: &'static str, value: impl Into<Value>) -> &mut FieldMap {
+        self.fields.push((key, value.into()));
+        self
+    }
+}
+
+impl Serialize for FieldMap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.fields.len()))?;
+        for (k, v) in &self.fields {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+fn hex(v: u64) -> Value {
+    json!(format!("{v:#x}"))
+}
+
+fn text(bytes: &[u8]) -> Value {
+    json!(String::from_utf8_lossy(bytes))
+}
+
+/// Adds `<key>` (the string, or null) and, when the read failed, `<key>_error` (errno name).
+fn push_captured(line: &mut FieldMap, key: &'static str, error_key: &'static str, c: &Captured) {
+    match c {
+        Ok(bytes) => {
+            line.push(key, text(bytes));
+        }
+        Err(e) => {
+            line.push(key, Value::Null).push(error_key, names::syscall_error_name((*e).into()));
+        }
+    }
+}
+
+/// `ret` plus `error` (errno name, or null on success).
+fn push_ret(line: &mut FieldMap, ret: i64) {
+    line.push("ret", ret).push("error", names::syscall_error_name(ret));
+}
+
+/// The line of a live detection. `user_events_data` is the /proc fd check for ioctl events.
+pub fn detection_line(
+    event: &DetectionEvent,
+    clock: &Clock,
+    user_events_data: Option<bool>,
+) -> Line<FieldMap> {
+    let m = &event.meta;
+    let body = detection_body(event, user_events_data);
+    Line::new(clock, m.ktime_ns, Kind::Detection(m.kind), Source::Kernel, Pid::Known(m.pid), body)
+}
+
+/// The body of a live detection line: the process, the CPU and sequence, the kind's fields.
+fn detection_body(event: &DetectionEvent, user_events_data: Option<bool>) -> FieldMap {
+    let m = &event.meta;
+    let mut line = FieldMap::default();
+    line.push("tid", m.tid)
+        .push("comm", m.comm.as_str())
+        .push("uid", m.uid)
+        .push("cgroup_id", m.cgroup_id)
+        .push("cpu", m.cpu)
+        .push("seq", m.seq);
+    match &event.body {
+        EventBody::MemfdCreate(mc) => {
+            line.push("memfd", mc.memfd_kind.name());
+            push_captured(&mut line, "name", "name_error", &mc.name);
+            line.push("flags", names::memfd_flag_names(mc.flags.into()));
+            push_ret(&mut line, mc.ret);
+        }
+        EventBody::DotnetIpcReady(map) | EventBody::DotnetRuntimeSeen(map) => {
+            push_mapping(&mut line, map);
+        }
+        EventBody::UserEvents(ioctl) => {
+            line.push("fd", ioctl.fd);
+            push_ret(&mut line, ioctl.ret);
+            line.push("cmd", hex(ioctl.cmd))
+                .push("arg", hex(ioctl.arg))
+                .push("user_events_data", user_events_data);
+            match &ioctl.op {
+                UserEventsOp::Register { reg, name_args } => match reg {
+                    Ok(reg) => {
+                        line.push("size", reg.size)
+                            .push("enable_bit", reg.enable_bit)
+                            .push("enable_size", reg.enable_size)
+                            .push("reg_flags", reg.flags)
+                            .push("enable_addr", hex(reg.enable_addr));
+                        match name_args {
+                            Some(c) => push_captured(&mut line, "name_args", "name_args_error", c),
+                            None => {
+                                line.push("name_args", Value::Null);
+                            }
+                        }
+                        if ioctl.ret == 0 {
+                            line.push("write_index", reg.write_index);
+                        }
+                    }
+                    Err(e) => {
+                        line.push("arg_error", names::syscall_error_name((*e).into()));
+                    }
+                },
+                UserEventsOp::Delete { name } => match name {
+                    Some(c) => push_captured(&mut line, "name", "name_error", c),
+                    None => {
+                        line.push("name", Value::Null);
+                    }
+                },
+                UserEventsOp::Unregister { unreg } => match unreg {
+                    Ok(u) => {
+                        line.push("size", u.size)
+                            .push("disable_bit", u.disable_bit)
+                            .push("disable_addr", hex(u.disable_addr));
+                    }
+                    Err(e) => {
+                        line.push("arg_error", names::syscall_error_name((*e).into()));
+                    }
+                },
+            }
+        }
+        EventBody::ProcessFork { child_pid, clone_flags } => {
+            line.push("child_pid", *child_pid)
+                .push("clone_flags", names::clone_flag_names(*clone_flags));
+        }
+        EventBody::ProcessExec { old_tid, filename } => {
+            push_captured(&mut line, "filename", "filename_error", filename);
+            line.push("old_tid", *old_tid);
+        }
+        EventBody::ProcessExit => {}
+    }
+    line
+}
+
+fn push_mapping(line: &mut FieldMap, map: &Mapping) {
+    line.push("memfd", map.memfd_kind.name())
+        .push("fd", map.fd)
+        .push("addr", hex(map.addr))
+        .push("len", map.len)
+        .push("prot", names::prot_names(map.prot))
+        .push("flags", names::map_flag_names(map.flags))
+        .push("offset", map.offset);
+}
+
+/// The line of a mapping found by the start-up scan, stamped now. Fields the kernel path knows
+/// but procfs cannot tell (tid of the mapping call, fd, CPU, sequence) are null.
+pub fn procfs_mapping_line(
+    m: &MemfdMapping,
+    clock: &Clock,
+    id: Option<ProcessIdentity>,
+) -> Line<FieldMap> {
+    let kind = match m.memfd_kind {
+        MemfdKind::DotnetIpcCreated => EventKind::DotnetIpcReady,
+        MemfdKind::DoubleMapper => EventKind::DotnetRuntimeSeen,
+    };
+    let body = procfs_mapping_body(m, id);
+    Line::new(clock, monotonic_ns(), Kind::Detection(kind), Source::Procfs, Pid::Known(m.pid), body)
+}
+
+/// The body of a procfs mapping line.
+fn procfs_mapping_body(m: &MemfdMapping, id: Option<ProcessIdentity>) -> FieldMap {
+    let id = id.unwrap_or_default();
+    let mut line = FieldMap::default();
+    line.push("tid", Value::Null)
+        .push("comm", id.comm)
+        .push("uid", id.uid)
+        .push("cgroup_id", id.cgroup_id)
+        .push("cpu", Value::Null)
+        .push("seq", Value::Null)
+        .push("memfd", m.memfd_kind.name())
+        .push("fd", Value::Null)
+        .push("addr", hex(m.start))
+        .push("len", m.end.saturating_sub(m.start))
+        .push("prot", names::prot_names(m.prot()))
+        .push("flags", if m.is_shared() { "MAP_SHARED" } else { "MAP_PRIVATE" })
+        .push("offset", m.offset)
+        .push("path", m.path.as_str());
+    line
+}

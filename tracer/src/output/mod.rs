@@ -1,0 +1,258 @@
+//! Everything tracer writes, defined in one place. Every output line is a [`Line`]: the common
+//! envelope `{ts, mono_ns, kind, source, pid}` followed by the body of its kind, serialized by
+//! [`JsonLines`] (or rendered ahead by a session task with [`Line::render`]). The README's
+//! "Output lines" table lists the same kinds and fields; a test below checks that they agree.
+mod detection;
+mod writer;
+
+use serde::{Serialize, Serializer};
+use tracer_common::EventKind;
+use tracer_decode::ftrace::record::Fields as FtraceFields;
+use tracer_decode::nettrace::DecodedEvent;
+
+pub use self::detection::{FieldMap, detection_line, procfs_mapping_line};
+pub use self::writer::{JsonLines, RenderedLine};
+use crate::registrations::RegistrationTable;
+use crate::time::{Clock, monotonic_ns};
+
+/// What a line reports (`"kind"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A detection by the eBPF programs (or, with source `procfs`, by the start-up scan).
+    Detection(EventKind),
+    /// `tracer audit --registrations`: the per-process user_events table at exit.
+    RegistrationTable,
+    /// One runtime event of a tracing session.
+    DotnetEvent,
+    SessionStarted,
+    SessionEnded,
+    SessionFailed,
+    /// One record of `tracer ftrace`.
+    Ftrace,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Detection(kind) => kind.name(),
+            Kind::RegistrationTable => "registration_table",
+            Kind::DotnetEvent => "dotnet_event",
+            Kind::SessionStarted => "session_started",
+            Kind::SessionEnded => "session_ended",
+            Kind::SessionFailed => "session_failed",
+            Kind::Ftrace => "ftrace",
+        }
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Where what a line reports was seen (`"source"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The eBPF programs, live.
+    Kernel,
+    /// The start-up scan of `/proc`.
+    Procfs,
+    /// A runtime's nettrace stream (streaming sessions).
+    Nettrace,
+    /// user_events tracepoints in tracer's ftrace instance (user_events sessions).
+    UserEvents,
+    /// A kernel tracepoint recorded by `tracer ftrace`.
+    Ftrace,
+    /// tracer itself: session lifecycle, tables at exit.
+    Tracer,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Kernel => "kernel",
+            Source::Procfs => "procfs",
+            Source::Nettrace => "nettrace",
+            Source::UserEvents => "user_events",
+            Source::Ftrace => "ftrace",
+            Source::Tracer => "tracer",
+        }
+    }
+}
+
+impl Serialize for Source {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// The process a line is about (`"pid"`, as the host's pid namespace numbers it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pid {
+    Known(u32),
+    /// The line is about a process tracer could not identify (`null`), e.g. a thread that exited
+    /// before `tracer ftrace` looked up its thread group.
+    Unknown,
+    /// The line is about no single process (no `pid` field).
+    NotApplicable,
+}
+
+impl Pid {
+    fn is_not_applicable(&self) -> bool {
+        *self == Pid::NotApplicable
+    }
+}
+
+impl Serialize for Pid {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Pid::Known(pid) => s.serialize_u32(*pid),
+            _ => s.serialize_none(),
+        }
+    }
+}
+
+/// One output line: the envelope, then the kind's body.
+#[derive(Debug, Serialize)]
+pub struct Line<B> {
+    /// ISO-8601 UTC wall-clock time of `mono_ns`.
+    ts: String,
+    /// CLOCK_MONOTONIC nanoseconds: the time the event happened (or tracer saw it).
+    mono_ns: u64,
+    kind: Kind,
+    source: Source,
+    #[serde(skip_serializing_if = "Pid::is_not_applicable")]
+    pid: Pid,
+    #[serde(flatten)]
+    body: B,
+}
+
+impl<B: Serialize> Line<B> {
+    pub fn new(clock: &Clock, mono_ns: u64, kind: Kind, source: Source, pid: Pid, body: B) -> Self {
+        Line { ts: clock.iso8601(mono_ns), mono_ns, kind, source, pid, body }
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The line as JSON, without its newline, for a writer elsewhere (session tasks render
+    /// their events so the pipeline only writes bytes).
+    pub fn render(&self) -> RenderedLine {
+        RenderedLine::of(self)
+    }
+}
+
+/// A diagnostic IPC session id, written in hex like the runtime's tools print it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionId(pub u64);
+
+impl Serialize for SessionId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{:#x}", self.0))
+    }
+}
+
+/// Body of `session_started`.
+#[derive(Debug, Serialize)]
+pub struct SessionStarted<'a> {
+    pub session_id: SessionId,
+    /// `streaming` or `user_events`.
+    pub session: &'static str,
+    /// The IPC command that started it, e.g. `CollectTracing2`.
+    pub command: String,
+    /// The runtime's version (ProcessInfo2+), null for runtimes that do not report it.
+    pub runtime_version: Option<&'a str>,
+    /// The command line the runtime reported, null without ProcessInfo.
+    pub command_line: Option<&'a str>,
+}
+
+/// Body of `session_ended`.
+#[derive(Debug, Serialize)]
+pub struct SessionEnded<'a> {
+    pub session_id: SessionId,
+    pub reason: &'static str,
+    /// Events of this process tracer wrote.
+    pub events: u64,
+    /// Streaming sessions: what the nettrace stream carried and lost.
+    #[serde(flatten)]
+    pub stream: Option<StreamTotals>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a str>,
+}
+
+/// What a nettrace stream carried and what the runtime numbered but never delivered.
+#[derive(Debug, Serialize)]
+pub struct StreamTotals {
+    pub bytes: u64,
+    pub lost_events: u64,
+    pub lost_by_thread: Vec<ThreadLoss>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThreadLoss {
+    pub thread: u64,
+    pub lost: u64,
+}
+
+/// Body of `session_failed`.
+#[derive(Debug, Serialize)]
+pub struct SessionFailed<'a> {
+    /// The socket failed a safety check (not a runtime that merely was not ready).
+    pub refused: bool,
+    pub error: &'a str,
+}
+
+/// Body of an `ftrace` line.
+#[derive(Debug, Serialize)]
+pub struct FtraceRecord<'a> {
+    pub system: &'a str,
+    pub event: &'a str,
+    pub cpu: u32,
+    /// The writing thread (`common_pid`); `pid` in the envelope is its thread group.
+    pub tid: i32,
+    pub fields: FtraceFields<'a>,
+}
+
+/// Body of `registration_table`.
+#[derive(Debug, Serialize)]
+pub struct RegistrationTableBody<'a> {
+    pub processes: Vec<ProcessRegistrations<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessRegistrations<'a> {
+    pub pid: u32,
+    pub registrations: &'a [crate::registrations::Registration],
+}
+
+impl<'a> RegistrationTableBody<'a> {
+    pub fn of(table: &'a RegistrationTable) -> Self {
+        RegistrationTableBody {
+            processes: table
+                .iter()
+                .map(|(pid, registrations)| ProcessRegistrations { pid, registrations })
+                .collect(),
+        }
+    }
+}
+
+/// A runtime event line (`dotnet_event`).
+pub fn dotnet_event<'a>(
+    clock: &Clock,
+    mono_ns: u64,
+    source: Source,
+    pid: u32,
+    event: DecodedEvent<'a>,
+) -> Line<DecodedEvent<'a>> {
+    Line::new(clock, mono_ns, Kind::DotnetEvent, source, Pid::Known(pid), event)
+}
+
+/// A session lifecycle line about `pid`, stamped now.
+pub fn session_line<B: Serialize>(clock: &Clock, kind: Kind, pid: u32, body: B) -> Line<B> {
+    Line::new(clock, monotonic_ns(), kind, Source::Tracer, Pid::Known(pid), body)
+}
+
+#[cfg(test)]
+mod tests;

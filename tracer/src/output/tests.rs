@@ -1,0 +1,395 @@
+//! Lines of every kind, field by field, and the README's table of them.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracer_common::{DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EventKind, MemfdKind};
+use tracer_decode::bpf_event::{
+    DetectionEvent, EventBody, EventMeta, Mapping, MemfdCreate, UserEventsIoctl, UserEventsOp,
+    UserReg, UserUnreg,
+};
+use tracer_decode::procfs::parse_maps_line;
+
+use super::*;
+
+fn meta(kind: EventKind) -> EventMeta {
+    EventMeta {
+        kind,
+        cpu: 1,
+        seq: 3,
+        ktime_ns: 1_000_000_000,
+        pid: 100,
+        tid: 101,
+        uid: 0,
+        gid: 0,
+        cgroup_id: 55,
+        comm: "helper".into(),
+    }
+}
+
+/// The runtime's `dotnet_ipc_created` mapping, as the eBPF program reports it.
+fn ipc_mapping() -> Mapping {
+    Mapping {
+        memfd_kind: MemfdKind::DotnetIpcCreated,
+        fd: 4,
+        addr: 0x7f00_0000_1000,
+        len: 4096,
+        prot: 0,
+        flags: 2,
+        offset: 0,
+    }
+}
+
+fn json_of<B: Serialize>(line: &Line<B>) -> Value {
+    serde_json::to_value(line).unwrap()
+}
+
+#[test]
+fn envelope_order_and_fields() {
+    let clock = Clock::with_offset(0);
+    let ev = DetectionEvent {
+        meta: meta(EventKind::DotnetIpcReady),
+        body: EventBody::DotnetIpcReady(ipc_mapping()),
+    };
+    let line = detection_line(&ev, &clock, None);
+    let text = serde_json::to_string(&line).unwrap();
+    assert!(
+            text.starts_with(r#"{"ts":"1970-01-01T00:00:01.000000000Z","mono_ns":1000000000,"kind":"dotnet_ipc_ready","source":"kernel","pid":100,"tid":101,"comm":"helper","uid":0,"cgroup_id":55,"cpu":1,"seq":3,"#),
+            "{text}"
+        );
+    let v = json_of(&line);
+    assert_eq!(v["addr"], "0x7f0000001000");
+    assert_eq!(v["prot"], "PROT_NONE");
+    assert_eq!(v["flags"], "MAP_PRIVATE");
+    assert_eq!(v["memfd"], "dotnet_ipc_created");
+    assert_eq!(v["fd"], 4);
+}
+
+#[test]
+fn register_line() {
+    let clock = Clock::with_offset(0);
+    let mut ioctl = UserEventsIoctl {
+        fd: 3,
+        ret: -25,
+        cmd: DIAG_IOCSREG as u64,
+        arg: 0x10,
+        op: UserEventsOp::Register {
+            reg: Ok(UserReg {
+                size: 28,
+                enable_bit: 5,
+                enable_size: 4,
+                flags: 0,
+                enable_addr: 0x2000,
+                name_args_ptr: 0x3000,
+                write_index: 9,
+            }),
+            name_args: Some(Ok(b"ev u32 a".to_vec())),
+        },
+    };
+    let ev = |ioctl: &UserEventsIoctl| DetectionEvent {
+        meta: meta(EventKind::UserEventsRegister),
+        body: EventBody::UserEvents(ioctl.clone()),
+    };
+    let v = json_of(&detection_line(&ev(&ioctl), &clock, Some(false)));
+    assert_eq!(v["kind"], "user_events_register");
+    assert_eq!(v["ret"], -25);
+    assert_eq!(v["error"], "ENOTTY");
+    assert_eq!(v["cmd"], "0xc0082a00");
+    assert_eq!(v["name_args"], "ev u32 a");
+    assert_eq!(v["enable_addr"], "0x2000");
+    assert_eq!(v["enable_bit"], 5);
+    assert_eq!(v["user_events_data"], false);
+    assert!(v.get("write_index").is_none(), "write_index only on success");
+    ioctl.ret = 0;
+    let v = json_of(&detection_line(&ev(&ioctl), &clock, None));
+    assert_eq!(v["write_index"], 9);
+    assert_eq!(v["error"], Value::Null);
+    assert_eq!(v["user_events_data"], Value::Null);
+}
+
+#[test]
+fn memfd_lifecycle_and_procfs_lines() {
+    let clock = Clock::with_offset(0);
+    let ev = DetectionEvent {
+        meta: meta(EventKind::MemfdCreate),
+        body: EventBody::MemfdCreate(MemfdCreate {
+            memfd_kind: MemfdKind::DoubleMapper,
+            flags: 1,
+            ret: -24,
+            name: Err(-14),
+        }),
+    };
+    let v = json_of(&detection_line(&ev, &clock, None));
+    assert_eq!(v["name"], Value::Null);
+    assert_eq!(v["name_error"], "EFAULT");
+    assert_eq!(v["flags"], "MFD_CLOEXEC");
+    assert_eq!(v["error"], "EMFILE");
+    let fork = DetectionEvent {
+        meta: meta(EventKind::ProcessFork),
+        body: EventBody::ProcessFork { child_pid: 7, clone_flags: 17 },
+    };
+    let v = json_of(&detection_line(&fork, &clock, None));
+    assert_eq!((v["child_pid"].clone(), v["clone_flags"].clone()), (json!(7), json!("SIGCHLD")));
+
+    let m = tracer_decode::procfs::parse_maps_line(
+        9,
+        "1000-3000 r-xs 00000000 00:01 5 /memfd:doublemapper (deleted)",
+    )
+    .unwrap();
+    let v = json_of(&procfs_mapping_line(&m, &clock, None));
+    assert_eq!(v["kind"], "dotnet_runtime_seen");
+    assert_eq!(v["source"], "procfs");
+    assert_eq!(v["pid"], 9);
+    assert_eq!(v["len"], 0x2000);
+    assert_eq!(v["prot"], "PROT_READ|PROT_EXEC");
+    assert_eq!(v["flags"], "MAP_SHARED");
+    assert_eq!(v["memfd"], "doublemapper");
+}
+
+/// `(kind, fields after the envelope)` from the README's "Output lines" table. A field written
+/// `name?` appears only on some lines of its kind.
+fn readme_kinds() -> BTreeMap<String, Vec<String>> {
+    let readme = include_str!("../../../README.md");
+    let table =
+        readme.split("### Output lines").nth(1).expect("README has an Output lines section");
+    let mut kinds = BTreeMap::new();
+    let rows = table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
+    // The header and the separator row first.
+    for row in rows.skip(2) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let names = |cell: &str| -> Vec<String> {
+            cell.split('`').skip(1).step_by(2).map(str::to_string).collect()
+        };
+        let (kinds_cell, fields_cell) = (cells[1], cells[3]);
+        for kind in names(kinds_cell) {
+            kinds.insert(kind, names(fields_cell));
+        }
+    }
+    kinds
+}
+
+/// The README's envelope fields, in order.
+fn readme_envelope() -> Vec<String> {
+    let readme = include_str!("../../../README.md");
+    let line =
+        readme.lines().find(|l| l.starts_with("Envelope:")).expect("README names the envelope");
+    line.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// One line of every kind, several where fields depend on the event.
+fn one_of_each_kind() -> Vec<Value> {
+    let clock = Clock::with_offset(0);
+    let detection = |kind, body| {
+        json_of(&detection_line(&DetectionEvent { meta: meta(kind), body }, &clock, Some(true)))
+    };
+    let mapping = ipc_mapping();
+    let reg = UserReg {
+        size: 28,
+        enable_bit: 5,
+        enable_size: 4,
+        flags: 0,
+        enable_addr: 0x2000,
+        name_args_ptr: 0x3000,
+        write_index: 9,
+    };
+    let ioctl = |cmd: u32, ret, op| {
+        EventBody::UserEvents(UserEventsIoctl { fd: 3, ret, cmd: cmd as u64, arg: 0x10, op })
+    };
+    let maps = "1000-3000 r-xs 00000000 00:01 5 /memfd:doublemapper (deleted)";
+    let ipc_maps = "1000-2000 ---p 00000000 00:01 6 /memfd:dotnet_ipc_created (deleted)";
+    let mut lines = vec![
+        detection(
+            EventKind::MemfdCreate,
+            EventBody::MemfdCreate(MemfdCreate {
+                memfd_kind: MemfdKind::DoubleMapper,
+                flags: 1,
+                ret: 3,
+                name: Ok(b"doublemapper".to_vec()),
+            }),
+        ),
+        detection(
+            EventKind::MemfdCreate,
+            EventBody::MemfdCreate(MemfdCreate {
+                memfd_kind: MemfdKind::DoubleMapper,
+                flags: 1,
+                ret: 3,
+                name: Err(-14),
+            }),
+        ),
+        detection(EventKind::DotnetIpcReady, EventBody::DotnetIpcReady(mapping.clone())),
+        detection(EventKind::DotnetRuntimeSeen, EventBody::DotnetRuntimeSeen(mapping)),
+        json_of(&procfs_mapping_line(&parse_maps_line(9, maps).unwrap(), &clock, None)),
+        json_of(&procfs_mapping_line(&parse_maps_line(9, ipc_maps).unwrap(), &clock, None)),
+        detection(
+            EventKind::UserEventsRegister,
+            ioctl(
+                DIAG_IOCSREG,
+                0,
+                UserEventsOp::Register { reg: Ok(reg), name_args: Some(Err(-14)) },
+            ),
+        ),
+        detection(
+            EventKind::UserEventsRegister,
+            ioctl(DIAG_IOCSREG, -14, UserEventsOp::Register { reg: Err(-14), name_args: None }),
+        ),
+        detection(
+            EventKind::UserEventsDelete,
+            ioctl(DIAG_IOCSDEL, 0, UserEventsOp::Delete { name: Some(Err(-14)) }),
+        ),
+        detection(
+            EventKind::UserEventsUnregister,
+            ioctl(
+                DIAG_IOCSUNREG,
+                0,
+                UserEventsOp::Unregister {
+                    unreg: Ok(UserUnreg {
+                        size: 16,
+                        disable_bit: 5,
+                        reserved: 0,
+                        reserved2: 0,
+                        disable_addr: 0x2000,
+                    }),
+                },
+            ),
+        ),
+        detection(
+            EventKind::UserEventsUnregister,
+            ioctl(DIAG_IOCSUNREG, -14, UserEventsOp::Unregister { unreg: Err(-14) }),
+        ),
+        detection(EventKind::ProcessFork, EventBody::ProcessFork { child_pid: 7, clone_flags: 17 }),
+        detection(
+            EventKind::ProcessExec,
+            EventBody::ProcessExec { old_tid: 1, filename: Err(-14) },
+        ),
+        detection(EventKind::ProcessExit, EventBody::ProcessExit),
+    ];
+    let table = crate::registrations::RegistrationTable::new();
+    lines.push(json_of(&Line::new(
+        &clock,
+        1,
+        Kind::RegistrationTable,
+        Source::Tracer,
+        Pid::NotApplicable,
+        RegistrationTableBody::of(&table),
+    )));
+    let event = DecodedEvent {
+        provider: "P",
+        event: "E".into(),
+        id: 1,
+        version: Some(1),
+        level: 4,
+        keywords: "0x1".into(),
+        thread: 2,
+        sequence: Some(3),
+        timestamp: 4,
+        activity_id: Some("a".into()),
+        related_activity_id: Some("b".into()),
+        fields: tracer_decode::nettrace::Fields(Vec::new()),
+        decode_error: Some("e".into()),
+    };
+    lines.push(json_of(&dotnet_event(&clock, 1, Source::Nettrace, 5, event)));
+    let session = |kind, body: &dyn ErasedSerialize| session_line(&clock, kind, body);
+    lines.push(session(
+        Kind::SessionStarted,
+        &SessionStarted {
+            session_id: SessionId(0x10),
+            session: "streaming",
+            command: "CollectTracing2".into(),
+            runtime_version: Some("8.0.4"),
+            command_line: Some("app"),
+        },
+    ));
+    lines.push(session(
+        Kind::SessionEnded,
+        &SessionEnded {
+            session_id: SessionId(0x10),
+            reason: "stopped",
+            events: 3,
+            stream: Some(StreamTotals {
+                bytes: 100,
+                lost_events: 1,
+                lost_by_thread: vec![ThreadLoss { thread: 2, lost: 1 }],
+            }),
+            error: Some("x"),
+        },
+    ));
+    lines.push(session(Kind::SessionFailed, &SessionFailed { refused: true, error: "x" }));
+    let ftrace = FtraceRecord {
+        system: "sched",
+        event: "sched_process_exec",
+        cpu: 0,
+        tid: 9,
+        fields: tracer_decode::ftrace::record::Fields(Vec::new()),
+    };
+    lines.push(json_of(&Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, ftrace)));
+    lines
+}
+
+/// Session bodies of different types through one closure.
+trait ErasedSerialize {
+    fn to_value(&self) -> Value;
+}
+
+impl<T: Serialize> ErasedSerialize for T {
+    fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap()
+    }
+}
+
+fn session_line(clock: &Clock, kind: Kind, body: &dyn ErasedSerialize) -> Value {
+    json_of(&Line::new(clock, 1, kind, Source::Tracer, Pid::Known(5), body.to_value()))
+}
+
+#[test]
+fn every_kind_has_exactly_the_fields_the_readme_documents() {
+    let documented = readme_kinds();
+    let envelope = readme_envelope();
+    assert_eq!(envelope, ["ts", "mono_ns", "kind", "source", "pid"]);
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in one_of_each_kind() {
+        let keys: Vec<String> = line.as_object().unwrap().keys().cloned().collect();
+        let kind = line["kind"].as_str().unwrap().to_string();
+        let fields = documented.get(&kind).unwrap_or_else(|| panic!("{kind} is not in the README"));
+        let names: Vec<&str> = fields.iter().map(|f| f.trim_end_matches('?')).collect();
+        // The envelope first (pid is absent only where it cannot apply), then the kind's fields
+        // in the README's order.
+        let head = if line.get("pid").is_some() { 5 } else { 4 };
+        let want_head: Vec<&String> =
+            envelope.iter().filter(|f| head == 5 || *f != "pid").collect();
+        assert_eq!(keys[..head].iter().collect::<Vec<_>>(), want_head, "{kind}: {line}");
+        let body = &keys[head..];
+        let positions: Vec<usize> = body
+            .iter()
+            .map(|k| {
+                names
+                    .iter()
+                    .position(|n| n == k)
+                    .unwrap_or_else(|| panic!("{kind}: {k} is not documented"))
+            })
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{kind}: order differs: {body:?}");
+        for (field, name) in fields.iter().zip(&names) {
+            if !field.ends_with('?') {
+                assert!(body.iter().any(|k| k == name), "{kind}: {name} missing in {line}");
+            }
+        }
+        seen.entry(kind).or_default().extend(body.iter().cloned());
+    }
+    for (kind, fields) in &documented {
+        let seen = seen.get(kind).unwrap_or_else(|| panic!("no line of kind {kind} was built"));
+        for f in fields {
+            let name = f.trim_end_matches('?');
+            assert!(seen.iter().any(|k| k == name), "{kind}: documented {name} never written");
+        }
+    }
+    assert_eq!(seen.len(), documented.len());
+}
+
+#[test]
+fn kind_and_source_names() {
+    assert_eq!(Kind::Detection(EventKind::ProcessExit).name(), "process_exit");
+    assert_eq!(Kind::DotnetEvent.name(), "dotnet_event");
+    assert_eq!(Source::UserEvents.name(), "user_events");
+    assert_eq!(serde_json::to_string(&SessionId(0xabc)).unwrap(), r#""0xabc""#);
+    assert_eq!(serde_json::to_string(&Pid::Unknown).unwrap(), "null");
+}
