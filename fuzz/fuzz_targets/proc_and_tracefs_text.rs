@@ -10,6 +10,7 @@ use tracer_decode::ftrace::format::EventFormat;
 use tracer_decode::ftrace::page::{PageLayout, decode_page};
 use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
+use tracer_decode::text::escape_control;
 use tracer_decode::procfs::{
     cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_start_time, parse_stat_ppid,
     parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_tmpdir,
@@ -46,6 +47,7 @@ fuzz_target!(|input: &[u8]| {
     let _ = cgroup_v2_path(&text);
     let _ = parse_ns_pid(&text);
     let _ = parse_start_time(&text);
+    assert!(!escape_control(&text).chars().any(char::is_control));
     let tmpdir = parse_tmpdir(rest);
     assert!(!tmpdir.as_os_str().is_empty());
 });

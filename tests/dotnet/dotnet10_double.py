@@ -21,6 +21,9 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
             → `EMITTED N <written> <skipped_disabled>`
   `sessions` → `SESSIONS <active>`;  `exit` / EOF → exit 0.
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
+Hostile modes (for tracer's hostile-peer tests; a real runtime does neither):
+  DOUBLE_IGNORE_STOP=1         StopTracing is read but never answered, the stream never ended;
+  DOUBLE_ALL_PROVIDERS=1       streaming sessions get every event, asked for or not.
 """
 import ctypes
 import mmap
@@ -43,6 +46,8 @@ DIAG_IOCSUNREG = 0x40082A02
 TRACEPOINT_FIELDS = "u8 version; u16 event_id; __rel_loc u8[] extension; __rel_loc u8[] payload"
 
 out_lock = threading.Lock()
+IGNORE_STOP = os.environ.get("DOUBLE_IGNORE_STOP") == "1"
+ALL_PROVIDERS = os.environ.get("DOUBLE_ALL_PROVIDERS") == "1"
 
 
 def say(*words):
@@ -236,7 +241,8 @@ class StreamingSession:
             if self.closed:
                 return 0
             selected = [(m, p) for m, p in items
-                        if any(pr.name == m.provider and pr.enabled(m) for pr in self.providers)]
+                        if ALL_PROVIDERS
+                        or any(pr.name == m.provider and pr.enabled(m) for pr in self.providers)]
             if not selected:
                 return 0
             ts = time.monotonic_ns()
@@ -465,10 +471,14 @@ class Server:
                 conn.sendall(error_reply(BAD_ENCODING))
                 conn.close()
                 return
-            conn.sendall(ok_reply(struct.pack("<Q", sid)))
-            conn.close()
+            if IGNORE_STOP:
+                return  # the connection stays open, unanswered
+            # Like the runtime: the session is disabled (its stream flushed to the end, which
+            # waits for a writer blocked on a full socket) before StopTracing is answered.
             session.stop()
             self.session_ended(session)
+            conn.sendall(ok_reply(struct.pack("<Q", sid)))
+            conn.close()
         elif cset == 0x02 and cid in (0x02, 0x03, 0x04, 0x05, 0x06):
             self.collect_tracing(conn, cid, Reader(payload))
         else:

@@ -21,8 +21,14 @@ pub struct Dotnet10Double {
 impl Dotnet10Double {
     /// Starts the double with `TMPDIR=tmpdir`.
     pub fn spawn(tmpdir: &Path) -> Result<Dotnet10Double> {
+        Dotnet10Double::spawn_with(tmpdir, &[])
+    }
+
+    /// Starts the double with `TMPDIR=tmpdir` and extra environment (its hostile modes:
+    /// `DOUBLE_IGNORE_STOP`, `DOUBLE_ALL_PROVIDERS`).
+    pub fn spawn_with(tmpdir: &Path, env: &[(&str, &str)]) -> Result<Dotnet10Double> {
         let mut command = Command::new("python3");
-        command.arg(SCRIPT).env("TMPDIR", tmpdir);
+        command.arg(SCRIPT).env("TMPDIR", tmpdir).envs(env.iter().copied());
         let mut process = LineProcess::spawn("dotnet10_double", command)?;
         let ready = process.wait_line("READY", TIMEOUT)?;
         let (pid, socket) = ready.split_once(' ').context("READY <pid> <socket>")?;
@@ -61,7 +67,17 @@ impl Dotnet10Double {
     /// `emit n` TestDouble/Tick events; returns (written, skipped because not enabled) summed
     /// over its sessions.
     pub fn emit(&mut self, n: u32) -> Result<(u64, u64)> {
-        self.process.send_line(&format!("emit {n}"))?;
+        self.start_emit(n)?;
+        self.emitted(n)
+    }
+
+    /// Asks for `emit n` without waiting for it to finish (see [`emitted`](Self::emitted)).
+    pub fn start_emit(&mut self, n: u32) -> Result<()> {
+        self.process.send_line(&format!("emit {n}"))
+    }
+
+    /// Waits for the `emit n` asked for with [`start_emit`](Self::start_emit).
+    pub fn emitted(&mut self, n: u32) -> Result<(u64, u64)> {
         let reply = self.process.wait_line("EMITTED", TIMEOUT)?;
         let f: Vec<u64> = reply.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
         ensure!(f.len() == 3 && f[0] == u64::from(n), "unexpected reply EMITTED {reply}");

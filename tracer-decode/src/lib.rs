@@ -7,4 +7,5 @@ pub mod names;
 pub mod diagnostic_ipc;
 pub mod nettrace;
 pub mod procfs;
+pub mod text;
 pub mod user_events;

@@ -14,8 +14,10 @@ use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
 use crate::ipc::client::Timeouts;
 use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profile};
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
-use crate::kernel::tracefs::EventSpec;
-use crate::output::JsonLines;
+use tracer_decode::text::escape_control;
+
+use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
+use crate::output::{JsonLines, ReopenRequest};
 use crate::pipeline::{audit, check, ftrace, run};
 use crate::session::{SessionConfig, SessionMode};
 
@@ -43,51 +45,82 @@ pub enum Command {
     Check(CheckArgs),
 }
 
+/// Exit status when the output stopped taking lines (`EPIPE`, `ENOSPC`): every session was
+/// stopped and the summary printed, but the output is incomplete.
+pub const EXIT_OUTPUT_FAILED: u8 = 3;
+/// Exit status after a second SIGINT/SIGTERM forced a prompt exit (128 + SIGINT, as shells do).
+pub const EXIT_FORCED: i32 = 130;
+
+/// How a pipeline ended, for the exit status.
+pub struct Ended {
+    /// The output failed before the end (the summary says why).
+    pub output_failed: bool,
+}
+
 impl Command {
     /// Runs the subcommand to its end; errors are printed as `tracer <name>: error: ...`.
     pub fn execute(self) -> ExitCode {
+        if let Ok(tracefs) = Tracefs::find_or_mount() {
+            // Instances left by a tracer that was killed (SIGKILL, OOM) go at any start.
+            remove_stale_instances(&tracefs);
+        }
         match self {
-            Command::Audit(args) => run_pipeline("audit", args.duration, |stop| async move {
-                let sink = JsonLines::open(args.output.as_deref())?;
-                let config = audit::AuditConfig {
-                    target_pids: args.pids,
-                    registrations: args.registrations,
-                };
-                let summary = audit::run(config, sink, stop, None).await?;
-                eprint!("{summary}");
-                Ok(ExitCode::SUCCESS)
-            }),
-            Command::Run(args) => run_pipeline("run", args.duration, |stop| async move {
-                let config = run_config(&args)?;
-                let sink = JsonLines::open(args.output.as_deref())?;
-                run::run(config, sink, stop, None).await?.print();
-                Ok(ExitCode::SUCCESS)
-            }),
-            Command::Ftrace(args) => run_pipeline("ftrace", args.duration, |stop| async move {
-                let sink = JsonLines::open(args.output.as_deref())?;
-                let config = ftrace::FtraceConfig {
-                    events: args.events,
-                    buffer_size_kb: args.buffer_size_kb,
-                    buffer_percent: args.buffer_percent,
-                    read_mode: args.read_mode.into(),
-                    integrity: args.integrity.into(),
-                };
-                let summary = ftrace::run(config, sink, stop, None).await?;
-                eprint!("{summary}");
-                Ok(ExitCode::SUCCESS)
-            }),
+            Command::Audit(args) => {
+                run_pipeline("audit", args.duration, args.output.clone(), |sink, stop| async move {
+                    let config = audit::AuditConfig {
+                        target_pids: args.pids,
+                        registrations: args.registrations,
+                    };
+                    let summary = audit::run(config, sink, stop, None).await?;
+                    eprint!("{summary}");
+                    Ok(Ended { output_failed: summary.output_error.is_some() })
+                })
+            }
+            Command::Run(args) => {
+                run_pipeline("run", args.duration, args.output.clone(), |sink, stop| async move {
+                    let summary = run::run(run_config(&args)?, sink, stop, None).await?;
+                    summary.print();
+                    Ok(Ended { output_failed: summary.output_error.is_some() })
+                })
+            }
+            Command::Ftrace(args) => run_pipeline(
+                "ftrace",
+                args.duration,
+                args.output.clone(),
+                |sink, stop| async move {
+                    let config = ftrace::FtraceConfig {
+                        events: args.events,
+                        buffer_size_kb: args.buffer_size_kb,
+                        buffer_percent: args.buffer_percent,
+                        read_mode: args.read_mode.into(),
+                        integrity: args.integrity.into(),
+                    };
+                    let summary = ftrace::run(config, sink, stop, None).await?;
+                    eprint!("{summary}");
+                    Ok(Ended { output_failed: summary.output_error.is_some() })
+                },
+            ),
             Command::Check(CheckArgs {}) => check::main(),
         }
     }
 }
 
-/// Runs a pipeline on a tokio runtime until it ends or SIGINT/SIGTERM/`duration` asks it to
-/// stop. The signal handlers are installed before the pipeline starts, so an early Ctrl-C
-/// during attach is not lost.
-fn run_pipeline<F, Fut>(name: &str, duration: Option<Duration>, pipeline: F) -> ExitCode
+/// What a pipeline gets to stop on.
+pub type StopSignal = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Runs a pipeline writing to `output` (stdout when `None`) on a tokio runtime, until it ends or
+/// is asked to stop: SIGINT, SIGTERM or `duration`. A second SIGINT/SIGTERM exits at once (still
+/// removing tracer's ftrace instances); SIGHUP reopens the output file (log rotation). The
+/// handlers are installed before the pipeline starts, so an early Ctrl-C is not lost.
+fn run_pipeline<F, Fut>(
+    name: &str,
+    duration: Option<Duration>,
+    output: Option<PathBuf>,
+    pipeline: F,
+) -> ExitCode
 where
-    F: FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
-    Fut: Future<Output = anyhow::Result<ExitCode>>,
+    F: FnOnce(JsonLines, StopSignal) -> Fut,
+    Fut: Future<Output = anyhow::Result<Ended>>,
 {
     let result = tokio::runtime::Builder::new_multi_thread()
         // Two workers: session tasks and the output loop progress side by side on small hosts.
@@ -97,21 +130,57 @@ where
         .context("starting the async runtime")
         .and_then(|runtime| {
             runtime.block_on(async {
-                let signals = crate::pipeline::stop_requested(duration)?;
-                let stop = Box::pin(async {
-                    let reason = signals.await;
-                    log::info!("stopping ({})", reason.name());
-                });
-                pipeline(stop).await
+                let sink = JsonLines::open(output.as_deref())?;
+                let stop = handle_signals(duration, sink.reopen_request())?;
+                pipeline(sink, stop).await
             })
         });
     match result {
-        Ok(code) => code,
+        Ok(Ended { output_failed: false }) => ExitCode::SUCCESS,
+        Ok(Ended { output_failed: true }) => ExitCode::from(EXIT_OUTPUT_FAILED),
         Err(e) => {
-            eprintln!("tracer {name}: error: {e:#}");
+            eprintln!("tracer {name}: error: {}", escape_control(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Installs the signal handlers now (inside the runtime) and returns what the pipeline stops on.
+fn handle_signals(duration: Option<Duration>, reopen: ReopenRequest) -> anyhow::Result<StopSignal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            reopen.request();
+        }
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let timer = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let why = tokio::select! {
+            _ = int.recv() => "signal",
+            _ = term.recv() => "signal",
+            () = timer => "duration",
+        };
+        log::info!("stopping ({why}); a second Ctrl-C exits at once");
+        let _ = stop_tx.send(());
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("tracer: second signal: exiting without draining");
+        crate::kernel::exit_now(EXIT_FORCED);
+    });
+    Ok(Box::pin(async {
+        let _ = stop_rx.await;
+    }))
 }
 
 /// Detect .NET processes and trace them: one session per process, decoded events as JSON lines.
@@ -325,6 +394,10 @@ impl From<IntegrityArg> for Integrity {
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {}
 
+/// The longest duration any option accepts: longer ones are almost certainly a typo, and deadlines
+/// computed from them must not overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Parses `10`, `10s`, `250ms`, `2m`, `1h` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -339,9 +412,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         _ => return Err(format!("invalid duration unit {unit:?} in {s:?}: use ms, s, m or h")),
     };
-    Duration::try_from_secs_f64(secs).map_err(|_| {
-        format!("invalid duration {s:?}: must be non-negative and at most {} s", u64::MAX)
-    })
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!(
+            "invalid duration {s:?}: must be between 0 and {} s (10 years)",
+            MAX_DURATION.as_secs()
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -358,10 +435,11 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert_eq!(
             parse_duration("99999999999999999999").unwrap_err(),
-            format!(
-                "invalid duration \"99999999999999999999\": must be non-negative and at most {} s",
-                u64::MAX
-            )
+            "invalid duration \"99999999999999999999\": must be between 0 and 315360000 s (10 \
+             years)"
         );
+        assert_eq!(parse_duration("315360000").unwrap(), MAX_DURATION);
+        assert!(parse_duration("315360001").is_err());
+        assert!(parse_duration("-1").is_err());
     }
 }

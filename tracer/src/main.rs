@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use tracer::cli::Cli;
+use tracer_decode::text::escape_control;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -16,7 +17,10 @@ fn main() -> ExitCode {
                 write!(buf, "\r\x1b[2K")?;
             }
             let (ts, level, target) = (buf.timestamp_millis(), record.level(), record.target());
-            writeln!(buf, "[{ts} {level:<5} {target}] {}", record.args())
+            // Log lines carry strings from other processes (paths, versions, errors): escaped,
+            // so a peer can neither drive the terminal nor start a line of its own.
+            let message = record.args().to_string();
+            writeln!(buf, "[{ts} {level:<5} {target}] {}", escape_control(&message))
         })
         .init();
     cli.command.execute()

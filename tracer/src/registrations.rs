@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use tracer_decode::text::escape_control;
 
 use tracer_decode::bpf_event::{DetectionEvent, EventBody, UserEventsOp};
 
@@ -126,7 +127,7 @@ impl RegistrationTable {
                     r.enable_bit,
                     r.enable_size,
                     r.write_index,
-                    r.name_args
+                    escape_control(&r.name_args)
                 ));
             }
         }

@@ -7,3 +7,29 @@ pub mod privileges;
 pub mod procfs;
 pub mod tracefs;
 pub mod user_events;
+
+/// Ends the process at once (a second Ctrl-C) yet leaves no ftrace instance behind. The kernel
+/// refuses to remove an instance while a file of it is open or mapped, and other threads are
+/// still running: so every descriptor of an instance file is pointed at `/dev/null` (it stays a
+/// valid descriptor for whoever owns it) and every ring-buffer mapping is replaced by anonymous
+/// memory; then this process's instances are removed and it exits with `status`.
+pub fn exit_now(status: i32) -> ! {
+    let instances = tracefs::live_instance_dirs();
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        use std::os::fd::AsRawFd as _;
+        for entry in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+            let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+            if instances.iter().any(|dir| target.starts_with(dir)) {
+                // SAFETY: dup3 onto an fd this process owns; it stays open (now /dev/null).
+                unsafe { libc::dup3(null.as_raw_fd(), fd, libc::O_CLOEXEC) };
+            }
+        }
+    }
+    ftrace_reader::release_all_mappings();
+    tracefs::remove_live_instances();
+    // SAFETY: _exit has no preconditions; it skips destructors on purpose (they would wait).
+    unsafe { libc::_exit(status) }
+}

@@ -136,6 +136,10 @@ pub struct Instance {
     name: String,
     dir: PathBuf,
     enabled: std::sync::Mutex<Vec<PathBuf>>,
+    /// An open file of the instance: while it is open the kernel refuses to remove the
+    /// instance (EBUSY), which is how other tracers tell a live instance from a stale one.
+    /// `None` once clean-up started.
+    liveness: Option<fs::File>,
 }
 
 impl Instance {
@@ -150,20 +154,41 @@ impl Instance {
     pub fn create_with_suffix(tracefs: &Tracefs, suffix: Option<&str>) -> anyhow::Result<Instance> {
         remove_stale_instances(tracefs);
         let pid = std::process::id();
-        let name = match suffix {
+        let base = match suffix {
             Some(s) => format!("{INSTANCE_PREFIX}{pid}-{s}"),
             None => format!("{INSTANCE_PREFIX}{pid}"),
         };
-        let dir = tracefs.path("instances").join(&name);
-        if dir.exists() {
-            // Left over by this very pid (e.g. pid reuse after a crash).
-            fs::remove_dir(&dir).with_context(|| format!("removing old {}", dir.display()))?;
-        }
-        fs::create_dir(&dir).with_context(|| {
-            format!("creating ftrace instance {} (needs root and tracefs instances)", dir.display())
-        })?;
-        let instance =
-            Instance { tracefs: tracefs.clone(), name, dir, enabled: Default::default() };
+        // The name is taken only by a live tracer with the same pid number in another pid
+        // namespace (a stale one was just removed): then a numbered variant is used.
+        let mut attempt = 0;
+        let (name, dir) = loop {
+            let name = if attempt == 0 { base.clone() } else { format!("{base}.{attempt}") };
+            let dir = tracefs.path("instances").join(&name);
+            match fs::create_dir(&dir) {
+                Ok(()) => break (name, dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "creating ftrace instance {} (needs root and tracefs instances)",
+                            dir.display()
+                        )
+                    });
+                }
+            }
+        };
+        let liveness = fs::File::open(dir.join("tracing_on"))
+            .with_context(|| format!("opening {}/tracing_on", dir.display()))?;
+        LIVE_INSTANCES.lock().expect("not poisoned").push(dir.clone());
+        let instance = Instance {
+            tracefs: tracefs.clone(),
+            name,
+            dir,
+            enabled: Default::default(),
+            liveness: Some(liveness),
+        };
         // A new instance records at once; nothing should land before the caller has set the
         // clock (which resets the buffer) and its readers, so it starts switched off.
         instance.set_tracing_on(false)?;
@@ -350,6 +375,9 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
+        LIVE_INSTANCES.lock().expect("not poisoned").retain(|d| *d != self.dir);
+        // The kernel refuses to remove an instance with open files: release the pin first.
+        self.liveness = None;
         if let Err(e) = self.cleanup() {
             log::warn!("ftrace instance clean-up: {e:#}");
         }
@@ -375,26 +403,39 @@ fn read_in_one_go(path: &Path) -> anyhow::Result<String> {
     String::from_utf8(buf).with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
-/// Removes `tracer-<pid>[-…]` instances whose owner process is gone (a crash or SIGKILL).
-pub fn remove_stale_instances(tracefs: &Tracefs) {
-    let Ok(entries) = fs::read_dir(tracefs.path("instances")) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(owner) = name.to_str().and_then(instance_owner) else { continue };
-        if Path::new("/proc").join(owner.to_string()).exists() {
-            continue;
-        }
-        match fs::remove_dir(entry.path()) {
-            Ok(()) => log::info!("removed stale ftrace instance {}", entry.path().display()),
-            Err(e) => log::warn!("cannot remove stale instance {}: {e}", entry.path().display()),
+/// Directories of this process's instances, for [`crate::kernel::exit_now`].
+static LIVE_INSTANCES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// This process's instance directories.
+pub(crate) fn live_instance_dirs() -> Vec<PathBuf> {
+    LIVE_INSTANCES.lock().map(|d| d.clone()).unwrap_or_default()
+}
+
+/// Removes this process's instances; the caller has released every file and mapping of them.
+pub(crate) fn remove_live_instances() {
+    for dir in live_instance_dirs() {
+        let _ = fs::write(dir.join("tracing_on"), "0");
+        if let Err(e) = fs::remove_dir(&dir) {
+            eprintln!("tracer: could not remove ftrace instance {}: {e}", dir.display());
         }
     }
 }
 
-/// The owner pid of an instance named `tracer-<pid>` or `tracer-<pid>-<suffix>`.
-fn instance_owner(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(INSTANCE_PREFIX)?;
-    rest.split('-').next()?.parse().ok()
+/// Removes `tracer-*` instances whose owner is gone (a crash or SIGKILL). A live tracer keeps a
+/// file of its instance open, so the kernel refuses to remove it (EBUSY): unlike a pid in the
+/// name, this cannot be fooled by pid reuse or pid namespaces.
+pub fn remove_stale_instances(tracefs: &Tracefs) {
+    let Ok(entries) = fs::read_dir(tracefs.path("instances")) else { return };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_str().is_some_and(|n| n.starts_with(INSTANCE_PREFIX)) {
+            continue;
+        }
+        match fs::remove_dir(entry.path()) {
+            Ok(()) => log::info!("removed stale ftrace instance {}", entry.path().display()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => log::warn!("cannot remove stale instance {}: {e}", entry.path().display()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -414,13 +455,5 @@ mod tests {
         assert_eq!(s.filter.as_deref(), Some("flags & 0x40 && dfd != 3"));
         assert!("sched".parse::<EventSpec>().unwrap_err().contains("SYSTEM:NAME"));
         assert!("sch ed:x".parse::<EventSpec>().is_err());
-    }
-
-    #[test]
-    fn instance_names() {
-        assert_eq!(instance_owner("tracer-123"), Some(123));
-        assert_eq!(instance_owner("tracer-123-check"), Some(123));
-        assert_eq!(instance_owner("tracer-x"), None);
-        assert_eq!(instance_owner("other-1"), None);
     }
 }

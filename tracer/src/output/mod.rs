@@ -11,7 +11,8 @@ use tracer_decode::ftrace::record::Fields as FtraceFields;
 use tracer_decode::nettrace::DecodedEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line};
-pub use self::writer::{JsonLines, RenderedLine};
+pub use self::writer::{JsonLines, RenderedLine, ReopenRequest};
+use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns};
 
@@ -29,6 +30,8 @@ pub enum Kind {
     SessionFailed,
     /// One record of `tracer ftrace`.
     Ftrace,
+    /// The last line of every pipeline: event and loss counts.
+    Summary,
 }
 
 impl Kind {
@@ -41,6 +44,7 @@ impl Kind {
             Kind::SessionEnded => "session_ended",
             Kind::SessionFailed => "session_failed",
             Kind::Ftrace => "ftrace",
+            Kind::Summary => "summary",
         }
     }
 }
@@ -188,6 +192,13 @@ pub struct StreamTotals {
     pub bytes: u64,
     pub lost_events: u64,
     pub lost_by_thread: Vec<ThreadLoss>,
+    /// Events of providers the session did not ask for (dropped, not decoded).
+    pub unrequested_events: u64,
+    /// Bytes still queued on the socket when the drain timeout ended the session.
+    pub unread_bytes: u64,
+    /// Why the runtime did not acknowledge StopTracing, when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -236,6 +247,61 @@ impl<'a> RegistrationTableBody<'a> {
                 .collect(),
         }
     }
+}
+
+/// Events (or pages, records, lines) lost one way, as the `summary` line and the stderr summary
+/// report them. `source` is where the loss happened, `reason` how.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LossCount {
+    pub source: &'static str,
+    pub reason: &'static str,
+    pub count: u64,
+}
+
+/// Body of `summary`, the last line of `run`, `audit` and `ftrace`.
+#[derive(Debug, Serialize)]
+pub struct SummaryBody<'a> {
+    /// The subcommand: `run`, `audit` or `ftrace`.
+    pub command: &'static str,
+    /// Lines of events written (detections, runtime events, records).
+    pub events: u64,
+    /// The sum of `losses`.
+    pub lost: u64,
+    /// Every kind of loss tracer counts, zero counts left out.
+    pub losses: &'a [LossCount],
+}
+
+/// The `summary` line, stamped now.
+pub fn summary_line<'a>(
+    clock: &Clock,
+    command: &'static str,
+    events: u64,
+    losses: &'a [LossCount],
+) -> Line<SummaryBody<'a>> {
+    let lost = losses.iter().map(|l| l.count).sum();
+    let body = SummaryBody { command, events, lost, losses };
+    Line::new(clock, monotonic_ns(), Kind::Summary, Source::Tracer, Pid::NotApplicable, body)
+}
+
+/// The loss counts of an ftrace reader (`source`: whose instance it reads).
+pub fn ftrace_losses(source: &'static str, stats: &ReaderStats) -> Vec<LossCount> {
+    let sum = |f: fn(&CpuStats) -> u64| stats.cpus.iter().map(f).sum::<u64>();
+    vec![
+        LossCount { source, reason: "ring_buffer_full", count: stats.lost() },
+        LossCount {
+            source,
+            reason: "page_with_unknown_loss",
+            count: sum(|c| c.pages_with_unknown_loss),
+        },
+        LossCount { source, reason: "corrupt_page", count: stats.corrupt_pages() },
+        LossCount { source, reason: "bad_record", count: sum(|c| c.bad_records) },
+        LossCount { source, reason: "unknown_event", count: sum(|c| c.unknown_events) },
+    ]
+}
+
+/// Drops the zero counts.
+pub fn nonzero(losses: impl IntoIterator<Item = LossCount>) -> Vec<LossCount> {
+    losses.into_iter().filter(|l| l.count != 0).collect()
 }
 
 /// A runtime event line (`dotnet_event`).

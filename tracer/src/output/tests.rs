@@ -309,6 +309,9 @@ fn one_of_each_kind() -> Vec<Value> {
                 bytes: 100,
                 lost_events: 1,
                 lost_by_thread: vec![ThreadLoss { thread: 2, lost: 1 }],
+                unrequested_events: 4,
+                unread_bytes: 0,
+                stop_error: Some("timed out".into()),
             }),
             error: Some("x"),
         },
@@ -322,6 +325,8 @@ fn one_of_each_kind() -> Vec<Value> {
         fields: tracer_decode::ftrace::record::Fields(Vec::new()),
     };
     lines.push(json_of(&Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, ftrace)));
+    let losses = [LossCount { source: "output", reason: "write_failed", count: 2 }];
+    lines.push(json_of(&summary_line(&clock, "run", 5, &losses)));
     lines
 }
 
@@ -383,6 +388,26 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
         }
     }
     assert_eq!(seen.len(), documented.len());
+}
+
+#[test]
+fn summary_line_sums_its_losses() {
+    let losses = [
+        LossCount { source: "kernel", reason: "ring_full", count: 3 },
+        LossCount { source: "output", reason: "write_failed", count: 2 },
+    ];
+    let line = json_of(&summary_line(&Clock::with_offset(0), "audit", 7, &losses));
+    assert_eq!(line["kind"], "summary");
+    assert_eq!(line.get("pid"), None);
+    assert_eq!((line["command"].clone(), line["events"].clone()), (json!("audit"), json!(7)));
+    assert_eq!(line["lost"], 5);
+    assert_eq!(
+        line["losses"],
+        json!([
+            {"source": "kernel", "reason": "ring_full", "count": 3},
+            {"source": "output", "reason": "write_failed", "count": 2}
+        ])
+    );
 }
 
 #[test]

@@ -1,43 +1,81 @@
 //! The JSON-lines writer: one [`Line`] per line to stdout or a file, flushed per line so a
 //! consumer (or a test) sees each event as soon as it is decoded.
-use std::fs::File;
+//!
+//! The output holds command lines and payloads of other users' processes: a file is created
+//! `0600` and never through a symlink. `SIGHUP` (see [`ReopenRequest`]) reopens the file after
+//! log rotation. A failed write (`EPIPE` from `tracer run | head -1`, `ENOSPC`) does not stop the
+//! caller mid-line: the writer keeps the first error, counts every line it could not write from
+//! then on, and the pipeline ends as if stopped (see [`JsonLines::failure`]).
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use serde::Serialize;
 
 use super::Line;
 
+/// Mode of a new output file: it holds other users' command lines and event payloads.
+pub const OUTPUT_FILE_MODE: u32 = 0o600;
+
 pub struct JsonLines {
     out: Box<dyn Write + Send>,
+    /// The file, when writing to one (reopened on request).
+    path: Option<PathBuf>,
+    reopen: ReopenRequest,
+    /// The first write error; nothing is written after it.
+    failure: Option<io::Error>,
+    /// Lines not written because of `failure` (the failed one included).
+    unwritten: u64,
 }
 
-/// A line serialized ahead of writing (without its newline).
+/// Set (by the SIGHUP handler) to make the writer reopen its file before the next line.
+#[derive(Clone, Debug, Default)]
+pub struct ReopenRequest(Arc<AtomicBool>);
+
+impl ReopenRequest {
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// A line serialized ahead of writing, newline included.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RenderedLine(Vec<u8>);
 
 impl RenderedLine {
     pub(super) fn of(line: &impl Serialize) -> RenderedLine {
+        let mut bytes = Vec::with_capacity(256);
         // Serializing into memory fails only for maps with non-string keys, which no line has.
-        RenderedLine(serde_json::to_vec(line).expect("output lines serialize to JSON"))
+        serde_json::to_writer(&mut bytes, line).expect("output lines serialize to JSON");
+        bytes.push(b'\n');
+        RenderedLine(bytes)
     }
 
+    /// The JSON text, without the newline.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        &self.0[..self.0.len() - 1]
     }
 }
 
 impl JsonLines {
     pub fn stdout() -> JsonLines {
-        JsonLines { out: Box::new(BufWriter::new(io::stdout())) }
+        JsonLines::writer(BufWriter::new(io::stdout()))
     }
 
-    /// Creates (truncates) `path`.
+    /// Creates (or truncates) `path`: mode 0600 when new, refused when `path` is a symlink.
     pub fn file(path: &Path) -> anyhow::Result<JsonLines> {
-        let f = File::create(path)
-            .with_context(|| format!("creating output file {}", path.display()))?;
-        Ok(JsonLines { out: Box::new(BufWriter::new(f)) })
+        let file = open_output(path, true)?;
+        let mut sink = JsonLines::writer(BufWriter::new(file));
+        sink.path = Some(path.to_path_buf());
+        Ok(sink)
     }
 
     /// `--output FILE` if given, else stdout.
@@ -50,21 +88,79 @@ impl JsonLines {
 
     /// Any writer (tests, in-memory sinks).
     pub fn writer(w: impl Write + Send + 'static) -> JsonLines {
-        JsonLines { out: Box::new(w) }
+        JsonLines {
+            out: Box::new(w),
+            path: None,
+            reopen: ReopenRequest::default(),
+            failure: None,
+            unwritten: 0,
+        }
     }
 
-    pub fn emit<B: Serialize>(&mut self, line: &Line<B>) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, line)?;
-        self.end_line()
+    /// The handle that makes this writer reopen its file (no effect on other writers).
+    pub fn reopen_request(&self) -> ReopenRequest {
+        self.reopen.clone()
     }
 
-    pub fn emit_rendered(&mut self, line: &RenderedLine) -> io::Result<()> {
-        self.out.write_all(line.as_bytes())?;
-        self.end_line()
+    /// Writes one line (or counts it as unwritten once the output has failed).
+    pub fn emit<B: Serialize>(&mut self, line: &Line<B>) {
+        self.emit_rendered(&line.render());
     }
 
-    fn end_line(&mut self) -> io::Result<()> {
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+    pub fn emit_rendered(&mut self, line: &RenderedLine) {
+        if self.failure.is_some() {
+            self.unwritten += 1;
+            return;
+        }
+        let written = self.before_line().and_then(|()| {
+            // The line and its newline in one piece.
+            self.out.write_all(&line.0)?;
+            self.out.flush()
+        });
+        if let Err(e) = written {
+            self.failure = Some(e);
+            self.unwritten += 1;
+        }
     }
+
+    /// The first write error, once the output has failed.
+    pub fn failure(&self) -> Option<&io::Error> {
+        self.failure.as_ref()
+    }
+
+    /// Lines that could not be written.
+    pub fn unwritten(&self) -> u64 {
+        self.unwritten
+    }
+
+    fn before_line(&mut self) -> io::Result<()> {
+        if let Some(path) = &self.path
+            && self.reopen.take()
+        {
+            self.out.flush()?;
+            // Appends: after rotation the name is new (or truncated by the rotator).
+            let file = open_output(path, false).map_err(io::Error::other)?;
+            self.out = Box::new(BufWriter::new(file));
+            log::info!("reopened {}", path.display());
+        }
+        Ok(())
+    }
+}
+
+fn open_output(path: &Path, truncate: bool) -> anyhow::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .append(!truncate)
+        .mode(OUTPUT_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "opening output file {} (a symlink is refused: the output holds other users' \
+                 data)",
+                path.display()
+            )
+        })
 }

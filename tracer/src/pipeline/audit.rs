@@ -15,7 +15,7 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 
 use crate::kernel::detect::{DetectOptions, Detector, Loss, ProgramStats};
 use crate::kernel::procfs;
-use crate::output::{self, JsonLines, Kind, Line, Pid, RegistrationTableBody, Source};
+use crate::output::{self, JsonLines, Kind, Line, LossCount, Pid, RegistrationTableBody, Source};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns};
 
@@ -43,12 +43,31 @@ pub struct AuditSummary {
     pub program_stats: Vec<(&'static str, ProgramStats)>,
     /// The table at exit, when `registrations` was requested.
     pub registrations: Option<RegistrationTable>,
+    /// Why the output stopped taking lines, when it did.
+    pub output_error: Option<String>,
+    /// Lines not written because the output failed.
+    pub unwritten_lines: u64,
 }
 
 impl AuditSummary {
     pub fn total_lost(&self) -> u64 {
-        self.losses.iter().map(|l| l.count).sum::<u64>()
-            + self.recursion_misses.iter().map(|r| r.1).sum::<u64>()
+        self.loss_counts().iter().map(|l| l.count).sum()
+    }
+
+    /// Every loss by where and how, as the `summary` line reports it (sequence gaps are left
+    /// out: they are the ring reservations that failed, counted as `ring_full`).
+    pub fn loss_counts(&self) -> Vec<LossCount> {
+        let mut all = super::run::detection_losses(&self.losses);
+        all.extend([
+            LossCount {
+                source: "kernel",
+                reason: "recursion_miss",
+                count: self.recursion_misses.iter().map(|r| r.1).sum(),
+            },
+            LossCount { source: "kernel", reason: "corrupt_record", count: self.decode_errors },
+            LossCount { source: "output", reason: "write_failed", count: self.unwritten_lines },
+        ]);
+        output::nonzero(all)
     }
 }
 
@@ -107,6 +126,9 @@ impl fmt::Display for AuditSummary {
             writeln!(f, "user_events registrations at exit:")?;
             write!(f, "{}", table.render())?;
         }
+        if let Some(error) = &self.output_error {
+            writeln!(f, "  output failed: {error} (lines not written: {})", self.unwritten_lines)?;
+        }
         Ok(())
     }
 }
@@ -135,7 +157,7 @@ pub async fn run(
     for m in &mappings {
         let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid));
         *summary.procfs_events.entry(line.kind().name()).or_default() += 1;
-        sink.emit(&line).context("writing output")?;
+        sink.emit(&line);
     }
     log::info!(
         "attached {} detection programs; {} existing .NET mapping(s) found in /proc",
@@ -146,17 +168,18 @@ pub async fn run(
 
     let mut batch = Vec::new();
     tokio::pin!(stop);
-    loop {
+    // Until stopped, or until the output takes no more lines.
+    while sink.failure().is_none() {
         tokio::select! {
             () = &mut stop => break,
             res = detector.read(&mut batch) => res.context("reading the BPF ring buffer")?,
         }
-        emit_events(&mut batch, &clock, &mut sink, &mut table, &mut summary)?;
+        emit_events(&mut batch, &clock, &mut sink, &mut table, &mut summary);
     }
 
     detector.detach()?;
     detector.drain(&mut batch);
-    emit_events(&mut batch, &clock, &mut sink, &mut table, &mut summary)?;
+    emit_events(&mut batch, &clock, &mut sink, &mut table, &mut summary);
 
     summary.losses = detector.losses()?;
     summary.seq_gaps = detector.seq_gaps().gaps();
@@ -169,9 +192,13 @@ pub async fn run(
         .map(|(p, s)| (*p, s.recursion_misses))
         .collect();
     if config.registrations {
-        sink.emit(&registration_table_line(&table, &clock)).context("writing output")?;
+        sink.emit(&registration_table_line(&table, &clock));
         summary.registrations = Some(table);
     }
+    let events = summary.kernel_events.values().chain(summary.procfs_events.values()).sum();
+    sink.emit(&output::summary_line(&clock, "audit", events, &summary.loss_counts()));
+    summary.output_error = sink.failure().map(|e| e.to_string());
+    summary.unwritten_lines = sink.unwritten();
     Ok(summary)
 }
 
@@ -181,7 +208,7 @@ fn emit_events(
     sink: &mut JsonLines,
     table: &mut RegistrationTable,
     summary: &mut AuditSummary,
-) -> anyhow::Result<()> {
+) {
     for event in batch.drain(..) {
         // Checked now, while the process most likely still holds the fd.
         let user_events_data = match &event.body {
@@ -191,9 +218,8 @@ fn emit_events(
         table.apply(&event);
         let line = output::detection_line(&event, clock, user_events_data);
         *summary.kernel_events.entry(line.kind().name()).or_default() += 1;
-        sink.emit(&line).context("writing output")?;
+        sink.emit(&line);
     }
-    Ok(())
 }
 
 fn registration_table_line<'a>(

@@ -11,7 +11,7 @@ use crate::kernel::ftrace_reader::{
     Event, FtraceReader, Integrity, ReadMode, ReaderConfig, ReaderStats, Tracepoint,
 };
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
-use crate::output::{FtraceRecord, JsonLines, Kind, Line, Pid, Source};
+use crate::output::{self, FtraceRecord, JsonLines, Kind, Line, LossCount, Pid, Source};
 use crate::time::Clock;
 
 /// What `tracer ftrace` records and how.
@@ -32,6 +32,24 @@ pub struct FtraceSummary {
     pub reader: ReaderStats,
     /// Records whose dynamic fields point outside the record.
     pub bad_fields: u64,
+    /// Why the output stopped taking lines, when it did.
+    pub output_error: Option<String>,
+    /// Lines not written because the output failed.
+    pub unwritten_lines: u64,
+}
+
+impl FtraceSummary {
+    /// Every loss by where and how.
+    pub fn losses(&self) -> Vec<LossCount> {
+        let mut all = output::ftrace_losses("ftrace", &self.reader);
+        all.push(LossCount { source: "ftrace", reason: "bad_fields", count: self.bad_fields });
+        all.push(LossCount {
+            source: "output",
+            reason: "write_failed",
+            count: self.unwritten_lines,
+        });
+        output::nonzero(all)
+    }
 }
 
 /// Records until `stop` resolves, then drains what is buffered. `ready` is sent once tracing
@@ -62,17 +80,21 @@ pub async fn run(
     let reader_config = ReaderConfig { mode: config.read_mode, integrity, ..Default::default() };
     let mut reader = FtraceReader::open(instance.clone(), tracepoints, reader_config)?;
     let mut out = Output { clock: Clock::new(), tgids: HashMap::new(), bad_records: 0 };
+    instance.set_tracing_on(true)?;
     log::info!(
         "recording {} tracepoint(s) in instance {} ({} mode)",
         reader_tracepoints,
         instance.name(),
         reader.mode().name()
     );
-    instance.set_tracing_on(true)?;
     super::signal_ready(ready);
 
     tokio::pin!(stop);
+    // Until stopped, or until the output takes no more lines.
     let result = loop {
+        if sink.failure().is_some() {
+            break Ok(());
+        }
         tokio::select! {
             () = &mut stop => break Ok(()),
             batch = reader.next_batch() => match batch {
@@ -86,7 +108,16 @@ pub async fn run(
         let rest = reader.flush()?;
         out.emit(&mut sink, &rest, integrity)
     });
-    let summary = FtraceSummary { reader: reader.stats(), bad_fields: out.bad_records };
+    let mut summary = FtraceSummary {
+        reader: reader.stats(),
+        bad_fields: out.bad_records,
+        output_error: None,
+        unwritten_lines: 0,
+    };
+    let written = summary.reader.records() - summary.bad_fields;
+    sink.emit(&output::summary_line(&out.clock, "ftrace", written, &summary.losses()));
+    summary.output_error = sink.failure().map(|e| e.to_string());
+    summary.unwritten_lines = sink.unwritten();
     drop(reader);
     drop(instance);
     // A failure mid-run still reports what was read before it.
@@ -136,7 +167,7 @@ impl Output {
                 None => Pid::Unknown,
             };
             let line = Line::new(&self.clock, e.ts, Kind::Ftrace, Source::Ftrace, pid, body);
-            sink.emit(&line).context("writing output")?;
+            sink.emit(&line);
         }
         Ok(())
     }
@@ -197,6 +228,10 @@ impl fmt::Display for FtraceSummary {
             stats.lost(),
             stats.corrupt_pages(),
             self.bad_fields
-        )
+        )?;
+        if let Some(error) = &self.output_error {
+            writeln!(f, "  output failed: {error} (lines not written: {})", self.unwritten_lines)?;
+        }
+        Ok(())
     }
 }

@@ -11,16 +11,19 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
+use tracer_common::LossReason;
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use tracer_decode::diagnostic_ipc::FilteredProvider;
+use tracer_decode::text::escape_control;
 
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
+use crate::kernel::ftrace_reader::ReaderStats;
 use crate::kernel::procfs;
 use crate::kernel::tracefs::Tracefs;
 use crate::kernel::user_events::UserEventsData;
 use crate::output::{
-    self, JsonLines, Kind, SessionEnded, SessionFailed, SessionId, SessionStarted, StreamTotals,
-    ThreadLoss,
+    self, JsonLines, Kind, LossCount, SessionEnded, SessionFailed, SessionId, SessionStarted,
+    StreamTotals, ThreadLoss,
 };
 use crate::session::{
     self, EventLine, SessionConfig, SessionContext, SessionMessage, SessionMode, user_events,
@@ -53,13 +56,26 @@ pub struct RunSummary {
     pub events_by_provider: BTreeMap<String, u64>,
     /// Events the runtimes numbered but never delivered (nettrace sequence gaps), all sessions.
     pub runtime_lost_events: u64,
+    /// Events of providers no session asked for, dropped undecoded.
+    pub unrequested_events: u64,
+    /// Bytes still queued on sockets when drain timeouts ended sessions.
+    pub unread_bytes_at_drain: u64,
+    /// Streaming sessions whose StopTracing the runtime did not acknowledge.
+    pub stop_failures: u64,
     /// Detection losses in the kernel (ring full, failed reads, full maps).
     pub detection_losses: Vec<Loss>,
-    /// user_events sessions: records lost in the ftrace ring buffer, corrupt pages, and records
-    /// that did not decode.
-    pub ftrace_lost_events: u64,
-    pub ftrace_corrupt_pages: u64,
+    /// Detection program invocations the kernel skipped (another BPF program was running).
+    pub detection_recursion_misses: u64,
+    /// Detection records that did not decode.
+    pub detection_decode_errors: u64,
+    /// user_events sessions: the ftrace reader of tracer's instance.
+    pub user_events_reader: Option<ReaderStats>,
+    /// user_events records that did not decode.
     pub user_events_decode_errors: u64,
+    /// Why the output stopped taking lines (`EPIPE`, `ENOSPC`, …), when it did.
+    pub output_error: Option<String>,
+    /// Lines not written because the output failed.
+    pub unwritten_lines: u64,
 }
 
 impl RunSummary {
@@ -67,18 +83,32 @@ impl RunSummary {
         self.events_by_provider.values().sum()
     }
 
-    /// Every event known lost: runtime sequence gaps, the ftrace buffer, detection in the kernel.
+    /// Every loss, by where and how (zero counts left out).
+    pub fn losses(&self) -> Vec<LossCount> {
+        let mut all = detection_losses(&self.detection_losses);
+        all.extend([
+            loss("kernel", "recursion_miss", self.detection_recursion_misses),
+            loss("kernel", "corrupt_record", self.detection_decode_errors),
+            loss("nettrace", "sequence_gap", self.runtime_lost_events),
+            loss("nettrace", "unrequested_provider", self.unrequested_events),
+            loss("nettrace", "unread_bytes_at_drain_timeout", self.unread_bytes_at_drain),
+            loss("user_events", "undecodable_record", self.user_events_decode_errors),
+            loss("output", "write_failed", self.unwritten_lines),
+        ]);
+        if let Some(stats) = &self.user_events_reader {
+            all.extend(output::ftrace_losses("user_events", stats));
+        }
+        output::nonzero(all)
+    }
+
+    /// Every event known lost.
     pub fn lost(&self) -> u64 {
-        self.runtime_lost_events
-            + self.ftrace_lost_events
-            + self.detection_losses.iter().map(|l| l.count).sum::<u64>()
+        self.losses().iter().map(|l| l.count).sum()
     }
 
     /// Takes the user_events hub's counters.
     fn record_user_events_stats(&mut self, hub: &user_events::Hub) {
-        let stats = hub.stats();
-        self.ftrace_lost_events = stats.lost();
-        self.ftrace_corrupt_pages = stats.corrupt_pages();
+        self.user_events_reader = Some(hub.stats());
         self.user_events_decode_errors = hub.decode_errors();
     }
 
@@ -93,17 +123,17 @@ impl RunSummary {
         for (reason, n) in &self.sessions_ended {
             eprintln!("    ended ({reason}): {n}");
         }
+        if self.stop_failures > 0 {
+            eprintln!("    StopTracing not acknowledged: {}", self.stop_failures);
+        }
         eprintln!("  events: {}", self.events());
         for (provider, n) in &self.events_by_provider {
-            eprintln!("    {provider}: {n}");
+            eprintln!("    {}: {n}", escape_control(provider));
         }
-        eprintln!("  losses: {} runtime events (sequence gaps)", self.runtime_lost_events);
-        if self.ftrace_lost_events + self.ftrace_corrupt_pages + self.user_events_decode_errors > 0
-        {
-            eprintln!(
-                "    user_events: {} lost in the ftrace buffer, {} corrupt pages, {} undecodable records",
-                self.ftrace_lost_events, self.ftrace_corrupt_pages, self.user_events_decode_errors
-            );
+        let losses = self.losses();
+        eprintln!("  losses: {}", losses.iter().map(|l| l.count).sum::<u64>());
+        for l in &losses {
+            eprintln!("    {} {}: {}", l.source, l.reason, l.count);
         }
         for l in &self.detection_losses {
             eprintln!(
@@ -114,10 +144,28 @@ impl RunSummary {
                 l.count
             );
         }
+        if let Some(error) = &self.output_error {
+            eprintln!("  output failed: {error} (lines not written: {})", self.unwritten_lines);
+        }
     }
 }
 
-/// Runs until `stop` resolves, then stops every session and drains it.
+fn loss(source: &'static str, reason: &'static str, count: u64) -> LossCount {
+    LossCount { source, reason, count }
+}
+
+/// Kernel detection losses summed over CPUs and kinds, per reason.
+pub fn detection_losses(losses: &[Loss]) -> Vec<LossCount> {
+    LossReason::ALL
+        .iter()
+        .map(|&reason| {
+            let count = losses.iter().filter(|l| l.reason == reason).map(|l| l.count).sum();
+            loss("kernel", reason.name(), count)
+        })
+        .collect()
+}
+
+/// Runs until `stop` resolves (or the output fails), then stops every session and drains it.
 pub async fn run(
     config: RunConfig,
     mut sink: JsonLines,
@@ -155,7 +203,7 @@ pub async fn run(
         .context("scanning /proc for running .NET processes")?;
     for m in &existing {
         let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid));
-        sink.emit(&line).context("writing output")?;
+        sink.emit(&line);
         start_session(m.pid, &mut tasks, &mut summary);
     }
     log::info!(
@@ -169,7 +217,8 @@ pub async fn run(
     let mut status = LiveStatus::new(config.live_status);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(stop);
-    loop {
+    // Until stopped, or until the output takes no more lines (`tracer run | head -1`).
+    while sink.failure().is_none() {
         tokio::select! {
             () = &mut stop => break,
             res = detector.read(&mut batch) => {
@@ -177,14 +226,14 @@ pub async fn run(
                 for event in batch.drain(..) {
                     if let EventBody::DotnetIpcReady(_) | EventBody::DotnetRuntimeSeen(_) = event.body {
                         let line = output::detection_line(&event, &clock, None);
-                        sink.emit(&line).context("writing output")?;
+                        sink.emit(&line);
                         start_session(event.meta.pid, &mut tasks, &mut summary);
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid)?,
+            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid),
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
             }
             _ = tick.tick(), if status.enabled => {
                 // Losses are read live so the status line shows them as they happen.
@@ -206,12 +255,12 @@ pub async fn run(
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
-                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid)?,
+                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid),
                 None => break,
             },
             // Session tasks wait on the user_events reader (release) while they finish.
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
             }
         }
     }
@@ -219,11 +268,18 @@ pub async fn run(
     status.clear();
     if let Some(mut ue) = user_events {
         let lines = ue.flush(&clock);
-        emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+        emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
         summary.record_user_events_stats(&ue);
     }
     detector.detach()?;
     summary.detection_losses = detector.losses()?;
+    summary.detection_decode_errors = detector.decode_errors();
+    summary.detection_recursion_misses =
+        detector.program_stats()?.iter().map(|(_, s)| s.recursion_misses).sum();
+    let losses = summary.losses();
+    sink.emit(&output::summary_line(&clock, "run", summary.events(), &losses));
+    summary.output_error = sink.failure().map(|e| e.to_string());
+    summary.unwritten_lines = sink.unwritten();
     Ok(summary)
 }
 
@@ -273,8 +329,8 @@ fn emit_user_events(
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
-) -> anyhow::Result<()> {
-    lines.into_iter().try_for_each(|event| emit_event(event, sink, summary, events_by_pid))
+) {
+    lines.into_iter().for_each(|event| emit_event(event, sink, summary, events_by_pid))
 }
 
 /// The one path of every runtime event: counted, then written.
@@ -283,10 +339,10 @@ fn emit_event(
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
-) -> anyhow::Result<()> {
+) {
     *summary.events_by_provider.entry(event.provider).or_default() += 1;
     *events_by_pid.entry(event.pid).or_default() += 1;
-    sink.emit_rendered(&event.line).context("writing output")
+    sink.emit_rendered(&event.line);
 }
 
 fn handle_message(
@@ -295,9 +351,9 @@ fn handle_message(
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
-) -> anyhow::Result<()> {
+) {
     match msg {
-        SessionMessage::Event(event) => return emit_event(event, sink, summary, events_by_pid),
+        SessionMessage::Event(event) => emit_event(event, sink, summary, events_by_pid),
         SessionMessage::Started { pid, session_id, command, mode, runtime } => {
             summary.sessions_started += 1;
             let body = SessionStarted {
@@ -308,12 +364,16 @@ fn handle_message(
                 command_line: runtime.as_ref().map(|r| r.command_line.as_str()),
             };
             log::info!("pid {pid}: {} session {session_id:#x} started with {command}", mode.name());
-            sink.emit(&output::session_line(clock, Kind::SessionStarted, pid, body))
+            sink.emit(&output::session_line(clock, Kind::SessionStarted, pid, body));
         }
         SessionMessage::Ended { pid, session_id, reason, detail, stream } => {
             *summary.sessions_ended.entry(reason.name()).or_default() += 1;
-            let stream = stream.map(|(stats, lost_by_thread)| {
+            let stream = stream.map(|end| {
+                let stats = end.stats;
                 summary.runtime_lost_events += stats.lost_events;
+                summary.unrequested_events += end.unrequested_events;
+                summary.unread_bytes_at_drain += end.unread_bytes;
+                summary.stop_failures += u64::from(end.stop_error.is_some());
                 if stats.lost_events > 0 {
                     log::warn!(
                         "pid {pid}: the runtime dropped {} events (sequence gaps)",
@@ -323,10 +383,14 @@ fn handle_message(
                 StreamTotals {
                     bytes: stats.bytes,
                     lost_events: stats.lost_events,
-                    lost_by_thread: lost_by_thread
+                    lost_by_thread: end
+                        .lost_by_thread
                         .into_iter()
                         .map(|(thread, lost)| ThreadLoss { thread, lost })
                         .collect(),
+                    unrequested_events: end.unrequested_events,
+                    unread_bytes: end.unread_bytes,
+                    stop_error: end.stop_error,
                 }
             });
             let body = SessionEnded {
@@ -336,7 +400,7 @@ fn handle_message(
                 stream,
                 error: detail.as_deref(),
             };
-            sink.emit(&output::session_line(clock, Kind::SessionEnded, pid, body))
+            sink.emit(&output::session_line(clock, Kind::SessionEnded, pid, body));
         }
         SessionMessage::Failed { pid, error, refused } => {
             if refused {
@@ -351,10 +415,9 @@ fn handle_message(
                 Kind::SessionFailed,
                 pid,
                 SessionFailed { refused, error: &error },
-            ))
+            ));
         }
     }
-    .context("writing output")
 }
 
 /// `processes / sessions / events/s / losses` on one self-overwriting stderr line.

@@ -107,13 +107,27 @@ pub enum SessionMessage {
         reason: EndReason,
         detail: Option<String>,
         /// Streaming sessions only: what the nettrace stream carried and lost.
-        stream: Option<(NettraceStats, Vec<(u64, u64)>)>,
+        stream: Option<StreamEnd>,
     },
     Failed {
         pid: u32,
         error: String,
         refused: bool,
     },
+}
+
+/// What a streaming session's nettrace stream carried, and what did not make it to the output.
+#[derive(Debug)]
+pub struct StreamEnd {
+    pub stats: NettraceStats,
+    /// (capture thread, events the runtime numbered but never sent).
+    pub lost_by_thread: Vec<(u64, u64)>,
+    /// Events of providers the session did not ask for: dropped, not decoded.
+    pub unrequested_events: u64,
+    /// Bytes still queued on the socket when the drain timeout ended the session.
+    pub unread_bytes: u64,
+    /// Why StopTracing was not acknowledged, when tracer sent it and it was not.
+    pub stop_error: Option<String>,
 }
 
 /// What every session task gets from the pipeline.

@@ -69,7 +69,39 @@ fn mmap_ro(fd: &OwnedFd, len: usize, offset: usize) -> std::io::Result<*const u8
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
+    MAPPED.lock().expect("not poisoned").push((p as usize, len));
     Ok(p as *const u8)
+}
+
+fn munmap_ro(p: *const u8, len: usize) {
+    MAPPED.lock().expect("not poisoned").retain(|&(start, _)| start != p as usize);
+    // SAFETY: `p`/`len` is a region `mmap_ro` mapped and nothing reads it any more.
+    unsafe { libc::munmap(p as *mut _, len) };
+}
+
+/// Every ring-buffer region this process has mapped (start, length), for
+/// [`release_all_mappings`].
+static MAPPED: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// Drops the process's references to every mapped ring buffer (a mapping keeps its instance
+/// busy even after the fd is closed) by laying anonymous memory over each region: a reader that
+/// still runs sees zeroes, not a fault. Only for an exit that follows at once.
+pub(crate) fn release_all_mappings() {
+    let regions = MAPPED.lock().map(|m| m.clone()).unwrap_or_default();
+    for (start, len) in regions {
+        // SAFETY: MAP_FIXED over a region this process mapped itself; the process is exiting
+        // and only ever reads these pages.
+        unsafe {
+            libc::mmap(
+                start as *mut _,
+                len,
+                libc::PROT_READ,
+                libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+    }
 }
 
 impl Mapping {
@@ -92,8 +124,7 @@ impl Mapping {
         };
         let meta_page_size = m.meta_u32(META_PAGE_SIZE) as usize;
         if meta_page_size > page {
-            // SAFETY: unmapping exactly what was mapped above.
-            unsafe { libc::munmap(meta as *mut _, meta_len) };
+            munmap_ro(meta, meta_len);
             m.meta = std::ptr::null();
             meta = mmap_ro(fd, meta_page_size, 0).context("remapping the meta page")?;
             meta_len = meta_page_size;
@@ -237,14 +268,11 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly the regions mapped in `new`.
-        unsafe {
-            if !self.data.is_null() {
-                libc::munmap(self.data as *mut _, self.data_len);
-            }
-            if !self.meta.is_null() {
-                libc::munmap(self.meta as *mut _, self.meta_len);
-            }
+        if !self.data.is_null() {
+            munmap_ro(self.data, self.data_len);
+        }
+        if !self.meta.is_null() {
+            munmap_ro(self.meta, self.meta_len);
         }
     }
 }

@@ -44,6 +44,7 @@ pub use tracer_decode::ftrace::stream::{
 };
 
 use self::mmap::Mapping;
+pub(crate) use self::mmap::release_all_mappings;
 pub use self::mmap::{MmapProbe, probe_mmap};
 use crate::kernel::tracefs::Instance;
 use crate::time::monotonic_ns;
