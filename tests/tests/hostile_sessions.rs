@@ -93,7 +93,7 @@ fn a_runtime_writing_while_it_is_stopped_is_read_until_it_acknowledges() {
     // the stream ended with its end tag, and its sequence numbers show no gap.
     assert_eq!(ended["lost_events"], 0, "{ended}");
     let ticks = events(&lines, pid, "Tick");
-    assert!(ticks > 0 && ticks % TICKS as usize == 0, "whole batches: {ticks}");
+    assert!(ticks > 0 && ticks.is_multiple_of(TICKS as usize), "whole batches: {ticks}");
     assert_eq!((summary.stop_failures, summary.unread_bytes_at_drain), (0, 0));
 }
 

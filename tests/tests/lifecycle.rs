@@ -214,7 +214,7 @@ fn instance_of_a_killed_tracer_is_removed_at_the_next_start_and_a_live_one_is_ke
     let (code, _) = killed.finish();
     assert_eq!(code, None, "killed");
     assert!(left.exists(), "SIGKILL leaves the instance");
-    let mut live = Tracer::ftrace(&[], Stdio::null());
+    let live = Tracer::ftrace(&[], Stdio::null());
     let check = Tracer::spawn(&["check"], Stdio::null());
     let (_, stderr) = check.finish();
     assert!(!left.exists(), "any subcommand removes a stale instance: {stderr}");
