@@ -105,9 +105,17 @@ fn forget_memfds(tgid: u32) {
     }
 }
 
-/// tgids already reported as `DotnetRuntimeSeen` (doublemapper maps many times per process).
+/// Per tgid, the memfd kinds whose mapping was already reported (bit `1 << kind`): each is
+/// reported once per process image (doublemapper maps many times, and a process looping `mmap`
+/// on its `dotnet_ipc_created` memfd must flood neither the ring nor the output).
 #[map]
-static RUNTIME_SEEN: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+static REPORTED_KINDS: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+
+#[inline(always)]
+fn reported_kinds(tgid: u32) -> u8 {
+    // SAFETY: read-only lookup of a plain u8 value.
+    unsafe { REPORTED_KINDS.get(&tgid) }.copied().unwrap_or(0)
+}
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -484,8 +492,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     if kind == 0 || excluded(tgid) {
         return 0;
     }
-    // SAFETY: read-only lookup.
-    if kind == MemfdKind::DoubleMapper as u32 && unsafe { RUNTIME_SEEN.get(&tgid) }.is_some() {
+    if reported_kinds(tgid) & (1u8 << kind) != 0 {
         return 0;
     }
     let pending = PendingMmap {
@@ -522,7 +529,9 @@ pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
     }
     let tgid = (pid_tgid >> 32) as u32;
     let kind = mmap_event_kind(pending.kind);
-    if kind == EventKind::DotnetRuntimeSeen && RUNTIME_SEEN.insert(&tgid, &1, 0).is_err() {
+    // Two threads mapping at once may both report: a duplicate, never a miss.
+    let reported = reported_kinds(tgid) | (1u8 << pending.kind);
+    if REPORTED_KINDS.insert(&tgid, &reported, 0).is_err() {
         count_loss(kind, LossReason::MapFull);
     }
     let Some((mut entry, seq)) = reserve!(MmapEvent, kind) else { return 0 };
@@ -729,7 +738,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // The new image starts without the old one's memfds of interest or runtime.
     forget_memfds(tgid);
-    let _ = RUNTIME_SEEN.remove(&tgid);
+    let _ = REPORTED_KINDS.remove(&tgid);
     if !is_tracked(tgid) || excluded(tgid) {
         return 0;
     }
@@ -781,7 +790,7 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         return 0;
     }
     forget_memfds(tgid);
-    let _ = RUNTIME_SEEN.remove(&tgid);
+    let _ = REPORTED_KINDS.remove(&tgid);
     if !is_tracked(tgid) {
         return 0;
     }

@@ -16,8 +16,11 @@
 //! * `mmap-loop N`, `ioctl-loop N` — the hooked syscalls' common path, which every process on
 //!   the machine pays for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on
 //!   /dev/null; prints `{"ns_per_op":…}` (benchmarks).
-//! * `latency N` — N fresh `dotnet_ipc_created` memfds mapped one after another, each followed by
-//!   `{"mapped_mono_ns":…,"addr":…}` with CLOCK_MONOTONIC read right after mmap returned.
+//! * `latency N` — N children one after another, each mapping a fresh `dotnet_ipc_created`
+//!   memfd and printing `{"mapped_mono_ns":…,"addr":…}` with CLOCK_MONOTONIC read right after
+//!   mmap returned.
+//! * `map-repeat N` — maps its `dotnet_ipc_created` memfd N times, then a second such memfd once,
+//!   prints `{"phase":"mapped","pid":…,"times":N}` and holds until stdin closes.
 use std::ffi::CStr;
 use std::io::{BufRead as _, Write as _};
 use std::time::Instant;
@@ -206,20 +209,40 @@ fn ioctl_loop(n: u64) {
     say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
 }
 
-/// Each mapping is reported once per process: a fresh memfd per sample.
+/// A mapping of each memfd kind is reported once per process: a fresh child per sample.
 fn latency(n: u64) {
     for _ in 0..n {
-        let fd = memfd(c"dotnet_ipc_created");
-        let addr = map(fd, libc::PROT_NONE);
-        let mapped = mono_ns();
-        say(json!({"mapped_mono_ns": mapped, "addr": format!("{addr:#x}")}));
-        // SAFETY: our own mapping and fd.
-        unsafe {
-            libc::munmap(addr as *mut libc::c_void, PAGE);
-            libc::close(fd);
+        // SAFETY: this helper is single-threaded; the child only maps, prints and exits.
+        let child = check(unsafe { libc::fork() }, "fork");
+        if child == 0 {
+            let fd = memfd(c"dotnet_ipc_created");
+            let addr = map(fd, libc::PROT_NONE);
+            let mapped = mono_ns();
+            say(json!({"mapped_mono_ns": mapped, "addr": format!("{addr:#x}")}));
+            // SAFETY: leaves the child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
         }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        check(unsafe { libc::waitpid(child, &mut status, 0) }, "waitpid");
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
+}
+
+/// Maps its `dotnet_ipc_created` memfd `n` times (and a second one once), as a process
+/// flooding detection would; prints `{"phase":"mapped","pid":…,"times":n}` and holds until stdin
+/// closes.
+fn map_repeat(n: u64) {
+    let fd = memfd(c"dotnet_ipc_created");
+    for _ in 0..n {
+        let addr = map(fd, libc::PROT_NONE);
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(addr as *mut libc::c_void, PAGE) };
+    }
+    map(memfd(c"dotnet_ipc_created"), libc::PROT_NONE);
+    // SAFETY: getpid has no preconditions.
+    say(json!({"phase": "mapped", "pid": unsafe { libc::getpid() }, "times": n}));
+    let _ = std::io::stdin().lock().lines().count();
 }
 
 fn main() {
@@ -232,6 +255,7 @@ fn main() {
         Some("mmap-loop") => mmap_loop(count()),
         Some("ioctl-loop") => ioctl_loop(count()),
         Some("latency") => latency(count()),
+        Some("map-repeat") => map_repeat(count()),
         _ => {
             eprintln!(
                 "usage: detect_helper sequence|map-and-hold|leader-exits-first|mmap-loop N|\
