@@ -473,8 +473,9 @@ fn is_pidfs(fd: &OwnedFd) -> io::Result<bool> {
     if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut sfs) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    Ok(i64::from(sfs.f_type as i64) == PID_FS_MAGIC)
+    // f_type's integer type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(sfs.f_type as i64 == PID_FS_MAGIC)
 }
 
 /// `pidfd_open(pid, 0)`; `None` on kernels without it (ENOSYS, < 5.3).
