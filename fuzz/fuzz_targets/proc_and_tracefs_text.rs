@@ -1,7 +1,8 @@
 //! Text that other processes or the kernel hand tracer: `/proc/<pid>/{maps,status,stat,environ,
-//! cgroup}` (a process controls its memfd names, comm and environment) and tracefs files
-//! (`format`, `header_page`, `header_event`, per-CPU `stats`; a user_events tracepoint's format
-//! follows the fields its registering process chose). Never a panic; a parsed event format or
+//! cgroup,timens_offsets}` and a pidfd's fdinfo (a process controls its memfd names, comm,
+//! environment and time namespace offsets) and tracefs files (`format`, `header_page`,
+//! `header_event`, per-CPU `stats`; a user_events tracepoint's format follows the fields its
+//! registering process chose). Never a panic; a parsed event format or
 //! page layout then decodes the rest of the input as a record or page.
 #![no_main]
 
@@ -12,8 +13,9 @@ use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::text::escape_control;
 use tracer_decode::procfs::{
-    cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_start_time, parse_stat_ppid,
-    parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_tmpdir,
+    cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid, parse_start_time,
+    parse_stat_ppid, parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_status_uids,
+    parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
 };
 
 fuzz_target!(|input: &[u8]| {
@@ -48,6 +50,15 @@ fuzz_target!(|input: &[u8]| {
     let _ = parse_ns_pid(&text);
     let _ = parse_start_time(&text);
     assert!(!escape_control(&text).chars().any(char::is_control));
+    let _ = parse_status_uids(&text);
+    let _ = parse_pidfd_fdinfo_pid(&text);
+    if let Some(offsets) = parse_timens_offsets(&text) {
+        // Offsets come from another process's namespace; any pair must be safe to apply.
+        let reader = parse_start_time(&text).unwrap_or(u64::MAX);
+        let delta = offsets.boottime_ns - offsets.monotonic_ns;
+        let keys = start_time_in_namespace(reader, delta, 10_000_000);
+        assert!(keys.len() <= 2 && keys.windows(2).all(|w| w[1] == w[0] + 1), "{keys:?}");
+    }
     let tmpdir = parse_tmpdir(rest);
     assert!(!tmpdir.as_os_str().is_empty());
 });

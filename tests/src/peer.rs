@@ -10,6 +10,19 @@ use crate::process::LineProcess;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How [`HostilePeer::spawn_opts`] starts the peer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerOptions {
+    /// Map a `dotnet_ipc_created` memfd, so tracer's detection takes it for a .NET runtime.
+    pub ipc_memfd: bool,
+    /// Run as uid/gid 65534 (`nobody`): another user sharing the temp dir.
+    pub as_nobody: bool,
+    /// Create the name only on [`HostilePeer::go`] (the memfd, if any, is mapped at once).
+    pub wait: bool,
+    /// Run in a new time namespace whose boottime clock is ahead by this many seconds.
+    pub boottime_offset_s: Option<i64>,
+}
+
 pub struct HostilePeer {
     process: LineProcess,
     /// The socket (or symlink) it created.
@@ -30,14 +43,50 @@ impl HostilePeer {
         args: &[&str],
         ipc_memfd: bool,
     ) -> Result<HostilePeer> {
-        let mut command = Command::new(binary);
+        let options = PeerOptions { ipc_memfd, ..PeerOptions::default() };
+        Self::spawn_opts(binary, tmpdir, args, options)
+    }
+
+    /// Like [`HostilePeer::spawn`], with [`PeerOptions`]. With `wait`, `path` is empty until
+    /// [`HostilePeer::go`].
+    pub fn spawn_opts(
+        binary: &str,
+        tmpdir: &Path,
+        args: &[&str],
+        options: PeerOptions,
+    ) -> Result<HostilePeer> {
+        let mut command = match options.boottime_offset_s {
+            Some(offset) => {
+                // unshare(1) execs the peer in a new time namespace: same pid.
+                let mut c = Command::new("unshare");
+                c.args(["--time", &format!("--boottime={offset}"), binary]);
+                c
+            }
+            None => Command::new(binary),
+        };
         command.args(args).env("TMPDIR", tmpdir);
-        if ipc_memfd {
-            command.env("HOSTILE_PEER_IPC_MEMFD", "1");
+        for (set, var) in [
+            (options.ipc_memfd, "HOSTILE_PEER_IPC_MEMFD"),
+            (options.as_nobody, "HOSTILE_PEER_AS_NOBODY"),
+            (options.wait, "HOSTILE_PEER_WAIT"),
+        ] {
+            if set {
+                command.env(var, "1");
+            }
         }
         let mut process = LineProcess::spawn(&format!("hostile_peer {args:?}"), command)?;
+        if options.wait {
+            process.expect_line("WAITING", TIMEOUT)?;
+            return Ok(HostilePeer { process, path: PathBuf::new() });
+        }
         let path = PathBuf::from(process.expect_line("READY", TIMEOUT)?);
         Ok(HostilePeer { process, path })
+    }
+
+    /// Tells a peer started with `wait` to create its name now; returns once it exists.
+    pub fn go(&mut self) -> Result<&Path> {
+        self.path = PathBuf::from(self.process.request("go", "READY", TIMEOUT)?);
+        Ok(&self.path)
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,17 +1,20 @@
 //! Hostile owners of a diagnostic socket: each must produce its exact typed error within the
-//! client's timeout, and the socket-trust checks must refuse before any byte is sent.
+//! client's timeout, and the socket-trust checks must refuse before any byte is sent. The peer
+//! must be the detected process (issue 9 §3): names planted by another user in a shared temp
+//! dir, a stale listener on a recycled pid and a target in a time namespace.
 
 use std::os::unix::fs::FileTypeExt;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use tests::peer::HostilePeer;
+use tests::peer::{HostilePeer, PeerOptions};
 use tests::process::spawn_idle_target;
 use tests::procfs;
 use tests::scratch::ScratchDir;
 use tracer::ipc::client::{ClientError, DiagnosticClient, Phase, Timeouts};
 use tracer::ipc::providers;
-use tracer::ipc::socket::{self, Refusal, SocketError};
+use tracer::ipc::socket::{self, Refusal, SocketError, Target};
+use tracer::session::{self, SessionConfig, SessionMode};
 use tracer_decode::diagnostic_ipc::{
     CollectTracing, CommandCode, DecodeError, ReplyShape, TracingRequest, oldest_collect_tracing,
 };
@@ -236,5 +239,191 @@ async fn a_silent_peer_does_not_stall_other_targets() -> Result<()> {
     assert!(took < TIMEOUT, "the other target waited {took:?} behind the silent one");
     let (stalled, _) = stalled.await?;
     assert!(matches!(stalled, Err(ClientError::Timeout { .. })), "{stalled:?}");
+    Ok(())
+}
+
+/// A directory like a shared `/tmp`: world-writable and sticky.
+fn shared_tmp(tag: &str) -> Result<ScratchDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = ScratchDir::new(tag);
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777))?;
+    Ok(dir)
+}
+
+fn nobody() -> PeerOptions {
+    PeerOptions { as_nobody: true, ..PeerOptions::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_planted_by_another_user_do_not_block_the_owners_socket() -> Result<()> {
+    let dir = shared_tmp("ipc-planted")?;
+    // A runtime detected before its socket exists (the start-up race), with two names for its
+    // pid that another user (nobody) created meanwhile: the newest would be taken as a fallback.
+    let waiting = PeerOptions { wait: true, ..PeerOptions::default() };
+    let mut victim = HostilePeer::spawn_opts(BIN, dir.path(), &["garbage"], waiting)?;
+    let pid = victim.pid();
+    let target = Target::pin(pid)?;
+    let pid_arg = pid.to_string();
+    let mut planted = Vec::new();
+    for key in ["1", "2"] {
+        planted.push(HostilePeer::spawn_opts(
+            BIN,
+            dir.path(),
+            &["plant", &pid_arg, key],
+            nobody(),
+        )?);
+    }
+    let planted_paths: Vec<_> = planted.iter().map(|p| p.path.clone()).collect();
+
+    // Neither planted name is taken: the target has no socket yet.
+    match socket::locate(pid) {
+        Err(SocketError::NotFound { pid: p, ns_pid, dir: d }) => {
+            assert_eq!((p, ns_pid, d.as_path()), (pid, pid, dir.path()));
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+
+    // A session keeps looking past them (each reported once, with its reason) until the
+    // runtime binds its name.
+    let config = SessionConfig {
+        request: TracingRequest {
+            circular_buffer_mb: 64,
+            providers: providers::profile("gc")?,
+            rundown_keyword: 0,
+            request_stackwalk: true,
+        },
+        mode: SessionMode::Streaming,
+        timeouts: timeouts(),
+        locate_for: Duration::from_secs(20),
+        drain_timeout: TIMEOUT,
+    };
+    let (refused_tx, mut refused_rx) = tokio::sync::mpsc::unbounded_channel();
+    let session = tokio::spawn(async move {
+        let report = move |path, refusal| {
+            let _ = refused_tx.send((path, refusal));
+            async {}
+        };
+        session::locate_and_probe(&target, &config, report).await
+    });
+    let mut refused = Vec::new();
+    for _ in 0..2 {
+        let next = tokio::time::timeout(Duration::from_secs(10), refused_rx.recv()).await?;
+        refused.push(next.expect("the session reports both planted names"));
+    }
+    refused.sort_by(|a, b| a.0.cmp(&b.0));
+    let owner_mismatch = Refusal::OwnerMismatch { owner: 65534, expected: 0 };
+    assert_eq!(
+        refused,
+        planted_paths.iter().map(|p| (p.clone(), owner_mismatch.clone())).collect::<Vec<_>>()
+    );
+
+    let exact = victim.go()?.to_owned();
+    let (result, _) = match session.await? {
+        Err(ClientError::Decode { pid: p, source: DecodeError::BadMagic { .. }, .. }) => (p, ()),
+        other => panic!("expected the victim's own (garbage) reply, got {other:?}"),
+    };
+    assert_eq!(result, pid);
+    assert_eq!(exact.file_name().unwrap().to_str().unwrap(), procfs::runtime_socket_name(pid)?);
+    // The victim got the request; nothing was sent to the planted names, nor reported twice.
+    assert_eq!(victim.received(1)?, (1, 20));
+    for mut p in planted {
+        assert_eq!(p.received(0)?, (0, 0));
+    }
+    assert!(refused_rx.try_recv().is_err());
+    Ok(())
+}
+
+#[tokio::test]
+async fn exact_name_bound_by_another_user_is_refused_for_its_owner() -> Result<()> {
+    let dir = shared_tmp("ipc-squat-nobody")?;
+    let target = spawn_idle_target(dir.path())?;
+    let pid = target.pid();
+    let mut squatter =
+        HostilePeer::spawn_opts(BIN, dir.path(), &["squat", &pid.to_string()], nobody())?;
+    let mut refused = Vec::new();
+    match socket::locate_target(&Target::pin(pid)?, &mut refused) {
+        Err(SocketError::NotFound { .. }) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    let owner_mismatch = Refusal::OwnerMismatch { owner: 65534, expected: 0 };
+    assert_eq!(refused, vec![(squatter.path.clone(), owner_mismatch.clone())]);
+    // Connecting by that name is refused on the opened inode as well, before connecting.
+    let located = socket::DiagnosticSocket {
+        host_pid: pid,
+        ns_pid: pid,
+        dir: dir.path().to_owned(),
+        file_name: procfs::runtime_socket_name(pid)?,
+        exact_key: true,
+        target: Target::pin(pid)?,
+        owner_uid: 0,
+    };
+    match socket::connect(&located, TIMEOUT).await {
+        Err(SocketError::Refused { pid: p, path, refusal }) => {
+            assert_eq!((p, path, refusal), (pid, squatter.path.clone(), owner_mismatch));
+        }
+        other => panic!("expected an owner refusal, got {other:?}"),
+    }
+    assert_eq!(squatter.received(0)?, (0, 0), "not even a connection");
+    Ok(())
+}
+
+#[tokio::test]
+async fn stale_listener_on_a_recycled_pid_is_refused() -> Result<()> {
+    let dir = ScratchDir::new("ipc-pid-reuse");
+    let output = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", env!("CARGO_BIN_EXE_pid_reuse")])
+        .arg(dir.path())
+        .output()?;
+    let stdout = String::from_utf8(output.stdout)?;
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let mut lines = stdout.lines();
+    let pids = lines.next().and_then(|l| l.strip_prefix("PIDS ")).expect("PIDS line");
+    let (creator, victim) = pids.split_once(' ').expect("PIDS <creator> <victim>");
+    assert_eq!(creator, victim, "the victim reused the listener creator's pid");
+    let result = lines.next().and_then(|l| l.strip_prefix("RESULT ")).expect("RESULT line");
+    // SO_PEERCRED names the victim's pid; SO_PEERPIDFD shows another (exited) process.
+    let name = std::fs::read_dir(dir.path())?
+        .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
+        .collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(name.len(), 1, "{name:?}");
+    let path = dir.path().join(&name[0]);
+    assert_eq!(
+        result,
+        format!(
+            "Refused {{ pid: {victim}, path: {path:?}, refusal: PeerNotTarget {{ pid: {victim} }} }}"
+        )
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn target_in_a_time_namespace_is_found_by_its_exact_name() -> Result<()> {
+    let dir = shared_tmp("ipc-timens")?;
+    // The runtime's clock is 1000 s ahead: its key is its start time as it reads it.
+    let in_timens = PeerOptions { boottime_offset_s: Some(1000), ..PeerOptions::default() };
+    let mut peer = HostilePeer::spawn_opts(BIN, dir.path(), &["garbage"], in_timens)?;
+    let pid = peer.pid();
+    let host_key = procfs::start_time(pid)?;
+    let name = peer.path.file_name().unwrap().to_str().unwrap().to_owned();
+    assert_eq!(name, format!("dotnet-diagnostic-{pid}-{}-socket", host_key + 1000 * 100));
+    // Another user plants the name the host's view of the start time gives, newer.
+    let mut planted = HostilePeer::spawn_opts(
+        BIN,
+        dir.path(),
+        &["plant", &pid.to_string(), &host_key.to_string()],
+        nobody(),
+    )?;
+
+    let client = DiagnosticClient::for_pid(pid, timeouts())?;
+    assert!(client.socket().exact_key);
+    assert_eq!(client.socket().file_name, name);
+    match client.probe().await {
+        Err(ClientError::Decode { pid: p, source: DecodeError::BadMagic { .. }, .. }) => {
+            assert_eq!(p, pid);
+        }
+        other => panic!("expected the peer's own (garbage) reply, got {other:?}"),
+    }
+    assert_eq!(peer.received(1)?, (1, 20));
+    assert_eq!(planted.received(0)?, (0, 0));
     Ok(())
 }

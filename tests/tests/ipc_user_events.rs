@@ -104,6 +104,8 @@ async fn user_events_command_is_not_accepted_as_a_streaming_session() -> Result<
         dir: "/nonexistent".into(),
         file_name: "dotnet-diagnostic-0-0-socket".into(),
         exact_key: true,
+        target: tracer::ipc::socket::Target::pin(std::process::id())?,
+        owner_uid: 0,
     };
     let client = DiagnosticClient::new(socket, Timeouts::default());
     let command =

@@ -127,6 +127,79 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
     after_comm.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The uids of the `Uid:` line of a `/proc/<pid>/status` text: real, effective, saved and
+/// filesystem uid (the one a file the process creates is owned by).
+pub fn parse_status_uids(status: &str) -> Option<[u32; 4]> {
+    let mut ids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace();
+    let mut uids = [0u32; 4];
+    for uid in &mut uids {
+        *uid = ids.next()?.parse().ok()?;
+    }
+    ids.next().is_none().then_some(uids)
+}
+
+/// The clock offsets of a time namespace, from a `/proc/<pid>/timens_offsets` text, in
+/// nanoseconds (may be negative).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimensOffsets {
+    pub monotonic_ns: i128,
+    pub boottime_ns: i128,
+}
+
+/// Parses `/proc/<pid>/timens_offsets`: one `<clock> <seconds> <nanoseconds>` line per clock, the
+/// clock named `monotonic` or `boottime` (or given by its clock id, 1 or 7, as the file accepts
+/// on write), nanoseconds in `0..1e9`. A clock that is not listed has offset 0; any other line
+/// makes the text malformed (`None`).
+pub fn parse_timens_offsets(text: &str) -> Option<TimensOffsets> {
+    let mut offsets = TimensOffsets::default();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut cols = line.split_whitespace();
+        let (clock, secs, nanos) = (cols.next()?, cols.next()?, cols.next()?);
+        if cols.next().is_some() {
+            return None;
+        }
+        let secs: i64 = secs.parse().ok()?;
+        let nanos: u32 = nanos.parse().ok()?;
+        if nanos >= 1_000_000_000 {
+            return None;
+        }
+        let ns = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        match clock {
+            "monotonic" | "1" => offsets.monotonic_ns = ns,
+            "boottime" | "7" => offsets.boottime_ns = ns,
+            _ => return None,
+        }
+    }
+    Some(offsets)
+}
+
+/// The start-time values (`starttime`, field 22 of `/proc/<pid>/stat`) a process may read for
+/// itself in its own time namespace, given the value `reader_ticks` that a reader in another
+/// time namespace read. The kernel reports `(start_boottime + boottime offset of the reader's
+/// namespace) / ns_per_tick`, rounded down; the monotonic offset plays no part. The two offsets
+/// differ by `delta_ns` (target's boottime offset minus the reader's): when `delta_ns` is a
+/// whole number of ticks the value is exact, otherwise the rounding makes it one of two
+/// neighbours (lower first). Values that would be negative are left out (`ns_per_tick` 0: none).
+pub fn start_time_in_namespace(reader_ticks: u64, delta_ns: i128, ns_per_tick: u64) -> Vec<u64> {
+    if ns_per_tick == 0 {
+        return Vec::new();
+    }
+    let tick = i128::from(ns_per_tick);
+    // The reader's start time in ns lies in [reader_ticks × tick, (reader_ticks + 1) × tick).
+    let first = i128::from(reader_ticks) * tick + delta_ns;
+    let lo = first.div_euclid(tick);
+    let hi = (first + tick - 1).div_euclid(tick);
+    let mut keys: Vec<u64> = [lo, hi].into_iter().filter_map(|k| u64::try_from(k).ok()).collect();
+    keys.dedup();
+    keys
+}
+
+/// The `Pid:` of a pidfd's `/proc/<pid>/fdinfo/<fd>` text: the process's pid in the reader's pid
+/// namespace, `-1` once it has exited, `0` when it has no pid there.
+pub fn parse_pidfd_fdinfo_pid(fdinfo: &str) -> Option<i64> {
+    fdinfo.lines().find_map(|l| l.strip_prefix("Pid:"))?.trim().parse().ok()
+}
+
 /// Field 4 (`ppid`) of a `/proc/<pid>/stat` text: the parent process.
 pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
@@ -222,6 +295,72 @@ mod tests {
         assert_eq!(parse_start_time("no paren"), None);
         assert_eq!(parse_stat_ppid(&stat), Some(4));
         assert_eq!(parse_stat_ppid("7 (x) S"), None);
+    }
+
+    #[test]
+    fn status_uids() {
+        let status = "Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t5\t5\t5\t5\n";
+        assert_eq!(parse_status_uids(status), Some([1000, 1001, 1002, 1003]));
+        assert_eq!(parse_status_uids("Uid:\t1\t2\t3\n"), None);
+        assert_eq!(parse_status_uids("Uid:\t1\t2\t3\t4\t5\n"), None);
+        assert_eq!(parse_status_uids("Uid:\t1\t2\tx\t4\n"), None);
+        assert_eq!(parse_status_uids("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn timens_offsets() {
+        let host = "monotonic           0         0\nboottime            0         0\n";
+        assert_eq!(parse_timens_offsets(host), Some(TimensOffsets::default()));
+        let shifted = "monotonic         500         0\nboottime         1000       250\n";
+        assert_eq!(
+            parse_timens_offsets(shifted),
+            Some(TimensOffsets { monotonic_ns: 500_000_000_000, boottime_ns: 1_000_000_000_250 })
+        );
+        assert_eq!(
+            parse_timens_offsets("boottime -3 5\n"),
+            Some(TimensOffsets { monotonic_ns: 0, boottime_ns: -2_999_999_995 })
+        );
+        assert_eq!(
+            parse_timens_offsets("7 2 0\n1 1 0\n"),
+            Some(TimensOffsets { monotonic_ns: 1_000_000_000, boottime_ns: 2_000_000_000 })
+        );
+        assert_eq!(parse_timens_offsets(""), Some(TimensOffsets::default()));
+        for bad in [
+            "boottime 1\n",
+            "boottime 1 1000000000\n",
+            "boottime 1 -1\n",
+            "realtime 1 0\n",
+            "boottime 1 0 0\n",
+            "boottime x 0\n",
+        ] {
+            assert_eq!(parse_timens_offsets(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn start_time_seen_from_another_time_namespace() {
+        const TICK: u64 = 10_000_000;
+        // Same namespace, or whole seconds apart: one exact value.
+        assert_eq!(start_time_in_namespace(841_313, 0, TICK), vec![841_313]);
+        assert_eq!(start_time_in_namespace(841_313, 1_000_000_000_000, TICK), vec![941_313]);
+        assert_eq!(start_time_in_namespace(841_313, -1_000_000_000_000, TICK), vec![741_313]);
+        // A fraction of a tick apart: the rounding gives one of two neighbours.
+        assert_eq!(start_time_in_namespace(100, 2_500_000, TICK), vec![100, 101]);
+        assert_eq!(start_time_in_namespace(100, -2_500_000, TICK), vec![99, 100]);
+        // Before the clock's zero: nothing.
+        assert_eq!(start_time_in_namespace(100, -2_000_000_000, TICK), Vec::<u64>::new());
+        assert_eq!(start_time_in_namespace(0, -2_500_000, TICK), vec![0]);
+        assert_eq!(start_time_in_namespace(u64::MAX, 1_000_000_000, TICK), Vec::<u64>::new());
+        assert_eq!(start_time_in_namespace(5, 0, 0), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn pidfd_fdinfo() {
+        let live =
+            "pos:\t0\nflags:\t02000002\nmnt_id:\t4\nino:\t87672\nPid:\t22749\nNSpid:\t22749\n";
+        assert_eq!(parse_pidfd_fdinfo_pid(live), Some(22749));
+        assert_eq!(parse_pidfd_fdinfo_pid("Pid:\t-1\nNSpid:\t-1\n"), Some(-1));
+        assert_eq!(parse_pidfd_fdinfo_pid("pos:\t0\n"), None);
     }
 
     #[test]

@@ -9,10 +9,16 @@
 //! * `silent` — accepts and never answers;
 //! * `symlink <path>` — creates this process's runtime socket name as a symlink to `<path>`;
 //! * `listen <path>` — binds a plain socket at `<path>` that only records what it receives;
-//! * `squat <pid>` — binds the runtime socket name of *another* process `<pid>`.
+//! * `squat <pid>` — binds the runtime socket name of *another* process `<pid>`;
+//! * `plant <pid> <key>` — binds `dotnet-diagnostic-<nspid of pid>-<key>-socket`, a name
+//!   tracer's fallback could take for `<pid>`'s socket.
 //!
 //! With `HOSTILE_PEER_IPC_MEMFD=1` it then maps a `dotnet_ipc_created` memfd, as a .NET runtime
 //! does once its diagnostic server listens, so tracer's detection finds it.
+//! With `HOSTILE_PEER_AS_NOBODY=1` it first drops to uid/gid 65534 (`nobody`), as another user
+//! sharing `/tmp` would be. With `HOSTILE_PEER_WAIT=1` it maps the memfd (when asked for) first,
+//! prints `WAITING` and creates the name only once it reads `go` on stdin (a runtime whose
+//! socket appears after it was detected).
 //!
 //! Prints `READY <path>` once the name exists (and the mapping, when asked for). On stdin, `report <n>` answers
 //! `RECEIVED <connections> <bytes>` once at least `n` connections were accepted and every one of
@@ -51,6 +57,22 @@ fn main() -> Result<()> {
         std::env::var("TMPDIR").ok().filter(|d| !d.is_empty()).unwrap_or("/tmp".into()),
     );
     let own_name = || procfs::runtime_socket_name(std::process::id()).map(|n| dir.join(n));
+    if std::env::var_os("HOSTILE_PEER_AS_NOBODY").is_some_and(|v| v == "1") {
+        become_nobody()?;
+    }
+    let wait = std::env::var_os("HOSTILE_PEER_WAIT").is_some_and(|v| v == "1");
+    let ipc_memfd = std::env::var_os("HOSTILE_PEER_IPC_MEMFD").is_some_and(|v| v == "1");
+    if wait {
+        if ipc_memfd {
+            map_ipc_memfd()?;
+        }
+        println!("WAITING");
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        if line.trim() != "go" {
+            bail!("expected go, read {line:?}");
+        }
+    }
     let tally: Shared = Arc::default();
     let created = match (args.first().map(String::as_str), args.get(1)) {
         (Some("garbage"), None) => serve(own_name()?, Behaviour::Garbage, &tally)?,
@@ -62,16 +84,23 @@ fn main() -> Result<()> {
             let name = procfs::runtime_socket_name(pid.parse().context("squat <pid>")?)?;
             serve(dir.join(name), Behaviour::Silent, &tally)?
         }
+        (Some("plant"), Some(pid)) => {
+            let pid: u32 = pid.parse().context("plant <pid> <key>")?;
+            let key: u64 = args.get(2).context("plant <pid> <key>")?.parse()?;
+            let name = format!("dotnet-diagnostic-{}-{key}-socket", procfs::ns_pid(pid)?);
+            serve(dir.join(name), Behaviour::Silent, &tally)?
+        }
         (Some("symlink"), Some(target)) => {
             let link = own_name()?;
             std::os::unix::fs::symlink(target, &link)?;
             link
         }
         _ => bail!(
-            "usage: hostile_peer garbage|short|silent|symlink <path>|listen <path>|squat <pid>"
+            "usage: hostile_peer garbage|short|silent|symlink <path>|listen <path>|squat <pid>|\
+             plant <pid> <key>"
         ),
     };
-    if std::env::var_os("HOSTILE_PEER_IPC_MEMFD").is_some_and(|v| v == "1") {
+    if ipc_memfd && !wait {
         map_ipc_memfd()?;
     }
     println!("READY {}", created.display());
@@ -83,6 +112,21 @@ fn main() -> Result<()> {
         }
     }
     let _ = std::fs::remove_file(&created);
+    Ok(())
+}
+
+/// Drops every group and becomes uid/gid 65534 for good.
+fn become_nobody() -> Result<()> {
+    // SAFETY: plain syscalls without pointers (setgroups with an empty list); the process is
+    // single-threaded here, so every thread drops its credentials.
+    let failed = unsafe {
+        libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setgid(65534) != 0
+            || libc::setuid(65534) != 0
+    };
+    if failed {
+        bail!("dropping to nobody: {}", std::io::Error::last_os_error());
+    }
     Ok(())
 }
 

@@ -28,6 +28,8 @@ pub enum Kind {
     SessionStarted,
     SessionEnded,
     SessionFailed,
+    /// A name refused as a process's diagnostic socket (the session may go on looking).
+    SocketRefused,
     /// One record of `tracer ftrace`.
     Ftrace,
     /// The last line of every pipeline: event and loss counts.
@@ -43,6 +45,7 @@ impl Kind {
             Kind::SessionStarted => "session_started",
             Kind::SessionEnded => "session_ended",
             Kind::SessionFailed => "session_failed",
+            Kind::SocketRefused => "socket_refused",
             Kind::Ftrace => "ftrace",
             Kind::Summary => "summary",
         }
@@ -212,6 +215,16 @@ pub struct ThreadLoss {
 pub struct SessionFailed<'a> {
     /// The socket failed a safety check (not a runtime that merely was not ready).
     pub refused: bool,
+    pub error: &'a str,
+}
+
+/// Body of `socket_refused`.
+#[derive(Debug, Serialize)]
+pub struct SocketRefused<'a> {
+    /// The refused name, inside the process's root.
+    pub path: &'a str,
+    /// `owner_mismatch`, `peer_not_target`, … ([`crate::ipc::socket::Refusal::name`]).
+    pub reason: &'static str,
     pub error: &'a str,
 }
 

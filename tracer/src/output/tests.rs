@@ -317,6 +317,10 @@ fn one_of_each_kind() -> Vec<Value> {
         },
     ));
     lines.push(session(Kind::SessionFailed, &SessionFailed { refused: true, error: "x" }));
+    lines.push(session(
+        Kind::SocketRefused,
+        &SocketRefused { path: "/tmp/s", reason: "owner_mismatch", error: "x" },
+    ));
     let ftrace = FtraceRecord {
         system: "sched",
         event: "sched_process_exec",

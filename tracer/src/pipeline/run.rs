@@ -16,6 +16,7 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use tracer_decode::diagnostic_ipc::FilteredProvider;
 use tracer_decode::text::escape_control;
 
+use crate::ipc::socket::Target;
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
 use crate::kernel::ftrace_reader::ReaderStats;
 use crate::kernel::procfs;
@@ -23,7 +24,7 @@ use crate::kernel::tracefs::Tracefs;
 use crate::kernel::user_events::UserEventsData;
 use crate::output::{
     self, JsonLines, Kind, LossCount, SessionEnded, SessionFailed, SessionId, SessionStarted,
-    StreamTotals, ThreadLoss,
+    SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
     self, EventLine, SessionConfig, SessionContext, SessionMessage, SessionMode, user_events,
@@ -53,6 +54,8 @@ pub struct RunSummary {
     pub sessions_ended: BTreeMap<&'static str, u64>,
     pub sessions_failed: u64,
     pub sessions_refused: u64,
+    /// Names refused as a process's socket (by reason), also those a session then looked past.
+    pub sockets_refused: BTreeMap<&'static str, u64>,
     pub events_by_provider: BTreeMap<String, u64>,
     /// Events the runtimes numbered but never delivered (nettrace sequence gaps), all sessions.
     pub runtime_lost_events: u64,
@@ -126,6 +129,9 @@ impl RunSummary {
         if self.stop_failures > 0 {
             eprintln!("    StopTracing not acknowledged: {}", self.stop_failures);
         }
+        for (reason, n) in &self.sockets_refused {
+            eprintln!("    socket names refused ({reason}): {n}");
+        }
         eprintln!("  events: {}", self.events());
         for (provider, n) in &self.events_by_provider {
             eprintln!("    {}: {n}", escape_control(provider));
@@ -180,8 +186,9 @@ pub async fn run(
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    // Processes that already have (or had) a session: each is traced once.
-    let mut traced: HashSet<u32> = HashSet::new();
+    // Processes that already have (or had) a session, as (pid, start time): each is traced
+    // once, and a recycled pid is another process.
+    let mut traced: HashSet<(u32, u64)> = HashSet::new();
     let mut events_by_pid: HashMap<u32, u64> = HashMap::new();
 
     let context = SessionContext {
@@ -192,11 +199,13 @@ pub async fn run(
         user_events: user_events.as_ref().map(user_events::Hub::handle),
     };
     let mut start_session = move |pid: u32, tasks: &mut JoinSet<()>, summary: &mut RunSummary| {
-        if !traced.insert(pid) {
+        // Pinned at detection; a process already gone is reported by its session (start time 0).
+        let target = Target::pin(pid);
+        if !traced.insert((pid, target.as_ref().map_or(0, Target::start_time))) {
             return;
         }
         summary.processes += 1;
-        tasks.spawn(session::run(pid, context.clone()));
+        tasks.spawn(session::run(pid, target, context.clone()));
     };
 
     let existing = procfs::scan_targets(&config.target_pids)
@@ -401,6 +410,15 @@ fn handle_message(
                 error: detail.as_deref(),
             };
             sink.emit(&output::session_line(clock, Kind::SessionEnded, pid, body));
+        }
+        SessionMessage::Refused { pid, path, refusal } => {
+            *summary.sockets_refused.entry(refusal.name()).or_default() += 1;
+            // Debug formatting escapes control characters of the peer's path.
+            log::warn!("pid {pid}: refused {path:?} as its diagnostic socket: {refusal}");
+            let path = path.to_string_lossy();
+            let error = refusal.to_string();
+            let body = SocketRefused { path: &path, reason: refusal.name(), error: &error };
+            sink.emit(&output::session_line(clock, Kind::SocketRefused, pid, body))
         }
         SessionMessage::Failed { pid, error, refused } => {
             if refused {

@@ -6,6 +6,8 @@
 pub mod streaming;
 pub mod user_events;
 
+use std::collections::HashSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -14,7 +16,7 @@ use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, TracingRequest};
 use tracer_decode::nettrace::NettraceStats;
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
-use crate::ipc::socket::SocketError;
+use crate::ipc::socket::{self, Refusal, SocketError, Target};
 use crate::output::RenderedLine;
 use crate::time::Clock;
 
@@ -114,6 +116,13 @@ pub enum SessionMessage {
         error: String,
         refused: bool,
     },
+    /// A name that could have been the process's socket was refused (each distinct name and
+    /// reason once per session); the session goes on looking. Sent before `Started`/`Failed`.
+    Refused {
+        pid: u32,
+        path: PathBuf,
+        refusal: Refusal,
+    },
 }
 
 /// What a streaming session's nettrace stream carried, and what did not make it to the output.
@@ -143,10 +152,20 @@ pub struct SessionContext {
     pub user_events: Option<user_events::HubHandle>,
 }
 
-/// Runs one process's session to its end, reporting through `ctx.out`.
-pub async fn run(pid: u32, mut ctx: SessionContext) {
+/// Runs one process's session to its end, reporting through `ctx.out`. `target` is the process
+/// pinned at detection (or why it could not be pinned).
+pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: SessionContext) {
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => return report_failure(pid, e.into(), &ctx.out).await,
+    };
+    let out = ctx.out.clone();
+    let report = |path: PathBuf, refusal: Refusal| {
+        let out = out.clone();
+        async move { drop(out.send(SessionMessage::Refused { pid, path, refusal }).await) }
+    };
     let probed = tokio::select! {
-        r = locate_and_probe(pid, &ctx.config) => r,
+        r = locate_and_probe(&target, &ctx.config, report) => r,
         () = stopped(&mut ctx.stop) => return,
     };
     let (client, runtime) = match probed {
@@ -183,34 +202,68 @@ async fn report_failure(pid: u32, e: ClientError, out: &mpsc::Sender<SessionMess
     let _ = out.send(SessionMessage::Failed { pid, error: e.to_string(), refused }).await;
 }
 
-async fn locate_and_probe(
-    pid: u32,
+/// Locates the socket of `target` and probes its runtime, looking until `config.locate_for` has
+/// passed while there is no socket yet, or only names that cannot be the target's
+/// ([`retry_locating`]). Each distinct refused name is handed to `report` once.
+pub async fn locate_and_probe<F, Fut>(
+    target: &Target,
     config: &SessionConfig,
-) -> Result<(DiagnosticClient, Option<ProcessInfo>), ClientError> {
-    let client = locate(pid, config).await?;
-    let runtime = match client.probe().await? {
-        RuntimeInfo::Known { info, .. } => Some(info),
-        RuntimeInfo::PreNet5 => None,
-    };
-    Ok((client, runtime))
-}
-
-/// Retries while the socket does not exist yet: a runtime seen through its `doublemapper`
-/// mapping may not have bound its diagnostic socket yet (docs/protocol/diagnostic-ipc.md §1.5).
-async fn locate(pid: u32, config: &SessionConfig) -> Result<DiagnosticClient, ClientError> {
+    mut report: F,
+) -> Result<(DiagnosticClient, Option<ProcessInfo>), ClientError>
+where
+    F: FnMut(PathBuf, Refusal) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let give_up = Instant::now() + config.locate_for;
     let mut delay = Duration::from_millis(20);
+    let mut reported: HashSet<(PathBuf, Refusal)> = HashSet::new();
     loop {
-        match DiagnosticClient::for_pid(pid, config.timeouts) {
-            Err(ClientError::Socket(SocketError::NotFound { .. })) if Instant::now() < give_up => {
+        let mut refused = Vec::new();
+        let mut exact_key = true;
+        let attempt = match socket::locate_target(target, &mut refused) {
+            Ok(located) => {
+                exact_key = located.exact_key;
+                let client = DiagnosticClient::new(located, config.timeouts);
+                client.probe().await.map(|info| (client, info))
+            }
+            Err(e) => Err(ClientError::Socket(e)),
+        };
+        if let Err(ClientError::Socket(SocketError::Refused { path, refusal, .. })) = &attempt {
+            refused.push((path.clone(), refusal.clone()));
+        }
+        for (path, refusal) in refused {
+            if reported.insert((path.clone(), refusal.clone())) {
+                report(path, refusal).await;
+            }
+        }
+        match attempt {
+            Ok((client, RuntimeInfo::Known { info, .. })) => return Ok((client, Some(info))),
+            Ok((client, RuntimeInfo::PreNet5)) => return Ok((client, None)),
+            Err(e) if retry_locating(&e, exact_key) && Instant::now() < give_up => {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(500));
             }
-            other => return other,
+            Err(e) => return Err(e),
         }
     }
 }
 
+/// Whether to keep looking for the socket (within the locate window): there is none yet (a
+/// runtime seen through its `doublemapper` mapping may not have bound it yet,
+/// docs/protocol/diagnostic-ipc.md §1.5); the name found belongs to another uid (planted in a
+/// shared temp dir); or the fallback name (not the exact key) could not be used — the runtime
+/// may still bind its exact name. A refusal of the exact name owned by the target's uid is final.
+fn retry_locating(e: &ClientError, exact_key: bool) -> bool {
+    let ClientError::Socket(e) = e else { return false };
+    match e {
+        SocketError::NotFound { .. } => true,
+        SocketError::Refused { refusal: Refusal::OwnerMismatch { .. }, .. } => true,
+        SocketError::Refused { .. }
+        | SocketError::Connect { .. }
+        | SocketError::ConnectTimeout { .. } => !exact_key,
+        _ => false,
+    }
+}
 /// Resolves once the pipeline asks sessions to stop (or is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard returned by wait_for is dropped here, before the caller's next await.
