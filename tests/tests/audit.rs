@@ -177,8 +177,9 @@ fn registration_table_is_printed_on_request() {
     let mut audit = start_audit(AuditConfig { registrations: true, ..AuditConfig::default() });
     let run = drive_sequence(Some(&mut audit), helper(HELPER, &["sequence"]));
     let (lines, summary) = audit.stop();
-    let last = lines.last().unwrap();
+    let [.., last, summary_line] = lines.as_slice() else { panic!("{lines:#?}") };
     assert_eq!(last["kind"], "registration_table");
+    assert_eq!(summary_line["kind"], "summary", "the summary line comes last");
     // The helper's only REG failed (ENOTTY) and it has exited: it holds no registration.
     let table = summary.registrations.expect("table requested");
     assert!(table.get(run.pid as u32).is_empty());
@@ -325,7 +326,11 @@ fn cli_exits_zero_on_sigint_with_summary() {
     assert!(err_text.contains("losses:"), "{err_text}");
     assert!(err_text.contains("sequence gaps:"), "{err_text}");
     assert!(err_text.contains("user_events registrations at exit:"), "{err_text}");
-    assert_eq!(out.last().unwrap()["kind"], "registration_table");
+    let [.., table, summary_line] = out.as_slice() else { panic!("{out:#?}") };
+    assert_eq!(
+        (table["kind"].as_str(), summary_line["kind"].as_str()),
+        (Some("registration_table"), Some("summary"))
+    );
     assert_eq!(out.iter().filter(|v| is(v, "dotnet_ipc_ready", run.pid)).count(), 1);
 }
 

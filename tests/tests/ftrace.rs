@@ -270,7 +270,9 @@ fn ftrace_pipeline_streams_json_lines() {
     pipeline.wait_for("the raw_data line", Duration::from_secs(20), |l| l["event"] == "raw_data");
     let (lines, summary) = pipeline.stop();
     assert!(!dir.exists(), "instance removed on exit");
-    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines.len(), 3, "two records and the summary: {lines:#?}");
+    assert_eq!(lines[2]["kind"], "summary");
+    assert_eq!((lines[2]["events"].clone(), lines[2]["lost"].clone()), (2.into(), 0.into()));
     assert_eq!((summary.reader.records(), summary.reader.lost(), summary.bad_fields), (2, 0, 0));
     let print = &lines[0];
     let keys: Vec<&str> = print.as_object().unwrap().keys().map(String::as_str).collect();

@@ -5,16 +5,15 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// `s` with every control character (C0, DEL, C1 — newlines and escapes included) written as a
-/// Rust-style escape (`\n`, `\t`, `\u{1b}`), and backslashes doubled so an escape cannot be
-/// forged. Borrowed when there is nothing to escape.
+/// Rust-style escape (`\n`, `\t`, `\u{1b}`). Backslashes stay as they are, so text that is
+/// already escaped (a `{:?}` path) reads the same. Borrowed when there is nothing to escape.
 pub fn escape_control(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control() || c == '\\') {
+    if !s.chars().any(char::is_control) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
-            '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -37,6 +36,6 @@ mod tests {
         assert_eq!(escape_control("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
         assert_eq!(escape_control("x\n[ERROR forged] y"), "x\\n[ERROR forged] y");
         assert_eq!(escape_control("\r\t\u{7f}\u{9b}"), "\\r\\t\\u{7f}\\u{9b}");
-        assert_eq!(escape_control("a\\nb"), "a\\\\nb", "a literal backslash-n stays distinct");
+        assert_eq!(escape_control("a\\nb"), "a\\nb", "already escaped text is kept");
     }
 }
