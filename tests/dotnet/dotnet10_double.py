@@ -23,7 +23,8 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
 Hostile modes (for tracer's hostile-peer tests; a real runtime does neither):
   DOUBLE_IGNORE_STOP=1         StopTracing is read but never answered, the stream never ended;
-  DOUBLE_ALL_PROVIDERS=1       streaming sessions get every event, asked for or not.
+  DOUBLE_ALL_PROVIDERS=1       streaming sessions get every event, asked for or not;
+  DOUBLE_SILENT_STREAM=1       a streaming session is accepted, but its stream never starts.
 """
 import ctypes
 import mmap
@@ -48,6 +49,7 @@ TRACEPOINT_FIELDS = "u8 version; u16 event_id; __rel_loc u8[] extension; __rel_l
 out_lock = threading.Lock()
 IGNORE_STOP = os.environ.get("DOUBLE_IGNORE_STOP") == "1"
 ALL_PROVIDERS = os.environ.get("DOUBLE_ALL_PROVIDERS") == "1"
+SILENT_STREAM = os.environ.get("DOUBLE_SILENT_STREAM") == "1"
 
 
 def say(*words):
@@ -528,7 +530,8 @@ class Server:
             with self.lock:
                 self.sessions[sid] = session
             conn.sendall(ok_reply(struct.pack("<Q", sid)))
-            session.start_stream()
+            if not SILENT_STREAM:
+                session.start_stream()
         say("SESSION_STARTED", hex(sid), "streaming")
 
     def start_user_events(self, conn, r):

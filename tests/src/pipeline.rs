@@ -179,6 +179,7 @@ pub fn run_config(
 ) -> tracer::pipeline::run::RunConfig {
     let providers = tracer::ipc::providers::parse_providers(providers).expect("provider spec");
     tracer::pipeline::run::RunConfig {
+        admission: Default::default(),
         session: tracer::session::SessionConfig {
             request: tracer_decode::diagnostic_ipc::TracingRequest {
                 circular_buffer_mb: 64,

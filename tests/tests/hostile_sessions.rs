@@ -113,3 +113,62 @@ fn a_runtime_that_never_acknowledges_stop_ends_at_the_drain_deadline_and_is_coun
     assert_eq!(ended["events"], 3);
     assert_eq!(summary.sessions_ended.get("drain_timeout"), Some(&1));
 }
+
+#[test]
+fn fakes_of_one_uid_fill_only_its_share_and_a_real_runtime_is_still_traced() {
+    const FAKES: usize = 120;
+    const SHARE: usize = 8;
+    let tmp = ScratchDir::new("fakes");
+    // A shared temp dir, as /tmp is.
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        .unwrap();
+    // Processes of `nobody` that look like runtimes and hold their sessions: they accept the
+    // connection and never answer.
+    let mut fakes = Vec::new();
+    for _ in 0..FAKES {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hostile_peer"));
+        command.arg("silent").env("TMPDIR", tmp.path()).env("HOSTILE_PEER_IPC_MEMFD", "1");
+        std::os::unix::process::CommandExt::uid(&mut command, 65534);
+        std::os::unix::process::CommandExt::gid(&mut command, 65534);
+        let mut fake = tests::process::LineProcess::spawn("hostile_peer", command).unwrap();
+        fake.wait_line("READY", WAIT).unwrap();
+        fakes.push(fake);
+    }
+    let mut config =
+        run_config("TestDouble", SessionMode::Streaming, Duration::from_secs(10), 1024);
+    config.admission.max_per_uid = SHARE;
+    // The fakes keep their slots for the whole test.
+    let patient = Duration::from_secs(600);
+    config.session.timeouts =
+        tracer::ipc::client::Timeouts { connect: patient, write: patient, read: patient };
+    let mut tracer = start_run(READY, config);
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let started =
+        tracer.wait_for("the real runtime's session", WAIT, |l| is(l, "session_started", pid));
+    double.expect_session_started(started["session_id"].as_str().unwrap()).unwrap();
+    let (_, summary) = tracer.stop();
+    assert_eq!(summary.sessions_waited, (FAKES - SHARE) as u64, "only the fakes wait");
+    assert_eq!(summary.sessions_not_admitted, (FAKES - SHARE) as u64, "still waiting at stop");
+    drop(fakes);
+}
+
+#[test]
+fn a_peer_that_accepts_a_session_but_never_streams_is_dropped() {
+    let tmp = ScratchDir::new("silent-stream");
+    let mut double =
+        Dotnet10Double::spawn_with(tmp.path(), &[("DOUBLE_SILENT_STREAM", "1")]).expect("double");
+    let pid = double.pid();
+    let mut config =
+        run_config("TestDouble", SessionMode::Streaming, Duration::from_secs(10), 1024);
+    config.target_pids = vec![pid];
+    config.session.timeouts.read = Duration::from_millis(300);
+    let mut tracer = start_run(READY, config);
+    let started = tracer.wait_for("session_started", WAIT, |l| is(l, "session_started", pid));
+    double.expect_session_started(started["session_id"].as_str().unwrap()).unwrap();
+    let ended = tracer.wait_for("session_ended", WAIT, |l| is(l, "session_ended", pid));
+    assert_eq!(ended["reason"], "stream_not_started", "{ended}");
+    assert_eq!(ended["events"], 0);
+    let (_, summary) = tracer.stop();
+    assert_eq!(summary.sessions_ended.get("stream_not_started"), Some(&1));
+}

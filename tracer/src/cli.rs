@@ -18,6 +18,7 @@ use tracer_decode::text::escape_control;
 
 use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
 use crate::output::{JsonLines, ReopenRequest};
+use crate::pipeline::admission::AdmissionLimits;
 use crate::pipeline::{audit, check, ftrace, run};
 use crate::session::{SessionConfig, SessionMode};
 
@@ -227,6 +228,17 @@ pub struct RunArgs {
     /// Per-CPU ftrace buffer of the user_events instance, in KiB.
     #[arg(long, default_value_t = 4096)]
     pub buffer_size_kb: u64,
+    /// Most sessions at once. Processes beyond a cap wait for a slot (see
+    /// --max-waiting-sessions): any local process can pose as a .NET runtime.
+    #[arg(long, default_value_t = AdmissionLimits::default().max_sessions)]
+    pub max_sessions: usize,
+    /// Most sessions at once with processes of one uid, so one user faking runtimes cannot take
+    /// every slot.
+    #[arg(long, default_value_t = AdmissionLimits::default().max_per_uid)]
+    pub max_sessions_per_uid: usize,
+    /// Most processes waiting for a session slot; beyond, a process is not traced (counted).
+    #[arg(long, default_value_t = AdmissionLimits::default().max_waiting)]
+    pub max_waiting_sessions: usize,
 }
 
 /// `--session`.
@@ -259,6 +271,11 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
     let timeouts =
         Timeouts { connect: args.ipc_timeout, write: args.ipc_timeout, read: args.ipc_timeout };
     Ok(run::RunConfig {
+        admission: AdmissionLimits {
+            max_sessions: args.max_sessions,
+            max_per_uid: args.max_sessions_per_uid,
+            max_waiting: args.max_waiting_sessions,
+        },
         session: SessionConfig {
             request: TracingRequest {
                 circular_buffer_mb: args.buffer_mb,

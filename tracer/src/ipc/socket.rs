@@ -515,12 +515,29 @@ pub async fn locate_and_connect(
     Ok((socket, stream))
 }
 
+/// The most tracer reads of a `/proc/<pid>/` file another process controls (its `environ` is
+/// the largest: the kernel limits arguments and environment to a quarter of the stack limit,
+/// 2 MiB by default). A larger file is refused, not read.
+pub const MAX_PROC_FILE_BYTES: u64 = 4 << 20;
+
+/// At most this many entries of a target's temp directory are examined for a fallback socket
+/// name: a directory of millions of entries costs a bounded amount of work.
+pub const MAX_TEMP_DIR_ENTRIES: usize = 100_000;
+
 fn read_proc(pid: u32, file: &'static str) -> Result<Vec<u8>, SocketError> {
-    fs::read(format!("/proc/{pid}/{file}")).map_err(|source| SocketError::Proc {
-        pid,
-        file,
-        source,
-    })
+    use std::io::Read as _;
+    let proc_error = |source| SocketError::Proc { pid, file, source };
+    let f = fs::File::open(format!("/proc/{pid}/{file}")).map_err(proc_error)?;
+    let mut bytes = Vec::new();
+    f.take(MAX_PROC_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(proc_error)?;
+    if bytes.len() as u64 > MAX_PROC_FILE_BYTES {
+        return Err(SocketError::Malformed {
+            pid,
+            file,
+            what: "larger than MAX_PROC_FILE_BYTES (4 MiB)",
+        });
+    }
+    Ok(bytes)
 }
 
 /// `TMPDIR` from /proc/<pid>/environ; `/tmp` when unset or empty (CoreCLR's rule,
@@ -669,7 +686,8 @@ fn newest_candidate(
 ) -> io::Result<Option<String>> {
     let prefix = format!("dotnet-diagnostic-{ns_pid}-");
     let mut best: Option<(SystemTime, String)> = None;
-    for entry in fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+    let entries = fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
+    for entry in entries.take(MAX_TEMP_DIR_ENTRIES) {
         let entry = entry?;
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
         let is_candidate = name

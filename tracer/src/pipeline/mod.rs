@@ -1,6 +1,7 @@
 //! One pipeline per subcommand: detection → sessions → decode → output, in one direction. Each
 //! takes its configuration, a sink, a stop future and an optional ready sender, and returns its
 //! summary: `audit::run`, `run::run`, `ftrace::run` (`check` only reads the machine).
+pub mod admission;
 pub mod audit;
 pub mod check;
 pub mod ftrace;

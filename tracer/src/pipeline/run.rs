@@ -16,6 +16,8 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use tracer_decode::diagnostic_ipc::FilteredProvider;
 use tracer_decode::text::escape_control;
 
+use super::admission::{Admission, AdmissionLimits, Admitted};
+use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
 use crate::kernel::ftrace_reader::ReaderStats;
@@ -33,6 +35,8 @@ use crate::time::Clock;
 
 #[derive(Clone, Debug)]
 pub struct RunConfig {
+    /// Caps on sessions in all and per uid.
+    pub admission: AdmissionLimits,
     pub providers: Vec<FilteredProvider>,
     pub target_pids: Vec<u32>,
     pub session: SessionConfig,
@@ -65,6 +69,10 @@ pub struct RunSummary {
     pub unread_bytes_at_drain: u64,
     /// Streaming sessions whose StopTracing the runtime did not acknowledge.
     pub stop_failures: u64,
+    /// Processes that had to wait for a session slot.
+    pub sessions_waited: u64,
+    /// Processes that never got a session: the wait queue was full, or tracer stopped first.
+    pub sessions_not_admitted: u64,
     /// Detection losses in the kernel (ring full, failed reads, full maps).
     pub detection_losses: Vec<Loss>,
     /// Detection program invocations the kernel skipped (another BPF program was running).
@@ -126,6 +134,12 @@ impl RunSummary {
         for (reason, n) in &self.sessions_ended {
             eprintln!("    ended ({reason}): {n}");
         }
+        if self.sessions_waited + self.sessions_not_admitted > 0 {
+            eprintln!(
+                "    admission: {} waited for a slot, {} never admitted",
+                self.sessions_waited, self.sessions_not_admitted
+            );
+        }
         if self.stop_failures > 0 {
             eprintln!("    StopTracing not acknowledged: {}", self.stop_failures);
         }
@@ -152,6 +166,25 @@ impl RunSummary {
         }
         if let Some(error) = &self.output_error {
             eprintln!("  output failed: {error} (lines not written: {})", self.unwritten_lines);
+        }
+    }
+}
+
+/// What starts a session: pid, uid, and the process pinned at detection.
+type Candidate = (u32, u32, Result<Target, SocketError>);
+
+/// Raises the soft limit of open files to the hard limit: every session holds sockets and a
+/// pidfd, and running out would leave real runtimes untraced.
+fn raise_fd_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                log::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
+            }
         }
     }
 }
@@ -190,6 +223,10 @@ pub async fn run(
     // once, and a recycled pid is another process.
     let mut traced: HashSet<(u32, u64)> = HashSet::new();
     let mut events_by_pid: HashMap<u32, u64> = HashMap::new();
+    let mut admission = Admission::new(config.admission);
+    // The uid each session's slot belongs to.
+    let mut slot_uids: HashMap<tokio::task::Id, u32> = HashMap::new();
+    raise_fd_limit();
 
     let context = SessionContext {
         config: config.session.clone(),
@@ -198,22 +235,46 @@ pub async fn run(
         stop: stop_rx,
         user_events: user_events.as_ref().map(user_events::Hub::handle),
     };
-    let mut start_session = move |pid: u32, tasks: &mut JoinSet<()>, summary: &mut RunSummary| {
+    // Starts the session of an admitted process (pinned at detection).
+    let spawn = move |(pid, uid, target): Candidate,
+                      tasks: &mut JoinSet<()>,
+                      slot_uids: &mut HashMap<tokio::task::Id, u32>| {
+        let task = tasks.spawn(session::run(pid, target, context.clone()));
+        slot_uids.insert(task.id(), uid);
+    };
+    let mut start_session = move |pid: u32,
+                                  uid: u32,
+                                  admission: &mut Admission<Candidate>,
+                                  summary: &mut RunSummary|
+          -> Option<Candidate> {
         // Pinned at detection; a process already gone is reported by its session (start time 0).
         let target = Target::pin(pid);
         if !traced.insert((pid, target.as_ref().map_or(0, Target::start_time))) {
-            return;
+            return None;
         }
         summary.processes += 1;
-        tasks.spawn(session::run(pid, target, context.clone()));
+        match admission.request(uid, (pid, uid, target)) {
+            Admitted::Now(candidate) => Some(candidate),
+            Admitted::Waiting => {
+                log::info!("pid {pid}: waiting for a session slot (uid {uid} or all in use)");
+                None
+            }
+            Admitted::Refused => {
+                log::warn!("pid {pid}: not traced: every session slot and the wait queue are full");
+                None
+            }
+        }
     };
 
     let existing = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for running .NET processes")?;
     for m in &existing {
-        let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid));
-        sink.emit(&line);
-        start_session(m.pid, &mut tasks, &mut summary);
+        let identity = procfs::process_identity(m.pid);
+        let uid = identity.as_ref().map_or(0, |id| id.uid);
+        sink.emit(&output::procfs_mapping_line(m, &clock, identity));
+        if let Some(c) = start_session(m.pid, uid, &mut admission, &mut summary) {
+            spawn(c, &mut tasks, &mut slot_uids);
+        }
     }
     log::info!(
         "watching for .NET processes ({} already running); providers: {}",
@@ -236,11 +297,21 @@ pub async fn run(
                     if let EventBody::DotnetIpcReady(_) | EventBody::DotnetRuntimeSeen(_) = event.body {
                         let line = output::detection_line(&event, &clock, None);
                         sink.emit(&line);
-                        start_session(event.meta.pid, &mut tasks, &mut summary);
+                        let (pid, uid) = (event.meta.pid, event.meta.uid);
+                        if let Some(c) = start_session(pid, uid, &mut admission, &mut summary) {
+                            spawn(c, &mut tasks, &mut slot_uids);
+                        }
                     }
                 }
             }
             Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid),
+            Some(done) = tasks.join_next_with_id() => {
+                let id = done.map_or_else(|e| e.id(), |(id, ())| id);
+                let uid = slot_uids.remove(&id).expect("every session has a slot");
+                for candidate in admission.finished(uid) {
+                    spawn(candidate, &mut tasks, &mut slot_uids);
+                }
+            }
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
             }
@@ -260,7 +331,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     // The channel closes once every session task (each holds a sender) has finished; the
     // pipeline's own sender goes with the session starter.
-    drop(start_session);
+    drop((start_session, spawn));
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
@@ -280,6 +351,8 @@ pub async fn run(
         emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
         summary.record_user_events_stats(&ue);
     }
+    summary.sessions_waited = admission.waited;
+    summary.sessions_not_admitted = admission.refused + admission.waiting() as u64;
     detector.detach()?;
     summary.detection_losses = detector.losses()?;
     summary.detection_decode_errors = detector.decode_errors();

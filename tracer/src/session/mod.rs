@@ -68,6 +68,9 @@ pub enum EndReason {
     DecodeError,
     /// Reading the socket failed.
     ReadError,
+    /// The runtime accepted the session but sent no byte of its stream within the IPC read
+    /// timeout: a peer holding a session slot without using it.
+    StreamNotStarted,
 }
 
 impl EndReason {
@@ -79,6 +82,7 @@ impl EndReason {
             EndReason::DrainTimeout => "drain_timeout",
             EndReason::DecodeError => "decode_error",
             EndReason::ReadError => "read_error",
+            EndReason::StreamNotStarted => "stream_not_started",
         }
     }
 }
@@ -218,9 +222,9 @@ where
     let mut delay = Duration::from_millis(20);
     let mut reported: HashSet<(PathBuf, Refusal)> = HashSet::new();
     loop {
-        let mut refused = Vec::new();
         let mut exact_key = true;
-        let attempt = match socket::locate_target(target, &mut refused) {
+        let (located, mut refused) = locate_off_the_workers(target).await;
+        let attempt = match located {
             Ok(located) => {
                 exact_key = located.exact_key;
                 let client = DiagnosticClient::new(located, config.timeouts);
@@ -246,6 +250,26 @@ where
             Err(e) => return Err(e),
         }
     }
+}
+
+/// At most this many sessions read another process's `/proc` files and scan its temp directory
+/// at once; the work runs on blocking threads, never on the async workers, so a slow or huge
+/// target stalls no other session.
+pub const MAX_CONCURRENT_LOCATES: usize = 8;
+
+/// [`socket::locate_target`] on a blocking thread, at most [`MAX_CONCURRENT_LOCATES`] at once.
+async fn locate_off_the_workers(
+    target: &Target,
+) -> (Result<socket::DiagnosticSocket, SocketError>, Vec<(PathBuf, Refusal)>) {
+    static LOCATES: tokio::sync::Semaphore =
+        tokio::sync::Semaphore::const_new(MAX_CONCURRENT_LOCATES);
+    let _permit = LOCATES.acquire().await.expect("the semaphore is never closed");
+    let target = target.clone();
+    let work = tokio::task::spawn_blocking(move || {
+        let mut refused = Vec::new();
+        (socket::locate_target(&target, &mut refused), refused)
+    });
+    work.await.expect("locating the socket does not panic")
 }
 
 /// Whether to keep looking for the socket (within the locate window): there is none yet (a

@@ -55,9 +55,12 @@ pub(super) async fn run(
     let mut stop_answered = false;
     let mut stop_error = None;
     let mut detail = None;
+    // A runtime starts its stream (the nettrace header) at once; a peer that does not is dropped.
+    let mut start_deadline = Some(Instant::now() + config.timeouts.read);
     let reason = loop {
         let read = tokio::select! {
             r = stream.read(&mut buf) => r,
+            () = sleep_until_opt(start_deadline) => break EndReason::StreamNotStarted,
             () = stopped(&mut stop), if drain_deadline.is_none() => {
                 drain_deadline = Some(Instant::now() + config.drain_timeout);
                 continue;
@@ -74,7 +77,10 @@ pub(super) async fn run(
         };
         let n = match read {
             Ok(0) => break end_of_stream(&parser, drain_deadline.is_some(), &mut detail),
-            Ok(n) => n,
+            Ok(n) => {
+                start_deadline = None;
+                n
+            }
             Err(e) => {
                 detail = Some(e.to_string());
                 break EndReason::ReadError;
