@@ -714,8 +714,12 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
     }
     track(child, EventKind::ProcessFork);
     // SAFETY: read-only lookup.
-    if cfg.filter_targets != 0 && unsafe { TARGETS.get(&tgid) }.is_some() {
-        let _ = TARGETS.insert(&child, &1, 0);
+    if cfg.filter_targets != 0
+        && unsafe { TARGETS.get(&tgid) }.is_some()
+        && TARGETS.insert(&child, &1, 0).is_err()
+    {
+        // The child of a target goes unwatched: counted, like every other full map.
+        count_loss(EventKind::ProcessFork, LossReason::MapFull);
     }
     if excluded(tgid) {
         return 0;

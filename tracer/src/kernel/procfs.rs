@@ -61,8 +61,10 @@ fn scan_memfd_mappings(include: impl Fn(u32) -> bool) -> std::io::Result<Vec<Mem
     let mut out = Vec::new();
     for pid in pids()?.into_iter().filter(|p| include(*p)) {
         // Kernel threads have empty maps; processes may exit mid-scan.
-        if let Ok(maps) = fs::read_to_string(Path::new(PROC).join(pid.to_string()).join("maps")) {
-            out.extend(memfd_mappings(pid, &maps));
+        // Bytes, not UTF-8 text: a process can name files (or memfds) with any bytes, and one such
+        // line must not hide its other mappings.
+        if let Ok(maps) = fs::read(Path::new(PROC).join(pid.to_string()).join("maps")) {
+            out.extend(memfd_mappings(pid, &String::from_utf8_lossy(&maps)));
         }
     }
     Ok(out)
