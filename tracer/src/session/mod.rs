@@ -66,6 +66,9 @@ pub enum EndReason {
     DecodeError,
     /// Reading the socket failed.
     ReadError,
+    /// The peer made tracer exceed a byte budget (output per input byte, pending lines,
+    /// metadata): tracer stopped the session; other sessions are unaffected.
+    BudgetExceeded,
 }
 
 impl EndReason {
@@ -77,6 +80,7 @@ impl EndReason {
             EndReason::DrainTimeout => "drain_timeout",
             EndReason::DecodeError => "decode_error",
             EndReason::ReadError => "read_error",
+            EndReason::BudgetExceeded => "budget_exceeded",
         }
     }
 }
