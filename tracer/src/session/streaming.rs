@@ -134,7 +134,8 @@ pub(super) async fn run(
             let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded);
             let line = line.render();
             let len = line.as_bytes().len();
-            if let Err(e) = budget.spend(len as u64) {
+            // The line and its newline.
+            if let Err(e) = budget.spend(len as u64 + 1) {
                 over = Some(e.to_string());
                 not_written += 1;
                 return;

@@ -351,7 +351,7 @@ impl Hub {
             let line = line.render();
             let budget = self.budgets.entry(info.pid).or_default();
             budget.earn(ev.record.len() as u64);
-            if let Err(e) = budget.spend(line.as_bytes().len() as u64) {
+            if let Err(e) = budget.spend(line.as_bytes().len() as u64 + 1) {
                 self.over_budget += 1;
                 if self.over_budget.is_power_of_two() {
                     log::warn!("pid {}: user_events record not written: {e}", info.pid);
