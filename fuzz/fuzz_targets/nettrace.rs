@@ -1,10 +1,30 @@
 //! nettrace parser on arbitrary bytes, fed in arbitrary chunks: it must never panic, must give
 //! the same events and the same outcome however the input is split, and every event it yields
 //! must decode (to fields or to a reported error) without panicking.
+//!
+//! Work and output are bounded by input bytes (issue 9 §1): each event's JSON is within the
+//! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
+//! tracer's streaming session writes them (JSON + envelope, spent from an `OutputBudget` earned
+//! by the bytes fed) never pass `OUTPUT_BYTES_PER_INPUT_BYTE × input + OUTPUT_ALLOWANCE_BYTES`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_decode::nettrace::{NettraceError, NettraceParser};
+use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
+use tracer_decode::nettrace::payload::cost_budget;
+use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
+
+/// Bytes tracer's envelope adds to an event (`ts`, `mono_ns`, `pid`, `kind`, `source`).
+const ENVELOPE: u64 = 160;
+
+/// The most JSON one event may render: escaped names (≤ 6 bytes per UTF-8 byte), fields within
+/// 9 × their cost budget (6× escaping of what was charged + ≤ 24 digits per value charged ≥ 8),
+/// or the hex fallback with an error naming one field, plus fixed header fields.
+fn event_json_bound(meta: &EventMetadata, payload_len: usize) -> usize {
+    let field_name = 6 * 3 * MetadataLimits::default().max_name_units;
+    6 * (meta.provider.len() + meta.event_name.len() + 16)
+        + (9 * cost_budget(payload_len)).max(2 * payload_len + field_name + 256)
+        + 512
+}
 
 /// Parses `data` in chunks whose sizes (each + 1) cycle through `chunks`, or in one piece when
 /// `chunks` is empty; returns each event's JSON line and the outcome.
@@ -12,19 +32,32 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
     let whole = [u8::MAX];
     let (chunks, scale) = if chunks.is_empty() { (&whole[..], data.len()) } else { (chunks, 1) };
     let mut parser = NettraceParser::default();
+    let mut budget = OutputBudget::default();
     let mut lines = Vec::new();
     let mut at = 0;
     let mut result = Ok(());
+    let mut over_budget = false;
     for size in chunks.iter().cycle() {
         if at >= data.len() || result.is_err() {
             break;
         }
         let n = ((usize::from(*size) + 1) * scale).min(data.len() - at);
+        budget.earn(n as u64);
         result = parser.feed(&data[at..at + n], |e| {
-            lines.push(format!("{} {}", e.offset, serde_json::to_string(&e.decode()).unwrap()));
+            let json = serde_json::to_string(&e.decode()).unwrap();
+            let bound = event_json_bound(e.metadata, e.payload.len());
+            assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
+            over_budget |= budget.spend(json.len() as u64 + ENVELOPE).is_err();
+            lines.push(format!("{} {}", e.offset, json));
         });
         at += n;
+        // What tracer would have written stays within the bound of what it was sent.
+        assert!(
+            budget.output()
+                <= OUTPUT_BYTES_PER_INPUT_BYTE * at as u64 + OUTPUT_ALLOWANCE_BYTES
+        );
     }
+    let _ = over_budget;
     (lines, result.and_then(|()| parser.finish()))
 }
 

@@ -1,8 +1,12 @@
-//! user_events record decoding on arbitrary bytes and field offsets: never a panic, and every
-//! parsed record resolves and decodes (to fields or a reported error).
+//! user_events record decoding on arbitrary bytes and field offsets: never a panic, every
+//! parsed record resolves and decodes (to fields or a reported error), and the JSON of one
+//! record stays within what its bytes pay for (issue 9 §1): the payload decoder's charge bound
+//! and the session's `OutputBudget` (output ≤ 64 × record bytes + allowance).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
+use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
@@ -21,5 +25,19 @@ fuzz_target!(|input: &[u8]| {
     let mut cache = MetadataCache::new(4);
     let meta = cache.resolve(1, "tp", provider, &mut parsed);
     let event = DecodedEvent::new(&meta, parsed.payload, 8, EventContext::default());
-    serde_json::to_string(&event).unwrap();
+    let json = serde_json::to_string(&event).unwrap();
+    // The metadata came in this record: its names are paid by the record's bytes.
+    let field_name = 6 * 3 * MetadataLimits::default().max_name_units;
+    let bound = 6 * (meta.provider.len() + meta.event_name.len() + 16)
+        + (9 * cost_budget(parsed.payload.len())).max(2 * parsed.payload.len() + field_name + 256)
+        + 512;
+    assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
+    let mut budget = OutputBudget::default();
+    budget.earn(record.len() as u64);
+    if budget.spend(json.len() as u64).is_ok() {
+        assert!(
+            budget.output()
+                <= OUTPUT_BYTES_PER_INPUT_BYTE * record.len() as u64 + OUTPUT_ALLOWANCE_BYTES
+        );
+    }
 });

@@ -20,6 +20,12 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
   `emit N`  N `TestDouble/Tick` EventSource events (fields: Int32 Sequence, String Message)
             → `EMITTED N <written> <skipped_disabled>`
   `sessions` → `SESSIONS <active>`;  `exit` / EOF → exit 0.
+  `amplify ID E N` HOSTILE (issue 9 §1): into streaming session ID (hex), whatever it requested,
+            metadata for `Amplifier/EmptyFields` (V1: 1 024 fields, each an object without
+            fields, 16-character names) and for an event whose provider and event names are
+            1 000 U+0001 characters each, then E empty-payload EmptyFields events and N
+            empty-payload events of the long-named one (2 bytes each after the first)
+            → `AMPLIFIED <events> <bytes sent on the session's stream so far>`
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
 Hostile modes (for tracer's hostile-peer tests; a real runtime does neither):
   DOUBLE_IGNORE_STOP=1         StopTracing is read but never answered, the stream never ended;
@@ -283,6 +289,39 @@ class StreamingSession:
                 prev_ts, prev_meta, prev_seq, first = ev_ts, mid, self.seq, False
             self.block("EventBlock", self.events_block(blobs, ts))
             return len(selected)
+
+    def amplify(self, empty_events, named_events):
+        """The amplifying stream of `amplify E N` (see the module documentation)."""
+        with self.lock:
+            if self.closed:
+                return 0
+            ids = [len(self.metadata_ids) + 1, len(self.metadata_ids) + 2]
+            self.metadata_ids[("amplify", ids[0])] = ids[0]
+            self.metadata_ids[("amplify", ids[1])] = ids[1]
+            empty = b"".join(struct.pack("<II", 1, 0) + utf16z(f"EmptyStructField{i % 10}")
+                             for i in range(1024))
+            empty_meta = Metadata("Amplifier", 1, "EmptyFields", 0, 0, 4, []).body()
+            empty_meta = empty_meta[:-4] + struct.pack("<I", 1024) + empty
+            long_name = "\x01" * 1000
+            named_meta = Metadata(long_name, 2, long_name, 0, 0, 4, []).body()
+            blobs = []
+            for mid, body in zip(ids, [empty_meta, named_meta]):
+                payload = struct.pack("<I", mid) + body
+                blobs.append(bytes([0x80]) + varuint(0) + varuint(len(payload)) + payload)
+            ts = time.monotonic_ns()
+            self.block("MetadataBlock", self.events_block(blobs, ts))
+            for mid, count in zip(ids, [empty_events, named_events]):
+                for start in range(0, count, 1000):
+                    n = min(1000, count - start)
+                    # First: metadata id, thread, payload size 0; then flags 0: same metadata,
+                    # next sequence, a timestamp delta, the same (empty) payload size.
+                    first = (bytes([0x01 | 0x02 | 0x04 | 0x80]) + varuint(mid) + varuint(self.seq)
+                             + varuint(self.thread_id) + varuint(0) + varuint(self.thread_id)
+                             + varuint(1) + varuint(0))
+                    self.seq += n
+                    rest = [b"\x00\x01"] * (n - 1)
+                    self.block("EventBlock", self.events_block([first] + rest, ts))
+            return empty_events + named_events
 
     def stop(self):
         with self.lock:
@@ -635,6 +674,16 @@ def main():
                     items.append((TICK, tick_payload(server.tick_seq)))
                 written, skipped = server.broadcast(items)
                 say("EMITTED", n, written, skipped)
+            elif cmd[0] == "amplify":
+                with server.lock:
+                    target = server.sessions.get(int(cmd[1], 16))
+                events = 0
+                if isinstance(target, StreamingSession):
+                    try:
+                        events = target.amplify(int(cmd[2]), int(cmd[3]))
+                    except OSError:
+                        pass
+                say("AMPLIFIED", events, target.offset if target else 0)
             elif cmd[0] == "sessions":
                 with server.lock:
                     say("SESSIONS", len(server.sessions))

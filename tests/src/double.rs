@@ -84,6 +84,22 @@ impl Dotnet10Double {
         Ok((f[1], f[2]))
     }
 
+    /// `amplify <id> e n` (hostile): the amplifying stream into streaming session `id` (as
+    /// tracer printed it); returns (events written, bytes the double sent on that session's
+    /// stream so far).
+    pub fn amplify(
+        &mut self,
+        id: &str,
+        empty_events: u32,
+        named_events: u32,
+    ) -> Result<(u64, u64)> {
+        self.process.send_line(&format!("amplify {id} {empty_events} {named_events}"))?;
+        let reply = self.process.wait_line("AMPLIFIED", TIMEOUT)?;
+        let f: Vec<u64> = reply.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+        ensure!(f.len() == 2, "unexpected reply AMPLIFIED {reply}");
+        Ok((f[0], f[1]))
+    }
+
     /// Asks the double to exit and waits for it.
     pub fn exit(&mut self) -> Result<()> {
         self.process.send_line("exit")?;

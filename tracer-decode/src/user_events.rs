@@ -201,23 +201,52 @@ fn parse_metadata(
     }
 }
 
+/// Default of the cache's total byte bound ([`EventMetadata::heap_bytes`] summed).
+pub const CACHE_MAX_BYTES: usize = 64 << 20;
+/// Default of the cache's byte bound per process: one peer cannot fill the cache for others.
+pub const CACHE_MAX_BYTES_PER_PROCESS: usize = 16 << 20;
+
 /// Metadata per (pid, tracepoint, event id): the runtime sends it only with an event's first
-/// record in a session, so it must outlive that record. Bounded; refusals are counted.
+/// record in a session, so it must outlive that record. Bounded in entries and in bytes (in
+/// total and per process); refusals are counted.
 #[derive(Debug)]
 pub struct MetadataCache {
     by_tracepoint: HashMap<String, HashMap<(u32, u16), Arc<EventMetadata>>>,
     entries: usize,
     max_entries: usize,
+    bytes: usize,
+    max_bytes: usize,
+    bytes_by_pid: HashMap<u32, usize>,
+    max_bytes_per_process: usize,
     refused: u64,
 }
 
 impl MetadataCache {
+    /// A cache of at most `max_entries`, [`CACHE_MAX_BYTES`] and [`CACHE_MAX_BYTES_PER_PROCESS`].
     pub fn new(max_entries: usize) -> Self {
-        MetadataCache { by_tracepoint: HashMap::new(), entries: 0, max_entries, refused: 0 }
+        Self::with_byte_limits(max_entries, CACHE_MAX_BYTES, CACHE_MAX_BYTES_PER_PROCESS)
+    }
+
+    pub fn with_byte_limits(
+        max_entries: usize,
+        max_bytes: usize,
+        max_bytes_per_process: usize,
+    ) -> Self {
+        MetadataCache {
+            by_tracepoint: HashMap::new(),
+            entries: 0,
+            max_entries,
+            bytes: 0,
+            max_bytes,
+            bytes_by_pid: HashMap::new(),
+            max_bytes_per_process,
+            refused: 0,
+        }
     }
 
     /// Stores `meta`, replacing an earlier entry (the runtime may repeat metadata). Returns
-    /// false, and counts a refusal, when the cache is full.
+    /// false, and counts a refusal, when the cache is full (entries, bytes, or the process's
+    /// bytes); a refused replacement keeps the earlier entry.
     pub fn insert(
         &mut self,
         pid: u32,
@@ -226,15 +255,27 @@ impl MetadataCache {
         meta: EventMetadata,
     ) -> bool {
         let per_tracepoint = self.by_tracepoint.entry(tracepoint.to_owned()).or_default();
-        if !per_tracepoint.contains_key(&(pid, event_id)) {
-            if self.entries >= self.max_entries {
-                self.refused += 1;
-                return false;
-            }
-            self.entries += 1;
+        let old = per_tracepoint.get(&(pid, event_id)).map(|m| m.heap_bytes());
+        let size = meta.heap_bytes();
+        let process = self.bytes_by_pid.get(&pid).copied().unwrap_or(0);
+        let fits = (old.is_some() || self.entries < self.max_entries)
+            && self.bytes - old.unwrap_or(0) + size <= self.max_bytes
+            && process - old.unwrap_or(0) + size <= self.max_bytes_per_process;
+        if !fits {
+            self.refused += 1;
+            self.by_tracepoint.retain(|_, m| !m.is_empty());
+            return false;
         }
+        self.entries += usize::from(old.is_none());
+        self.bytes = self.bytes - old.unwrap_or(0) + size;
+        self.bytes_by_pid.insert(pid, process - old.unwrap_or(0) + size);
         per_tracepoint.insert((pid, event_id), Arc::new(meta));
         true
+    }
+
+    /// Bytes held ([`EventMetadata::heap_bytes`] summed).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub fn get(&self, pid: u32, tracepoint: &str, event_id: u16) -> Option<&Arc<EventMetadata>> {
@@ -249,6 +290,7 @@ impl MetadataCache {
             self.entries -= before - per_tracepoint.len();
         }
         self.by_tracepoint.retain(|_, m| !m.is_empty());
+        self.bytes -= self.bytes_by_pid.remove(&pid).unwrap_or(0);
     }
 
     pub fn len(&self) -> usize {
@@ -428,6 +470,26 @@ mod tests {
         cache.forget_process(10);
         assert_eq!(cache.len(), 1);
         assert!(cache.insert(13, "tp", 9, meta));
+    }
+
+    #[test]
+    fn metadata_cache_bytes_are_bounded_in_total_and_per_process() {
+        let limits = MetadataLimits::default();
+        let first = record(9, &metadata_label(&body(9)), &1u32.to_le_bytes());
+        let meta = parse_record(&LAYOUT, &first, "P", &limits).unwrap().metadata.unwrap();
+        let size = meta.heap_bytes();
+        // Room for three entries in total, two per process.
+        let mut cache = MetadataCache::with_byte_limits(100, 3 * size, 2 * size);
+        assert!(cache.insert(1, "a", 9, meta.clone()));
+        assert!(cache.insert(1, "b", 9, meta.clone()));
+        assert!(!cache.insert(1, "c", 9, meta.clone()), "process 1 is at its bound");
+        assert!(cache.insert(1, "a", 9, meta.clone()), "a replacement of equal size fits");
+        assert!(cache.insert(2, "a", 9, meta.clone()));
+        assert!(!cache.insert(3, "a", 9, meta.clone()), "the cache is at its total bound");
+        assert_eq!((cache.len(), cache.bytes(), cache.refused()), (3, 3 * size, 2));
+        cache.forget_process(1);
+        assert_eq!((cache.len(), cache.bytes()), (1, size));
+        assert!(cache.insert(3, "a", 9, meta));
     }
 
     #[test]

@@ -105,6 +105,23 @@ impl EventMetadata {
         }
     }
 
+    /// Approximate bytes this metadata holds in memory (the struct, its names, its field
+    /// tree); what the metadata budgets ([`crate::nettrace::Limits::max_metadata_bytes`], the
+    /// user_events cache's byte bounds) charge for it.
+    pub fn heap_bytes(&self) -> usize {
+        fn fields(defs: &[FieldDef]) -> usize {
+            defs.iter().map(|d| size_of::<FieldDef>() + d.name.len() + ty(&d.ty)).sum()
+        }
+        fn ty(t: &FieldType) -> usize {
+            match t {
+                FieldType::Object(defs) => fields(defs),
+                FieldType::Array(e) => size_of::<FieldType>() + ty(e),
+                _ => 0,
+            }
+        }
+        size_of::<Self>() + self.provider.len() + self.event_name.len() + fields(&self.fields)
+    }
+
     fn resolve_runtime_event(&mut self) {
         if self.fields.is_empty() && self.field_error.is_none() {
             self.runtime_event = runtime_events::lookup(&self.provider, self.event_id);
@@ -132,6 +149,10 @@ pub enum MetadataError {
     TooDeep { at: usize, max: usize },
     #[error("metadata byte {at}: {what} size {size} out of bounds")]
     BadSize { at: usize, what: &'static str, size: u32 },
+    /// An object type without fields: its values take no payload bytes, so a few bytes of
+    /// payload (an array of them) could decode into any number of values.
+    #[error("metadata byte {at}: object type without fields (zero-size values are refused)")]
+    EmptyObject { at: usize },
 }
 
 /// Parses a nettrace metadata payload: `u32 MetadataId`, provider name, then the body.
@@ -279,7 +300,7 @@ impl Parser<'_, '_> {
             let code = self.u32("field type")?;
             let ty = if code == TYPE_OBJECT {
                 let nested = self.u32("nested field count")?;
-                FieldType::Object(self.v1_fields(nested, depth + 1)?)
+                FieldType::Object(non_empty(self.v1_fields(nested, depth + 1)?, at)?)
             } else if code == TYPE_ARRAY {
                 // V1 field lists cannot say the element type; arrays come with V2Params.
                 return Err(MetadataError::UnsupportedType { at, code });
@@ -319,7 +340,7 @@ impl Parser<'_, '_> {
         match code {
             TYPE_OBJECT => {
                 let nested = self.u32("nested field count")?;
-                Ok(FieldType::Object(self.v2_fields(nested, depth + 1)?))
+                Ok(FieldType::Object(non_empty(self.v2_fields(nested, depth + 1)?, at)?))
             }
             TYPE_ARRAY => {
                 if depth + 1 >= self.limits.max_depth {
@@ -330,6 +351,17 @@ impl Parser<'_, '_> {
             _ => scalar_type(code).ok_or(MetadataError::UnsupportedType { at, code }),
         }
     }
+}
+
+/// Refuses an object without fields (the type at `at`). Every other type takes at least one
+/// payload byte per value (scalars their size, strings their NUL, arrays their count), so once
+/// empty objects are refused every value decoded consumes payload bytes: the values of a
+/// payload are at most `max_depth` × its length.
+fn non_empty(fields: Vec<FieldDef>, at: usize) -> Result<Vec<FieldDef>, MetadataError> {
+    if fields.is_empty() {
+        return Err(MetadataError::EmptyObject { at });
+    }
+    Ok(fields)
 }
 
 fn scalar_type(code: u32) -> Option<FieldType> {
@@ -364,5 +396,6 @@ fn shift(e: MetadataError, base: usize) -> MetadataError {
         TooManyFields { at, max } => TooManyFields { at: at + base, max },
         TooDeep { at, max } => TooDeep { at: at + base, max },
         BadSize { at, what, size } => BadSize { at: at + base, what, size },
+        EmptyObject { at } => EmptyObject { at: at + base },
     }
 }

@@ -33,8 +33,15 @@ pub struct Limits {
     pub max_metadata_id: u32,
     /// Most capture threads tracked for sequence numbers.
     pub max_threads: usize,
+    /// Bytes the metadata table may hold ([`EventMetadata::heap_bytes`] summed): with
+    /// `max_metadata_id` alone, 100 000 entries of 1 024 long-named fields would be gigabytes.
+    pub max_metadata_bytes: usize,
     pub metadata: MetadataLimits,
 }
+
+/// Default of [`Limits::max_metadata_bytes`]: a real runtime's metadata for every event of
+/// every provider is a few MiB.
+pub const MAX_METADATA_BYTES: usize = 16 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -42,6 +49,7 @@ impl Default for Limits {
             max_block_size: 16 << 20,
             max_metadata_id: 100_000,
             max_threads: 65_536,
+            max_metadata_bytes: MAX_METADATA_BYTES,
             metadata: MetadataLimits::default(),
         }
     }
@@ -69,6 +77,8 @@ pub enum NettraceError {
     BadPointerSize { offset: u64, size: u32 },
     #[error("offset {offset}: metadata id {id} is 0 or above the limit of {max}")]
     MetadataIdOutOfRange { offset: u64, id: u32, max: u32 },
+    #[error("offset {offset}: metadata table would hold {bytes} bytes, above the limit of {max}")]
+    MetadataBudget { offset: u64, bytes: usize, max: usize },
     #[error("offset {offset}: metadata id {id} defined twice")]
     DuplicateMetadata { offset: u64, id: u32 },
     #[error("offset {offset}: event refers to undefined metadata id {id}")]
@@ -289,6 +299,8 @@ pub struct NettraceParser {
     trace: Option<TraceInfo>,
     /// Indexed by metadata id (ids are dense, starting at 1).
     metadata: Vec<Option<Box<EventMetadata>>>,
+    /// [`EventMetadata::heap_bytes`] of the table's entries.
+    metadata_bytes: usize,
     sequences: SequenceTracker,
     stats: NettraceStats,
     failed: Option<NettraceError>,
@@ -309,6 +321,7 @@ impl NettraceParser {
             pending: Vec::new(),
             trace: None,
             metadata: Vec::new(),
+            metadata_bytes: 0,
             sequences: SequenceTracker::new(limits.max_threads),
             stats: NettraceStats::default(),
             failed: None,
@@ -327,6 +340,12 @@ impl NettraceParser {
     /// (capture thread id, lost events) for every thread that lost events.
     pub fn lost_by_thread(&self) -> Vec<(u64, u64)> {
         self.sequences.lost_by_thread()
+    }
+
+    /// Bytes the metadata table holds ([`EventMetadata::heap_bytes`] summed; at most
+    /// [`Limits::max_metadata_bytes`]).
+    pub fn metadata_bytes(&self) -> usize {
+        self.metadata_bytes
     }
 
     /// Bytes held for an incomplete object (never more than one object).
@@ -546,6 +565,7 @@ impl NettraceParser {
         let limits = self.limits;
         let table = &mut self.metadata;
         let stats = &mut self.stats;
+        let used = &mut self.metadata_bytes;
         for_each_blob(content, base, |_, payload, offset| {
             let meta = metadata::parse_nettrace_metadata(payload, &limits.metadata)
                 .map_err(|source| NettraceError::Metadata { offset, source })?;
@@ -564,6 +584,12 @@ impl NettraceParser {
             if table[slot].is_some() {
                 return Err(NettraceError::DuplicateMetadata { offset, id });
             }
+            let bytes = used.saturating_add(meta.heap_bytes());
+            if bytes > limits.max_metadata_bytes {
+                let max = limits.max_metadata_bytes;
+                return Err(NettraceError::MetadataBudget { offset, bytes, max });
+            }
+            *used = bytes;
             stats.metadata_field_errors += u64::from(meta.field_error.is_some());
             table[slot] = Some(Box::new(meta));
             stats.metadata += 1;

@@ -116,8 +116,11 @@ pub enum PayloadProblem {
     /// The payload ends before this field.
     Short,
     UnterminatedString,
-    /// More decoded values than [`MAX_VALUES`] (arrays of empty objects).
+    /// More decoded values than [`MAX_VALUES`].
     TooManyValues,
+    /// The decoded fields would cost more than [`cost_budget`] allows for the payload's length
+    /// (field names repeated by every value: long names on many small values).
+    OverBudget,
     /// The pointer size is neither 4 nor 8.
     BadPointerSize,
     /// The event's field metadata could not be read (see `EventMetadata::field_error`).
@@ -134,8 +137,28 @@ pub struct PayloadError {
     pub problem: PayloadProblem,
 }
 
-/// Cap on values decoded from one payload, so nested arrays cannot multiply work.
+/// Cap on values decoded from one payload, so nested arrays cannot multiply work. Metadata
+/// refuses zero-size types, so every value also consumes payload bytes (values ≤ max_depth ×
+/// payload length).
 pub const MAX_VALUES: usize = 65_536;
+
+/// Cost units one payload byte pays for when decoding with metadata field lists. A decoded
+/// value costs [`VALUE_COST`] plus the bytes of its field name (objects: of every nested name)
+/// plus, for strings, their UTF-8 length — about the JSON bytes it renders to (escaping makes
+/// at most 6 bytes of one). Real events spend well under 16 per byte (names of 5–30
+/// characters on 1–8 byte values).
+pub const COST_PER_PAYLOAD_BYTE: usize = 32;
+/// Cost every payload may spend whatever its length (small events with long field names).
+pub const COST_ALLOWANCE: usize = 4096;
+/// Cost of one value besides its name: separators and a number's digits.
+pub const VALUE_COST: usize = 8;
+
+/// What decoding a payload of `len` bytes may cost: `COST_PER_PAYLOAD_BYTE × len +
+/// COST_ALLOWANCE`. Beyond it the payload is reported [`PayloadProblem::OverBudget`] (and shown
+/// as hex, 2 bytes per byte), so the JSON of one event's fields is O(payload bytes).
+pub fn cost_budget(len: usize) -> usize {
+    COST_PER_PAYLOAD_BYTE.saturating_mul(len).saturating_add(COST_ALLOWANCE)
+}
 
 /// Decodes `payload` using the event's metadata fields, else its built-in runtime layout.
 /// Events with neither and a non-empty payload yield one `raw_payload` field (hex).
@@ -145,8 +168,13 @@ pub fn decode_payload<'m>(
     payload: &[u8],
     pointer_size: u32,
 ) -> Result<Fields<'m>, PayloadError> {
-    let mut decoder =
-        Decoder { cur: Cursor::new(payload), len: payload.len(), pointer_size, budget: MAX_VALUES };
+    let mut decoder = Decoder {
+        cur: Cursor::new(payload),
+        len: payload.len(),
+        pointer_size,
+        budget: MAX_VALUES,
+        cost: cost_budget(payload.len()),
+    };
     if meta.field_error.is_some() {
         return Err(decoder.error("", 0, PayloadProblem::UnusableMetadata));
     }
@@ -177,7 +205,10 @@ struct Decoder<'p> {
     cur: Cursor<'p>,
     len: usize,
     pointer_size: u32,
+    /// Values still allowed ([`MAX_VALUES`]).
     budget: usize,
+    /// Cost units still allowed ([`cost_budget`]).
+    cost: usize,
 }
 
 impl<'p> Decoder<'p> {
@@ -185,9 +216,19 @@ impl<'p> Decoder<'p> {
         PayloadError { field: field.to_owned(), at, len: self.len, problem }
     }
 
+    /// Charges `units` of cost for `field` (at payload byte `at`).
+    fn charge(&mut self, field: &str, at: usize, units: usize) -> Result<(), PayloadError> {
+        self.cost = self
+            .cost
+            .checked_sub(units)
+            .ok_or_else(|| self.error(field, at, PayloadProblem::OverBudget))?;
+        Ok(())
+    }
+
     fn fields<'m>(&mut self, defs: &'m [FieldDef]) -> Result<Fields<'m>, PayloadError> {
         let mut out = Vec::with_capacity(defs.len());
         for def in defs {
+            self.charge(&def.name, self.cur.pos(), def.name.len())?;
             let value = self.value(&def.name, &def.ty)?;
             out.push((def.name.as_str(), value));
         }
@@ -225,6 +266,7 @@ impl<'p> Decoder<'p> {
             .budget
             .checked_sub(1)
             .ok_or_else(|| self.error(field, at, PayloadProblem::TooManyValues))?;
+        self.charge(field, at, VALUE_COST)?;
         Ok(match ty {
             FieldType::Object(defs) => Value::Object(self.fields(defs)?),
             FieldType::Boolean => Value::Bool(u32::from_le_bytes(self.fixed(field)?) != 0),
@@ -245,7 +287,11 @@ impl<'p> Decoder<'p> {
             FieldType::Single => Value::F64(f32::from_le_bytes(self.fixed(field)?).into()),
             FieldType::Double => Value::F64(f64::from_le_bytes(self.fixed(field)?)),
             FieldType::Guid => Value::Guid(self.fixed(field)?),
-            FieldType::String => Value::Str(self.string(field)?),
+            FieldType::String => {
+                let s = self.string(field)?;
+                self.charge(field, at, s.len())?;
+                Value::Str(s)
+            }
             FieldType::Array(element) => {
                 let count = u16::from_le_bytes(self.fixed(field)?);
                 let mut items = Vec::new();

@@ -722,3 +722,229 @@ fn at_most_one_object_is_buffered() {
     assert!(max_buffered <= data.len() - 1 - block_start, "{max_buffered}");
     assert!(max_buffered > 4096);
 }
+
+// ---- work and output bounded by input bytes (issue 9 §1) ----
+
+/// A V1 field: type code, then (objects) the nested fields, then the name.
+fn v1_field(code: u32, nested: Option<&[Vec<u8>]>, name: &str) -> Vec<u8> {
+    let mut out = code.to_le_bytes().to_vec();
+    if let Some(nested) = nested {
+        out.extend((nested.len() as u32).to_le_bytes());
+        out.extend(nested.concat());
+    }
+    out.extend(utf16z(name));
+    out
+}
+
+fn v1_list(fields: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = (fields.len() as u32).to_le_bytes().to_vec();
+    out.extend(fields.concat());
+    out
+}
+
+/// `metadata_payload(1, "P", 1, "E", rest)`: `rest` starts at byte 32.
+const REST_AT: usize = 32;
+
+#[test]
+fn empty_struct_field_is_refused_with_its_offset() {
+    let empty = v1_field(1, Some(&[]), "e");
+    let rest = v1_list(&[v1_field(9, None, "n"), empty]);
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "P", 1, "E", &rest),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    // count (4), Int32 "n" (4 + 4), then the object's type code.
+    assert_eq!(meta.field_error, Some(MetadataError::EmptyObject { at: REST_AT + 12 }));
+    assert!(meta.fields.is_empty());
+    // An object holding only an empty object is refused at the inner one.
+    let nested = v1_field(1, Some(&[v1_field(1, Some(&[]), "inner")]), "outer");
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "P", 1, "E", &v1_list(&[nested])),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(meta.field_error, Some(MetadataError::EmptyObject { at: REST_AT + 12 }));
+    // A payload for such an event is never decoded into values.
+    let err = decode_payload(&meta, &[0xff, 0xff], 8).unwrap_err();
+    assert_eq!((err.at, err.problem), (0, payload::PayloadProblem::UnusableMetadata));
+}
+
+#[test]
+fn array_of_empty_structs_is_refused_with_its_offset_and_yields_no_values() {
+    // V2Params: "items": Array of Object with 0 fields (the 65 535-values-from-2-bytes shape).
+    let mut body = utf16z("items");
+    for t in [19u32, 1, 0] {
+        body.extend(t.to_le_bytes());
+    }
+    let mut tag = 1u32.to_le_bytes().to_vec();
+    tag.extend(((body.len() + 4) as u32).to_le_bytes());
+    tag.extend(body);
+    let mut rest = 0u32.to_le_bytes().to_vec();
+    rest.extend((tag.len() as u32).to_le_bytes());
+    rest.push(2);
+    rest.extend(tag);
+    let meta_bytes = metadata_payload(1, "P", 1, "E", &rest);
+    let meta = metadata::parse_nettrace_metadata(&meta_bytes, &MetadataLimits::default()).unwrap();
+    // V1 count (4), tag size (4), tag kind (1), V2 count (4), field size (4), "items\0" (12),
+    // Array code (4): the Object code.
+    let at = REST_AT + 4 + 4 + 1 + 4 + 4 + 12 + 4;
+    assert_eq!(meta.field_error, Some(MetadataError::EmptyObject { at }));
+    assert_eq!(&meta_bytes[at..at + 4], &1u32.to_le_bytes());
+
+    // In a stream: the metadata is counted as unusable, the event keeps its 2 bytes as hex.
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &blob_block(1, &[metadata_blob(&meta_bytes)]));
+    let mut event = vec![0x01 | 0x80];
+    event.extend(varuint(1));
+    event.extend(varuint(10));
+    event.extend(varuint(2));
+    event.extend([0xff, 0xff]);
+    s.block("EventBlock", &blob_block(1, &[event]));
+    let mut parser = NettraceParser::default();
+    let mut decoded = Vec::new();
+    parser.feed(&s.end(), |e| decoded.push(serde_json::to_value(e.decode()).unwrap())).unwrap();
+    parser.finish().unwrap();
+    assert_eq!(parser.stats().metadata_field_errors, 1);
+    assert_eq!(decoded.len(), 1);
+    assert_eq!(decoded[0]["fields"], serde_json::json!({"raw_payload": "ffff"}));
+    assert_eq!(
+        decoded[0]["decode_error"],
+        "payload byte 0: field : UnusableMetadata (payload is 2 bytes)"
+    );
+}
+
+#[test]
+fn long_name_v1_metadata_amplification_is_refused() {
+    let long = "x".repeat(1000);
+    // 1 024 empty fields with long names (~1 MB of JSON per empty event before): refused.
+    let empties: Vec<Vec<u8>> = (0..1024).map(|_| v1_field(1, Some(&[]), &long)).collect();
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "P", 1, "E", &v1_list(&empties)),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(meta.field_error, Some(MetadataError::EmptyObject { at: REST_AT + 4 }));
+
+    // 1 024 one-byte fields with long names: accepted, but each value pays for its name, so a
+    // payload spends at most cost_budget(len) and the 37th field is refused.
+    let bytes: Vec<Vec<u8>> = (0..1024).map(|_| v1_field(6, None, &long)).collect();
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "P", 1, "E", &v1_list(&bytes)),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(meta.field_error, None);
+    let err = decode_payload(&meta, &[7; 1024], 8).unwrap_err();
+    assert_eq!(payload::cost_budget(1024), 36_864);
+    // Each field costs 1 000 (name) + 8: 36 fit (36 288), the 37th name does not.
+    assert_eq!(
+        (err.field.as_str(), err.at, err.len, err.problem),
+        (long.as_str(), 36, 1024, payload::PayloadProblem::OverBudget)
+    );
+    // Short names on the same payload decode in full.
+    let short: Vec<Vec<u8>> = (0..1024).map(|i| v1_field(6, None, &format!("f{i}"))).collect();
+    let meta = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "P", 1, "E", &v1_list(&short)),
+        &MetadataLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(decode_payload(&meta, &[7; 1024], 8).unwrap().0.len(), 1024);
+}
+
+#[test]
+fn metadata_table_bytes_are_bounded() {
+    let limits = Limits { max_metadata_bytes: 1000, ..Limits::default() };
+    let one = metadata::parse_nettrace_metadata(
+        &metadata_payload(1, "Demo", 7, "Tick", &v1_list(&[v1_field(9, None, "value")])),
+        &MetadataLimits::default(),
+    )
+    .unwrap()
+    .heap_bytes();
+    let fit = 1000 / one;
+    let mut blobs = Vec::new();
+    for id in 1..=fit as u32 + 1 {
+        let fields = v1_list(&[v1_field(9, None, "value")]);
+        blobs.push(metadata_blob(&metadata_payload(id, "Demo", 7, "Tick", &fields)));
+    }
+    let mut s = Stream::new();
+    let content_at = s.block("MetadataBlock", &blob_block(1, &blobs));
+    let mut parser = NettraceParser::new(limits);
+    let err = parser.feed(&s.end(), |_| {}).unwrap_err();
+    let offset = (content_at + 20 + blobs[..fit].iter().map(Vec::len).sum::<usize>()) as u64;
+    assert_eq!(err, NettraceError::MetadataBudget { offset, bytes: one * (fit + 1), max: 1000 });
+    assert_eq!(parser.metadata_bytes(), one * fit);
+}
+
+/// Bytes tracer's envelope adds to a decoded event (`ts`, `mono_ns`, `pid`, `kind`, `source`),
+/// generously: the fuzz target and these tests charge it on top of the decoded JSON.
+const ENVELOPE: u64 = 160;
+
+/// Feeds `data`, spending each event's JSON (+ envelope) from an [`OutputBudget`] earned by the
+/// bytes fed, as tracer's streaming session does; stops at the first refusal. Returns
+/// (output bytes, events written, the refusal).
+fn render_bounded(data: &[u8]) -> (u64, u64, Option<crate::budget::BudgetExceeded>) {
+    let mut budget = crate::budget::OutputBudget::default();
+    budget.earn(data.len() as u64);
+    let mut parser = NettraceParser::default();
+    let (mut written, mut refused) = (0, None);
+    let _ = parser.feed(data, |e| {
+        if refused.is_some() {
+            return;
+        }
+        let json = serde_json::to_string(&e.decode()).unwrap();
+        match budget.spend(json.len() as u64 + ENVELOPE) {
+            Ok(()) => written += 1,
+            Err(e) => refused = Some(e),
+        }
+    });
+    (budget.output(), written, refused)
+}
+
+#[test]
+fn long_provider_and_event_names_on_empty_events_exhaust_the_output_budget() {
+    use crate::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE};
+    // 1 000 control characters each: 6 JSON bytes per character, per event.
+    let name = "\u{1}".repeat(1000);
+    let meta = metadata_blob(&metadata_payload(1, &name, 7, &name, &0u32.to_le_bytes()));
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &blob_block(1, &[meta]));
+    // 4-byte events: flags (metadata id), id, timestamp delta, payload size 0.
+    let event = [0x01 | 0x80, 1, 10, 0];
+    let events: Vec<Vec<u8>> = (0..2000).map(|_| event.to_vec()).collect();
+    s.block("EventBlock", &blob_block(1, &events));
+    let data = s.end();
+    let (output, written, refused) = render_bounded(&data);
+    let limit = OUTPUT_BYTES_PER_INPUT_BYTE * data.len() as u64 + OUTPUT_ALLOWANCE_BYTES;
+    let refused = refused.expect("the budget ends the stream");
+    assert_eq!(data.len(), 12_246);
+    assert_eq!(written, WRITTEN_BEFORE_REFUSAL);
+    // Every line is over 12 000 bytes (two escaped names): written × 12 000 ≤ output ≤ limit.
+    assert!(output >= written * 12_000 && output <= limit, "{output} {limit}");
+    assert!(output + refused.spend > limit);
+    assert_eq!(
+        (refused.input, refused.output, refused.per_input_byte, refused.allowance),
+        (data.len() as u64, output, OUTPUT_BYTES_PER_INPUT_BYTE, OUTPUT_ALLOWANCE_BYTES)
+    );
+}
+
+/// (64 × 12 246 + 262 144) / ~12 320 bytes per line.
+const WRITTEN_BEFORE_REFUSAL: u64 = 85;
+
+#[test]
+fn real_captures_stay_far_below_the_output_rate() {
+    for name in [
+        "coreclr8_gc_induced5.nettrace",
+        "coreclr8_threadpool.nettrace",
+        "coreclr8_verbose.nettrace",
+    ] {
+        let data = fixture(name);
+        let (output, written, refused) = render_bounded(&data);
+        assert_eq!(refused, None, "{name}");
+        let (_, parser) = parse_all(&data);
+        assert_eq!(written, parser.stats().events, "{name}");
+        // The documented 3.6–9.2 bytes per input byte, well under OUTPUT_BYTES_PER_INPUT_BYTE.
+        let rate = output as f64 / data.len() as f64;
+        assert!((3.0..=10.0).contains(&rate), "{name}: {rate:.2} output bytes per input byte");
+    }
+}

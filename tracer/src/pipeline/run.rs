@@ -83,6 +83,10 @@ pub struct RunSummary {
     pub user_events_reader: Option<ReaderStats>,
     /// user_events records that did not decode.
     pub user_events_decode_errors: u64,
+    /// user_events records decoded but not written: their process's output budget was spent.
+    pub user_events_over_budget: u64,
+    /// user_events event metadata the cache refused (full): those events keep raw payloads.
+    pub user_events_metadata_refused: u64,
     /// Why the output stopped taking lines (`EPIPE`, `ENOSPC`, …), when it did.
     pub output_error: Option<String>,
     /// Lines not written because the output failed.
@@ -104,6 +108,8 @@ impl RunSummary {
             loss("nettrace", "unrequested_provider", self.unrequested_events),
             loss("nettrace", "unread_bytes_at_drain_timeout", self.unread_bytes_at_drain),
             loss("user_events", "undecodable_record", self.user_events_decode_errors),
+            loss("user_events", "budget_exceeded", self.user_events_over_budget),
+            loss("user_events", "metadata_cache_full", self.user_events_metadata_refused),
             loss("output", "write_failed", self.unwritten_lines),
         ]);
         if let Some(stats) = &self.user_events_reader {
@@ -121,6 +127,8 @@ impl RunSummary {
     fn record_user_events_stats(&mut self, hub: &user_events::Hub) {
         self.user_events_reader = Some(hub.stats());
         self.user_events_decode_errors = hub.decode_errors();
+        self.user_events_over_budget = hub.over_budget();
+        self.user_events_metadata_refused = hub.metadata_refused();
     }
 
     /// The summary on stderr.

@@ -71,6 +71,9 @@ pub enum EndReason {
     /// The runtime accepted the session but sent no byte of its stream within the IPC read
     /// timeout: a peer holding a session slot without using it.
     StreamNotStarted,
+    /// The peer made tracer exceed a byte budget (output per input byte, pending lines,
+    /// metadata): tracer stopped the session; other sessions are unaffected.
+    BudgetExceeded,
 }
 
 impl EndReason {
@@ -83,6 +86,7 @@ impl EndReason {
             EndReason::DecodeError => "decode_error",
             EndReason::ReadError => "read_error",
             EndReason::StreamNotStarted => "stream_not_started",
+            EndReason::BudgetExceeded => "budget_exceeded",
         }
     }
 }

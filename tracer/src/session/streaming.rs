@@ -4,19 +4,76 @@
 //! end tag) within the drain timeout; bytes still unread at that deadline are counted.
 //!
 //! Events of providers the session did not ask for are dropped and counted, not decoded.
+//!
+//! Bounded by what the peer sends (docs/security.md): the lines written for a session cost at
+//! most [`tracer_decode::budget::OUTPUT_BYTES_PER_INPUT_BYTE`] per byte it sent plus
+//! [`tracer_decode::budget::OUTPUT_ALLOWANCE_BYTES`]; each line is handed on as its event is
+//! decoded (`try_send`), and only while the pipeline is behind are lines held, at most
+//! [`MAX_PENDING_LINE_BYTES`] per session and [`MAX_TOTAL_PENDING_LINE_BYTES`] over all sessions;
+//! the metadata tables hold at most [`tracer_decode::nettrace::MAX_METADATA_BYTES`] per session and
+//! [`MAX_TOTAL_METADATA_BYTES`] over all. A session past any of these ends with
+//! [`EndReason::BudgetExceeded`].
+use std::os::fd::AsRawFd as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use tokio::io::AsyncReadExt as _;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
+use tracer_decode::budget::OutputBudget;
 use tracer_decode::diagnostic_ipc::{ProcessInfo, oldest_collect_tracing};
-use tracer_decode::nettrace::NettraceParser;
-
-use std::os::fd::AsRawFd as _;
+use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::{
     EndReason, EventLine, SessionContext, SessionMessage, SessionMode, StreamEnd, stopped,
 };
 use crate::ipc::client::DiagnosticClient;
 use crate::output::{self, Source};
+
+/// Rendered lines one session may hold while the pipeline is behind.
+pub const MAX_PENDING_LINE_BYTES: usize = 8 << 20;
+/// Rendered lines all streaming sessions together may hold while the pipeline is behind.
+pub const MAX_TOTAL_PENDING_LINE_BYTES: usize = 64 << 20;
+/// Metadata table bytes of all streaming sessions together (each is bounded by
+/// [`tracer_decode::nettrace::MAX_METADATA_BYTES`]).
+pub const MAX_TOTAL_METADATA_BYTES: usize = 256 << 20;
+
+static PENDING_LINE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static METADATA_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// A session's share of a process-wide byte gauge, given back when dropped.
+struct Share {
+    gauge: &'static AtomicUsize,
+    max: usize,
+    held: usize,
+}
+
+impl Share {
+    fn new(gauge: &'static AtomicUsize, max: usize) -> Share {
+        Share { gauge, max, held: 0 }
+    }
+
+    /// Takes `bytes` more, or nothing when the gauge would pass its maximum.
+    fn take(&mut self, bytes: usize) -> bool {
+        let before = self.gauge.fetch_add(bytes, Ordering::Relaxed);
+        if before.saturating_add(bytes) > self.max {
+            self.gauge.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        self.held += bytes;
+        true
+    }
+
+    fn release_all(&mut self) {
+        self.gauge.fetch_sub(std::mem::take(&mut self.held), Ordering::Relaxed);
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
 
 pub(super) async fn run(
     pid: u32,
@@ -46,8 +103,11 @@ pub(super) async fn run(
         config.request.providers.iter().map(|p| p.provider.name.as_str()).collect();
     let mut unrequested = 0u64;
     let mut parser = NettraceParser::default();
+    let mut budget = OutputBudget::default();
+    let mut pending_share = Share::new(&PENDING_LINE_BYTES, MAX_TOTAL_PENDING_LINE_BYTES);
+    let mut metadata_share = Share::new(&METADATA_BYTES, MAX_TOTAL_METADATA_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
-    let mut lines = Vec::new();
+    let mut pending: Vec<EventLine> = Vec::new();
     let mut drain_deadline: Option<Instant> = None;
     // Polled only once a stop was asked for, side by side with the reads.
     let stop_call = client.stop_session(session_id);
@@ -86,7 +146,14 @@ pub(super) async fn run(
                 break EndReason::ReadError;
             }
         };
+        budget.earn(n as u64);
+        let mut over: Option<String> = None;
+        let (mut not_written, mut closed) = (0u64, false);
         let fed = parser.feed(&buf[..n], |ev| {
+            if over.is_some() || closed {
+                not_written += 1;
+                return;
+            }
             // EventPipe matches provider names without regard to case.
             if !requested.iter().any(|p| p.eq_ignore_ascii_case(&ev.metadata.provider)) {
                 unrequested += 1;
@@ -96,18 +163,73 @@ pub(super) async fn run(
             let provider = decoded.provider.to_string();
             let mono_ns = ev.timestamp as u64;
             let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded);
-            lines.push(EventLine { pid, provider, line: line.render() });
+            let line = line.render();
+            let len = line.as_bytes().len();
+            // The line and its newline.
+            if let Err(e) = budget.spend(len as u64 + 1) {
+                over = Some(e.to_string());
+                not_written += 1;
+                return;
+            }
+            let mut event = EventLine { pid, provider, line };
+            // Handed on at once unless the pipeline is behind (then in order, after the held).
+            if pending.is_empty() {
+                match out.try_send(SessionMessage::Event(event)) {
+                    Ok(()) => return,
+                    Err(TrySendError::Closed(_)) => {
+                        closed = true;
+                        return;
+                    }
+                    Err(TrySendError::Full(SessionMessage::Event(e))) => event = e,
+                    Err(TrySendError::Full(_)) => unreachable!("an Event was sent"),
+                }
+            }
+            if pending_share.held + len > MAX_PENDING_LINE_BYTES || !pending_share.take(len) {
+                over = Some(format!(
+                    "{} bytes of lines held while the pipeline is behind (at most {} per \
+                     session, {} in total)",
+                    pending_share.held + len,
+                    MAX_PENDING_LINE_BYTES,
+                    MAX_TOTAL_PENDING_LINE_BYTES
+                ));
+                not_written += 1;
+                return;
+            }
+            pending.push(event);
         });
-        for event in lines.drain(..) {
+        if closed {
+            return;
+        }
+        for event in pending.drain(..) {
             if out.send(SessionMessage::Event(event)).await.is_err() {
                 return;
             }
+        }
+        pending_share.release_all();
+        let metadata = parser.metadata_bytes();
+        if metadata > metadata_share.held && !metadata_share.take(metadata - metadata_share.held) {
+            over = over.or(Some(format!(
+                "metadata tables of all sessions would pass {MAX_TOTAL_METADATA_BYTES} bytes"
+            )));
+        }
+        if let Some(why) = over {
+            let unread =
+                if drain_deadline.is_none() { "; the rest of the stream unread" } else { "" };
+            detail = Some(format!("{why}; {not_written} decoded events not written{unread}"));
+            log::warn!("pid {pid}: session ended: {}", detail.as_deref().unwrap_or_default());
+            if drain_deadline.is_none() {
+                let _ = client.stop_session(session_id).await;
+            }
+            break EndReason::BudgetExceeded;
         }
         if let Err(e) = fed {
             detail = Some(e.to_string());
             // Leave the runtime healthy: end its session rather than just dropping the socket.
             if drain_deadline.is_none() {
                 let _ = client.stop_session(session_id).await;
+            }
+            if matches!(e, NettraceError::MetadataBudget { .. }) {
+                break EndReason::BudgetExceeded;
             }
             break EndReason::DecodeError;
         }

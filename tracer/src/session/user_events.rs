@@ -22,6 +22,7 @@ use anyhow::{Context as _, anyhow};
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::{mpsc, oneshot};
 
+use tracer_decode::budget::OutputBudget;
 use tracer_decode::diagnostic_ipc::{
     CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider,
 };
@@ -38,8 +39,13 @@ use crate::time::Clock;
 
 /// user_events event names are limited (dynamic event names: 64 bytes with the NUL).
 const MAX_TRACEPOINT_NAME: usize = 63;
-/// Metadata entries cached across all sessions (metadata arrives once per event and session).
+/// Metadata entries cached across all sessions (metadata arrives once per event and session);
+/// bytes are bounded too (`tracer_decode::user_events::CACHE_MAX_BYTES`, in total and per
+/// process).
 const METADATA_CACHE_ENTRIES: usize = 64 * 1024;
+/// Records the ftrace reader holds in its reorder window (each at most a page): beyond it the
+/// oldest are released early, so a batch holds at most this many records plus one drain.
+pub const MAX_HELD_RECORDS: usize = 16 * 1024;
 
 /// What session tasks ask of the pipeline's [`Hub`].
 pub enum Request {
@@ -172,6 +178,10 @@ pub struct Hub {
     requests: mpsc::Receiver<Request>,
     sender: mpsc::Sender<Request>,
     decode_errors: u64,
+    /// Per traced process: output bytes earned by its record bytes (see
+    /// `tracer_decode::budget`).
+    budgets: HashMap<u32, OutputBudget>,
+    over_budget: u64,
 }
 
 impl Hub {
@@ -187,7 +197,8 @@ impl Hub {
         instance.set_buffer_size_kb(buffer_size_kb)?;
         // Wake the reader as soon as there is data: runtime events are sparse.
         instance.set_buffer_percent(0)?;
-        let reader = FtraceReader::open(Arc::new(instance), Vec::new(), ReaderConfig::default())?;
+        let config = ReaderConfig { max_held_events: MAX_HELD_RECORDS, ..ReaderConfig::default() };
+        let reader = FtraceReader::open(Arc::new(instance), Vec::new(), config)?;
         // Instances start with tracing off; record only once every CPU buffer has its reader.
         reader.instance().set_tracing_on(true)?;
         let (sender, requests) = mpsc::channel(64);
@@ -200,6 +211,8 @@ impl Hub {
             requests,
             sender,
             decode_errors: 0,
+            budgets: HashMap::new(),
+            over_budget: 0,
         })
     }
 
@@ -240,6 +253,16 @@ impl Hub {
         self.decode_errors
     }
 
+    /// Records decoded but not written: their process's output budget was spent.
+    pub fn over_budget(&self) -> u64 {
+        self.over_budget
+    }
+
+    /// Event metadata the cache refused to keep (full): those events keep raw payloads.
+    pub fn metadata_refused(&self) -> u64 {
+        self.cache.refused()
+    }
+
     fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
         match request {
             Request::Prepare { pid, providers, pointer_size, reply } => {
@@ -269,6 +292,7 @@ impl Hub {
             .register(&name, DOTNET_TRACEPOINT_FIELDS)
             .with_context(|| format!("registering user_events tracepoint {name}"))?;
         self.by_pid.entry(pid).or_default().push(name.clone());
+        self.budgets.entry(pid).or_default();
         let tracepoint = self.reader.instance().tracepoint("user_events", &name)?;
         let layout = RecordLayout::from_format(&tracepoint.format).ok_or_else(|| {
             anyhow!("user_events:{name} does not have the runtime's fields (format changed?)")
@@ -298,6 +322,7 @@ impl Hub {
             }
         }
         self.cache.forget_process(pid);
+        self.budgets.remove(&pid);
     }
 
     fn decode(&mut self, events: &[ftrace_reader::Event], clock: &Clock) -> Vec<EventLine> {
@@ -328,11 +353,17 @@ impl Hub {
             };
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
             let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded);
-            lines.push(EventLine {
-                pid: info.pid,
-                provider: info.provider.clone(),
-                line: line.render(),
-            });
+            let line = line.render();
+            let budget = self.budgets.entry(info.pid).or_default();
+            budget.earn(ev.record.len() as u64);
+            if let Err(e) = budget.spend(line.as_bytes().len() as u64 + 1) {
+                self.over_budget += 1;
+                if self.over_budget.is_power_of_two() {
+                    log::warn!("pid {}: user_events record not written: {e}", info.pid);
+                }
+                continue;
+            }
+            lines.push(EventLine { pid: info.pid, provider: info.provider.clone(), line });
         }
         lines
     }

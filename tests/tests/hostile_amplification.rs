@@ -1,0 +1,90 @@
+//! Issue 9 §1, hostile peer: a fake runtime (the .NET 10 double in its `amplify` mode, a real
+//! process on a real diagnostic socket, detected live) sends a small nettrace stream built to
+//! amplify — a field list of 1 024 objects without fields, and 2-byte events whose provider and
+//! event names are 1 000 control characters each. tracer must refuse the empty objects, end the
+//! session with `budget_exceeded` once its output would pass 64 bytes per byte sent + 256 KiB,
+//! and keep tracing a well-behaved runtime at the same time, every event of it.
+//! (Before: the EmptyFields events rendered 22 KB each, the long-named ones 12 KB each — about
+//! 6 000 output bytes per byte sent — and the session ran on.)
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::double::Dotnet10Double;
+use tests::pipeline::{run_config, start_run};
+use tests::scratch::ScratchDir;
+use tracer::session::SessionMode;
+use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE};
+
+const READY: Duration = Duration::from_secs(60);
+const SESSION: Duration = Duration::from_secs(120);
+const EVENTS: Duration = Duration::from_secs(30);
+const EMPTY_EVENTS: u32 = 20;
+const NAMED_EVENTS: u32 = 3000;
+
+fn is(line: &Value, kind: &str, pid: u32) -> bool {
+    line["kind"] == kind && line["pid"] == pid
+}
+
+fn is_event(line: &Value, pid: u32, event: &str) -> bool {
+    is(line, "dotnet_event", pid) && line["event"] == event
+}
+
+#[test]
+fn amplifying_stream_ends_with_budget_exceeded_and_a_good_runtime_gets_every_event() {
+    let config = run_config(
+        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble",
+        SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    let mut tracer = start_run(READY, config);
+    let tmp = ScratchDir::new("hostile-amplify");
+    let mut hostile = Dotnet10Double::spawn(tmp.path()).expect("hostile double");
+    let mut good = Dotnet10Double::spawn(tmp.path()).expect("good double");
+    let (bad, ok) = (hostile.pid(), good.pid());
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", bad));
+    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", ok));
+
+    // Only into this tracer's session (other tracers on the host may trace the doubles too).
+    let id = started["session_id"].as_str().unwrap();
+    let (events, sent) = hostile.amplify(id, EMPTY_EVENTS, NAMED_EVENTS).expect("amplify");
+    assert_eq!(events, u64::from(EMPTY_EVENTS + NAMED_EVENTS));
+    good.gc(3).expect("gc 3");
+    good.emit(4).expect("emit 4");
+    let ended = tracer.wait_for("hostile session_ended", EVENTS, |l| is(l, "session_ended", bad));
+    assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
+    tracer.wait_for_count("good GCEnd", EVENTS, 3, |l| is_event(l, ok, "GCEnd"));
+    tracer.wait_for_count("good Tick", EVENTS, 4, |l| is_event(l, ok, "Tick"));
+
+    let (lines, summary) = tracer.stop();
+    // The objects without fields were refused: their events keep their (empty) payload as hex.
+    let empty: Vec<&Value> = lines.iter().filter(|l| is_event(l, bad, "EmptyFields")).collect();
+    assert_eq!(empty.len(), EMPTY_EVENTS as usize);
+    for l in &empty {
+        assert_eq!(l["fields"], serde_json::json!({"raw_payload": ""}), "{l}");
+        assert_eq!(
+            l["decode_error"],
+            "payload byte 0: field : UnusableMetadata (payload is 0 bytes)"
+        );
+    }
+    // Every event line written about the hostile peer (with its newline) stays within what it
+    // paid for; its session_started / session_ended lines are per session, not per byte.
+    let output: u64 = lines
+        .iter()
+        .filter(|l| is(l, "dotnet_event", bad))
+        .map(|l| l.to_string().len() as u64 + 1)
+        .sum();
+    let limit = OUTPUT_BYTES_PER_INPUT_BYTE * sent + OUTPUT_ALLOWANCE_BYTES;
+    eprintln!("hostile peer: {sent} bytes sent, {output} output bytes (limit {limit})");
+    assert!(output <= limit, "{output} output bytes for {sent} bytes sent (limit {limit})");
+    let named = lines.iter().filter(|l| is(l, "dotnet_event", bad) && l["id"] == 2).count();
+    assert!(named > 0 && named < NAMED_EVENTS as usize, "{named} long-named events written");
+    assert_eq!(summary.sessions_ended.get("budget_exceeded"), Some(&1));
+
+    // The well-behaved runtime, traced at the same time, got every event and a normal end.
+    let count = |event: &str| lines.iter().filter(|l| is_event(l, ok, event)).count();
+    assert_eq!((count("GCStart"), count("GCEnd"), count("Tick")), (3, 3, 4));
+    let good_end: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", ok)).collect();
+    assert_eq!(good_end.len(), 1);
+    assert_eq!(good_end[0]["reason"], "stopped");
+}
