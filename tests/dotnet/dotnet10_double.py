@@ -22,8 +22,8 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
   `sessions` → `SESSIONS <active>`;  `exit` / EOF → exit 0.
   `amplify ID E N` HOSTILE (issue 9 §1): into streaming session ID (hex), whatever it requested,
             metadata for `Amplifier/EmptyFields` (V1: 1 024 fields, each an object without
-            fields, 16-character names) and for an event whose provider and event names are
-            1 000 U+0001 characters each, then E empty-payload EmptyFields events and N
+            fields, 16-character names) and for an `Amplifier` event whose name is
+            1 000 U+0001 characters, then E empty-payload EmptyFields events and N
             empty-payload events of the long-named one (2 bytes each after the first)
             → `AMPLIFIED <events> <bytes sent on the session's stream so far>`
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
@@ -303,7 +303,7 @@ class StreamingSession:
             empty_meta = Metadata("Amplifier", 1, "EmptyFields", 0, 0, 4, []).body()
             empty_meta = empty_meta[:-4] + struct.pack("<I", 1024) + empty
             long_name = "\x01" * 1000
-            named_meta = Metadata(long_name, 2, long_name, 0, 0, 4, []).body()
+            named_meta = Metadata("Amplifier", 2, long_name, 0, 0, 4, []).body()
             blobs = []
             for mid, body in zip(ids, [empty_meta, named_meta]):
                 payload = struct.pack("<I", mid) + body

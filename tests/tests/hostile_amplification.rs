@@ -1,9 +1,11 @@
 //! Issue 9 §1, hostile peer: a fake runtime (the .NET 10 double in its `amplify` mode, a real
 //! process on a real diagnostic socket, detected live) sends a small nettrace stream built to
-//! amplify — a field list of 1 024 objects without fields, and 2-byte events whose provider and
-//! event names are 1 000 control characters each. tracer must refuse the empty objects, end the
-//! session with `budget_exceeded` once its output would pass 64 bytes per byte sent + 256 KiB,
-//! and keep tracing a well-behaved runtime at the same time, every event of it.
+//! amplify — a field list of 1 024 objects without fields, and 2-byte events whose event name is
+//! 1 000 control characters (provider `Amplifier`, which the session asks for: events of
+//! providers nobody asked for are dropped before decoding, see hostile_sessions.rs). tracer must
+//! refuse the empty objects, end the session with `budget_exceeded` once its output would pass
+//! 64 bytes per byte sent + 256 KiB, and keep tracing a well-behaved runtime at the same time,
+//! every event of it.
 //! (Before: the EmptyFields events rendered 22 KB each, the long-named ones 12 KB each — about
 //! 6 000 output bytes per byte sent — and the session ran on.)
 use std::time::Duration;
@@ -32,7 +34,7 @@ fn is_event(line: &Value, pid: u32, event: &str) -> bool {
 #[test]
 fn amplifying_stream_ends_with_budget_exceeded_and_a_good_runtime_gets_every_event() {
     let config = run_config(
-        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble",
+        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble,Amplifier",
         SessionMode::Streaming,
         Duration::from_secs(10),
         1024,
