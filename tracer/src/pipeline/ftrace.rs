@@ -24,6 +24,8 @@ pub struct FtraceConfig {
     pub buffer_percent: u32,
     pub read_mode: ReadMode,
     pub integrity: Integrity,
+    /// `--metrics-addr`: counters and health published for the metrics endpoint.
+    pub metrics: Option<crate::metrics::Publisher>,
 }
 
 /// What a `tracer ftrace` run read and lost; `Display` is the stderr summary.
@@ -69,24 +71,30 @@ pub async fn run(
         reader.mode().name()
     );
     instance.set_tracing_on(true)?;
+    let metrics = config.metrics.clone().unwrap_or_default();
+    metrics.set_health(crate::metrics::Health::Running);
     super::signal_ready(ready);
 
+    let mut publish = crate::metrics::publish_interval(metrics.is_enabled());
     tokio::pin!(stop);
     let result = loop {
         tokio::select! {
             () = &mut stop => break Ok(()),
+            _ = publish.tick() => metrics.publish_ftrace(&FtraceSummary { reader: reader.stats(), bad_fields: out.bad_records }),
             batch = reader.next_batch() => match batch {
                 Ok(events) => out.emit(&mut sink, &events, integrity)?,
                 Err(e) => break Err(e),
             },
         }
     };
+    metrics.set_health(crate::metrics::Health::Stopping);
     instance.set_tracing_on(false)?;
     let result = result.and_then(|()| {
         let rest = reader.flush()?;
         out.emit(&mut sink, &rest, integrity)
     });
     let summary = FtraceSummary { reader: reader.stats(), bad_fields: out.bad_records };
+    metrics.publish_ftrace(&summary);
     drop(reader);
     drop(instance);
     // A failure mid-run still reports what was read before it.

@@ -14,10 +14,12 @@ use tokio::task::JoinSet;
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use tracer_decode::diagnostic_ipc::FilteredProvider;
 
+use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
 use crate::kernel::procfs;
 use crate::kernel::tracefs::Tracefs;
 use crate::kernel::user_events::UserEventsData;
+use crate::metrics::{Health, Publisher};
 use crate::output::{
     self, JsonLines, Kind, SessionEnded, SessionFailed, SessionId, SessionStarted, StreamTotals,
     ThreadLoss,
@@ -36,6 +38,10 @@ pub struct RunConfig {
     pub live_status: bool,
     /// Per-CPU ftrace buffer for user_events sessions, in KiB.
     pub buffer_size_kb: u64,
+    /// `--container`, `--pod-uid`, `--cgroup`, `--require-env`: only these processes are traced.
+    pub filter: ProcessFilter,
+    /// `--metrics-addr`: counters and health published for the metrics endpoint.
+    pub metrics: Option<Publisher>,
 }
 
 /// How long a session keeps looking for the socket of a process whose runtime was seen before
@@ -60,6 +66,12 @@ pub struct RunSummary {
     pub ftrace_lost_events: u64,
     pub ftrace_corrupt_pages: u64,
     pub user_events_decode_errors: u64,
+    /// Detection lines written, by (source, kind).
+    pub detections: BTreeMap<(&'static str, &'static str), u64>,
+    /// Runtime events written, by source (`nettrace`, `user_events`).
+    pub events_by_source: BTreeMap<&'static str, u64>,
+    /// .NET processes the filters did not select (no session, no lines).
+    pub filtered_out: u64,
 }
 
 impl RunSummary {
@@ -86,6 +98,9 @@ impl RunSummary {
     pub fn print(&self) {
         eprintln!("tracer run summary:");
         eprintln!("  processes detected: {}", self.processes);
+        if self.filtered_out > 0 {
+            eprintln!("  processes filtered out: {}", self.filtered_out);
+        }
         eprintln!(
             "  sessions: {} started, {} failed, {} refused (unsafe socket)",
             self.sessions_started, self.sessions_failed, self.sessions_refused
@@ -124,9 +139,18 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     ready: Option<oneshot::Sender<()>>,
 ) -> anyhow::Result<RunSummary> {
+    if !config.filter.is_empty() {
+        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
+    }
+    let metrics = config.metrics.clone().unwrap_or_default();
+    let mut tracker = ProcessTracker::new(config.filter.clone());
+    let labels = LabelRegistry::default();
     let mut detector =
         Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
     let mut user_events = start_user_events(&config)?;
+    if let Some(hub) = &mut user_events {
+        hub.set_labels(labels.clone());
+    }
     let clock = Clock::new();
     let mut summary = RunSummary::default();
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
@@ -134,6 +158,8 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     // Processes that already have (or had) a session: each is traced once.
     let mut traced: HashSet<u32> = HashSet::new();
+    // Processes the filters refused (counted once each).
+    let mut traced_or_refused: HashSet<u32> = HashSet::new();
     let mut events_by_pid: HashMap<u32, u64> = HashMap::new();
 
     let context = SessionContext {
@@ -142,6 +168,7 @@ pub async fn run(
         out: out_tx,
         stop: stop_rx,
         user_events: user_events.as_ref().map(user_events::Hub::handle),
+        labels: labels.clone(),
     };
     let mut start_session = move |pid: u32, tasks: &mut JoinSet<()>, summary: &mut RunSummary| {
         if !traced.insert(pid) {
@@ -150,11 +177,28 @@ pub async fn run(
         summary.processes += 1;
         tasks.spawn(session::run(pid, context.clone()));
     };
+    // A detection of `pid`: its line and session when the filters select it (once per process).
+    let mut detected = |pid: u32, cgroup_id: Option<u64>, summary: &mut RunSummary| {
+        let tracked = tracker.lookup(pid, cgroup_id);
+        if !tracked.included {
+            if traced_or_refused.insert(pid) {
+                summary.filtered_out += 1;
+            }
+            return None;
+        }
+        if let Some(l) = &tracked.labels {
+            labels.insert(pid, l.clone());
+        }
+        Some(tracked.labels)
+    };
 
     let existing = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for running .NET processes")?;
     for m in &existing {
-        let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid));
+        let Some(process_labels) = detected(m.pid, None, &mut summary) else { continue };
+        let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))
+            .with_labels(process_labels);
+        *summary.detections.entry(("procfs", line.kind().name())).or_default() += 1;
         sink.emit(&line).context("writing output")?;
         start_session(m.pid, &mut tasks, &mut summary);
     }
@@ -163,9 +207,11 @@ pub async fn run(
         existing.iter().map(|m| m.pid).collect::<HashSet<_>>().len(),
         config.providers.iter().map(|p| p.provider.name.as_str()).collect::<Vec<_>>().join(", ")
     );
+    metrics.set_health(Health::Running);
     super::signal_ready(ready);
 
     let mut batch: Vec<DetectionEvent> = Vec::new();
+    let mut publish = crate::metrics::publish_interval(metrics.is_enabled());
     let mut status = LiveStatus::new(config.live_status);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(stop);
@@ -176,15 +222,25 @@ pub async fn run(
                 res.context("reading the BPF ring buffer")?;
                 for event in batch.drain(..) {
                     if let EventBody::DotnetIpcReady(_) | EventBody::DotnetRuntimeSeen(_) = event.body {
-                        let line = output::detection_line(&event, &clock, None);
+                        let pid = event.meta.pid;
+                        let Some(process_labels) = detected(pid, Some(event.meta.cgroup_id), &mut summary) else { continue };
+                        let line = output::detection_line(&event, &clock, None).with_labels(process_labels);
+                        *summary.detections.entry(("kernel", line.kind().name())).or_default() += 1;
                         sink.emit(&line).context("writing output")?;
                         start_session(event.meta.pid, &mut tasks, &mut summary);
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid)?,
+            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels)?,
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid)?;
+            }
+            _ = publish.tick() => {
+                summary.detection_losses = detector.losses()?;
+                if let Some(reader) = &user_events {
+                    summary.record_user_events_stats(reader);
+                }
+                metrics.publish_run(&summary);
             }
             _ = tick.tick(), if status.enabled => {
                 // Losses are read live so the status line shows them as they happen.
@@ -199,6 +255,7 @@ pub async fn run(
 
     // Shutdown: every session stops (StopTracing, or closing a user_events session's
     // connection), then what they still send is drained.
+    metrics.set_health(Health::Stopping);
     let _ = stop_tx.send(true);
     // The channel closes once every session task (each holds a sender) has finished; the
     // pipeline's own sender goes with the session starter.
@@ -206,7 +263,7 @@ pub async fn run(
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
-                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid)?,
+                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels)?,
                 None => break,
             },
             // Session tasks wait on the user_events reader (release) while they finish.
@@ -224,6 +281,7 @@ pub async fn run(
     }
     detector.detach()?;
     summary.detection_losses = detector.losses()?;
+    metrics.publish_run(&summary);
     Ok(summary)
 }
 
@@ -274,6 +332,7 @@ fn emit_user_events(
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
 ) -> anyhow::Result<()> {
+    *summary.events_by_source.entry("user_events").or_default() += lines.len() as u64;
     lines.into_iter().try_for_each(|event| emit_event(event, sink, summary, events_by_pid))
 }
 
@@ -295,9 +354,13 @@ fn handle_message(
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
+    labels: &LabelRegistry,
 ) -> anyhow::Result<()> {
     match msg {
-        SessionMessage::Event(event) => return emit_event(event, sink, summary, events_by_pid),
+        SessionMessage::Event(event) => {
+            *summary.events_by_source.entry("nettrace").or_default() += 1;
+            return emit_event(event, sink, summary, events_by_pid);
+        }
         SessionMessage::Started { pid, session_id, command, mode, runtime } => {
             summary.sessions_started += 1;
             let body = SessionStarted {
@@ -308,7 +371,10 @@ fn handle_message(
                 command_line: runtime.as_ref().map(|r| r.command_line.as_str()),
             };
             log::info!("pid {pid}: {} session {session_id:#x} started with {command}", mode.name());
-            sink.emit(&output::session_line(clock, Kind::SessionStarted, pid, body))
+            sink.emit(
+                &output::session_line(clock, Kind::SessionStarted, pid, body)
+                    .with_labels(labels.get(pid)),
+            )
         }
         SessionMessage::Ended { pid, session_id, reason, detail, stream } => {
             *summary.sessions_ended.entry(reason.name()).or_default() += 1;
@@ -336,7 +402,10 @@ fn handle_message(
                 stream,
                 error: detail.as_deref(),
             };
-            sink.emit(&output::session_line(clock, Kind::SessionEnded, pid, body))
+            let line = output::session_line(clock, Kind::SessionEnded, pid, body);
+            let written = sink.emit(&line.with_labels(labels.get(pid)));
+            labels.remove(pid);
+            written
         }
         SessionMessage::Failed { pid, error, refused } => {
             if refused {
@@ -346,12 +415,15 @@ fn handle_message(
                 summary.sessions_failed += 1;
                 log::error!("pid {pid}: no session: {error}");
             }
-            sink.emit(&output::session_line(
+            let line = output::session_line(
                 clock,
                 Kind::SessionFailed,
                 pid,
                 SessionFailed { refused, error: &error },
-            ))
+            );
+            let written = sink.emit(&line.with_labels(labels.get(pid)));
+            labels.remove(pid);
+            written
         }
     }
     .context("writing output")

@@ -172,6 +172,8 @@ pub struct Hub {
     requests: mpsc::Receiver<Request>,
     sender: mpsc::Sender<Request>,
     decode_errors: u64,
+    /// Cgroup, container and pod of each traced process, for its event lines.
+    labels: crate::identity::LabelRegistry,
 }
 
 impl Hub {
@@ -200,7 +202,13 @@ impl Hub {
             requests,
             sender,
             decode_errors: 0,
+            labels: Default::default(),
         })
+    }
+
+    /// Where the pipeline keeps each traced process's labels.
+    pub fn set_labels(&mut self, labels: crate::identity::LabelRegistry) {
+        self.labels = labels;
     }
 
     pub fn handle(&self) -> HubHandle {
@@ -327,7 +335,8 @@ impl Hub {
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
             };
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
-            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded);
+            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded)
+                .with_labels(self.labels.get(info.pid));
             lines.push(EventLine {
                 pid: info.pid,
                 provider: info.provider.clone(),
