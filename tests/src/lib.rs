@@ -5,6 +5,7 @@ pub mod cgroups;
 pub mod coreclr;
 pub mod double;
 pub mod ftrace;
+pub mod http;
 pub mod peer;
 pub mod pipeline;
 pub mod process;

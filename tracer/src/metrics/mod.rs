@@ -96,6 +96,30 @@ impl Shared {
     }
 }
 
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition, for clients that do
+/// not ask for OpenMetrics (`promtool check metrics`, curl): a counter family is named with its
+/// `_total` suffix in HELP and TYPE, and there is no `# EOF`.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64);
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(&name).then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(meta.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
 /// A pipeline's handle on the endpoint; the default one (metrics off) does nothing.
 #[derive(Clone, Debug, Default)]
 pub struct Publisher(Option<Arc<Shared>>);

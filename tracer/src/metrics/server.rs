@@ -25,6 +25,15 @@ pub const MAX_CONNECTIONS: usize = 16;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Prometheus asks for OpenMetrics in `Accept`; other clients get the classic text format.
+fn accepts_openmetrics(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all(hyper::header::ACCEPT)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.contains("application/openmetrics-text")))
+}
 
 /// Binds `addr` now (so a bad address fails the command at start) and serves until the runtime
 /// ends. Returns the bound address (port 0 picks a free one).
@@ -80,7 +89,8 @@ async fn respond(
     }
     Ok(match req.uri().path() {
         "/metrics" => match shared.exposition() {
-            Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
+            Ok(body) if accepts_openmetrics(&req) => text(StatusCode::OK, OPENMETRICS, body),
+            Ok(body) => text(StatusCode::OK, PROMETHEUS_TEXT, super::to_prometheus_text(&body)),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e:#}\n")),
         },
         "/healthz" => match shared.health().problem() {

@@ -80,3 +80,12 @@ fn exposition_and_health() {
     // Metrics off: publishing does nothing.
     Publisher::default().publish_audit(&audit_summary());
 }
+
+#[test]
+fn classic_text_names_counters_with_total() {
+    let om = "# HELP a_b Help.\n# TYPE a_b counter\na_b_total{x=\"1\"} 2\n# HELP g G.\n# TYPE g gauge\ng 1\n# EOF\n";
+    assert_eq!(
+        to_prometheus_text(om),
+        "# HELP a_b_total Help.\n# TYPE a_b_total counter\na_b_total{x=\"1\"} 2\n# HELP g G.\n# TYPE g gauge\ng 1\n"
+    );
+}
