@@ -130,18 +130,21 @@ impl ProcessTracker {
     /// The identity and verdict of `pid`, from memory or /proc. `cgroup_id` is the kernel's
     /// (BPF events), `None` where it is not known (procfs findings).
     pub fn lookup(&mut self, pid: u32, cgroup_id: Option<u64>) -> Tracked {
+        // An entry made without the kernel's cgroup id (the procfs scan) cannot tell a reused
+        // pid or a move: the first kernel event reads /proc again.
         if let Some(t) = self.processes.get(&pid)
-            && (cgroup_id.is_none() || t.cgroup_id.is_none() || t.cgroup_id == cgroup_id)
+            && (cgroup_id.is_none() || t.cgroup_id == cgroup_id)
         {
             return t.clone();
         }
-        let tracked = self.read(pid, cgroup_id).unwrap_or(Tracked {
-            labels: None,
-            included: self.filter.is_empty(),
-            cgroup_id,
-        });
-        self.remember(pid, tracked.clone());
-        tracked
+        match self.read(pid, cgroup_id) {
+            Some(tracked) => {
+                self.remember(pid, tracked.clone());
+                tracked
+            }
+            // Gone before it could be read: unknown, and not remembered (its pid may be reused).
+            None => Tracked { labels: None, included: self.filter.is_empty(), cgroup_id },
+        }
     }
 
     /// After an exec: a new program image and environment, read again; when the process is

@@ -232,7 +232,12 @@ fn emit_events(
             _ => tracker.lookup(pid, cgroup_id),
         };
         match event.body {
-            EventBody::ProcessFork { child_pid, .. } => tracker.inherit(pid, child_pid),
+            // A new thread is not a process (its exit is never reported).
+            EventBody::ProcessFork { child_pid, clone_flags }
+                if clone_flags & libc::CLONE_THREAD as u64 == 0 =>
+            {
+                tracker.inherit(pid, child_pid)
+            }
             EventBody::ProcessExit => tracker.forget(pid),
             _ => {}
         }
