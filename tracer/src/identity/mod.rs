@@ -167,9 +167,20 @@ impl ProcessTracker {
         }
     }
 
+    /// `None` when the process is gone, or its environment is needed but gone (an exited
+    /// process's `environ` reads empty while its `cgroup` still reads).
     fn read(&self, pid: u32, cgroup_id: Option<u64>) -> Option<Tracked> {
         let labels = Arc::new(read_labels(pid)?);
-        let included = self.filter.is_empty() || self.filter.matches(&labels, || read_environ(pid));
+        let mut environ_gone = false;
+        let included = self.filter.is_empty()
+            || self.filter.matches(&labels, || {
+                let env = read_environ(pid).filter(|e| !e.is_empty());
+                environ_gone = env.is_none();
+                env
+            });
+        if environ_gone {
+            return None;
+        }
         Some(Tracked { labels: Some(labels), included, cgroup_id })
     }
 
