@@ -1,9 +1,11 @@
 //! Support code shared by the integration tests in `tests/tests/` and the helper programs in
 //! `tests/src/bin/` that play the processes tracer observes.
 
+pub mod cgroups;
 pub mod coreclr;
 pub mod double;
 pub mod ftrace;
+pub mod http;
 pub mod peer;
 pub mod pipeline;
 pub mod process;

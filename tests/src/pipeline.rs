@@ -196,6 +196,8 @@ pub fn run_config(
         target_pids: Vec::new(),
         live_status: false,
         buffer_size_kb,
+        filter: Default::default(),
+        metrics: None,
     }
 }
 

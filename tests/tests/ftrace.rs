@@ -251,6 +251,7 @@ fn ftrace_pipeline_streams_json_lines() {
         buffer_percent: 0,
         read_mode: ReadMode::Auto,
         integrity: tracer::kernel::ftrace_reader::Integrity::Strict,
+        metrics: None,
     };
     let mut pipeline = Running::start(Duration::from_secs(30), move |sink, stop, ready| {
         run(config, sink, stop, Some(ready))

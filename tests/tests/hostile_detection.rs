@@ -51,7 +51,7 @@ fn pid_filter_covers_descendants_that_already_run_at_start() {
     let mapped: Value = serde_json::from_str(&parent.next_line(TIMEOUT).unwrap()).unwrap();
     let child = mapped["pid"].as_u64().unwrap();
     assert_ne!(child, u64::from(parent.pid()), "the mapping is the child's");
-    let config = AuditConfig { target_pids: vec![parent.pid()], registrations: false };
+    let config = AuditConfig { target_pids: vec![parent.pid()], ..AuditConfig::default() };
     let audit = start_audit(config);
     let (lines, _) = audit.stop();
     let found: Vec<&Value> = lines.iter().filter(|v| is(v, "dotnet_ipc_ready", child)).collect();

@@ -123,7 +123,11 @@ struct Audit {
 
 impl Audit {
     fn start(pid: u64) -> Audit {
-        let config = AuditConfig { target_pids: vec![pid as u32], registrations: true };
+        let config = AuditConfig {
+            target_pids: vec![pid as u32],
+            registrations: true,
+            ..AuditConfig::default()
+        };
         let running = Running::start(TIMEOUT, move |sink, stop, ready| {
             audit::run(config, sink, stop, Some(ready))
         });

@@ -2,6 +2,7 @@
 //! and returns typed errors with the offset of the problem instead of panicking.
 pub mod bpf_event;
 pub mod budget;
+pub mod container;
 pub mod ftrace;
 pub mod names;
 

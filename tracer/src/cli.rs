@@ -3,6 +3,7 @@
 //! exit status).
 use std::future::Future;
 use std::io::IsTerminal as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,12 +12,14 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
 
+use crate::identity::ProcessFilter;
 use crate::ipc::client::Timeouts;
 use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profile};
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
 use tracer_decode::text::escape_control;
 
 use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
+use crate::metrics::{Publisher, Shared};
 use crate::output::{JsonLines, ReopenRequest};
 use crate::pipeline::admission::AdmissionLimits;
 use crate::pipeline::{audit, check, ftrace, run};
@@ -71,6 +74,8 @@ impl Command {
                     let config = audit::AuditConfig {
                         target_pids: args.pids,
                         registrations: args.registrations,
+                        filter: args.filter.filter()?,
+                        metrics: args.metrics.start().await?,
                     };
                     let summary = audit::run(config, sink, stop, None).await?;
                     eprint!("{summary}");
@@ -79,7 +84,9 @@ impl Command {
             }
             Command::Run(args) => {
                 run_pipeline("run", args.duration, args.output.clone(), |sink, stop| async move {
-                    let summary = run::run(run_config(&args)?, sink, stop, None).await?;
+                    let mut config = run_config(&args)?;
+                    config.metrics = args.metrics.start().await?;
+                    let summary = run::run(config, sink, stop, None).await?;
                     summary.print();
                     Ok(Ended { output_failed: summary.output_error.is_some() })
                 })
@@ -95,6 +102,7 @@ impl Command {
                         buffer_percent: args.buffer_percent,
                         read_mode: args.read_mode.into(),
                         integrity: args.integrity.into(),
+                        metrics: args.metrics.start().await?,
                     };
                     let summary = ftrace::run(config, sink, stop, None).await?;
                     eprint!("{summary}");
@@ -239,6 +247,69 @@ pub struct RunArgs {
     /// Most processes waiting for a session slot; beyond, a process is not traced (counted).
     #[arg(long, default_value_t = AdmissionLimits::default().max_waiting)]
     pub max_waiting_sessions: usize,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// Which processes `run` and `audit` report: every flag given must match (values of one flag
+/// are alternatives). Processes not selected get no session and no lines.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct FilterArgs {
+    /// Only processes in this container: its full 64-hex id or a unique prefix of at least 12
+    /// hex digits, as read from the process's cgroup path (docker, containerd/CRI, CRI-O,
+    /// podman). Repeatable.
+    #[arg(long = "container", value_name = "ID")]
+    pub containers: Vec<String>,
+    /// Only processes of this Kubernetes pod (its UID, from the `kubepods…pod<uid>` cgroup).
+    /// Repeatable.
+    #[arg(long = "pod-uid", value_name = "UID")]
+    pub pod_uids: Vec<String>,
+    /// Only processes in this cgroup v2 or below it: the path as /proc/<pid>/cgroup shows it
+    /// (e.g. /kubepods.slice) or under the cgroup2 mount. Repeatable.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+    /// Only processes whose environment (/proc/<pid>/environ, read up to 256 KiB) has NAME, or
+    /// NAME=VALUE exactly: lets a node-wide agent trace only pods that ask for it. Repeatable
+    /// (all must hold).
+    #[arg(long = "require-env", value_name = "NAME[=VALUE]")]
+    pub require_env: Vec<String>,
+}
+
+impl FilterArgs {
+    pub fn filter(&self) -> anyhow::Result<ProcessFilter> {
+        ProcessFilter::new(
+            &self.containers,
+            &self.pod_uids,
+            &self.cgroups,
+            ProcessFilter::env_requirements(&self.require_env)?,
+            crate::identity::cgroup_v2_mount().as_deref(),
+        )
+    }
+}
+
+/// `--metrics-addr`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics on http://ADDR/metrics and a health check on /healthz (200
+    /// while the probes are attached and read, 503 with the reason otherwise). Off by default.
+    /// Bind to loopback (127.0.0.1:9464) unless the endpoint must be reachable from elsewhere,
+    /// e.g. by a Prometheus outside the host: it is unauthenticated.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl MetricsArgs {
+    /// Binds the endpoint (inside the runtime) when asked; the pipeline publishes through the
+    /// returned handle.
+    pub async fn start(&self) -> anyhow::Result<Option<Publisher>> {
+        let Some(addr) = self.metrics_addr else { return Ok(None) };
+        let shared = Shared::new();
+        let local = crate::metrics::serve(addr, shared.clone()).await?;
+        log::info!("metrics on http://{local}/metrics, health on http://{local}/healthz");
+        Ok(Some(Publisher::new(shared)))
+    }
 }
 
 /// `--session`.
@@ -292,6 +363,8 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
         target_pids: args.pids.clone(),
         live_status: std::io::stderr().is_terminal(),
         buffer_size_kb: args.buffer_size_kb,
+        filter: args.filter.filter()?,
+        metrics: None,
     })
 }
 
@@ -324,6 +397,10 @@ pub struct AuditArgs {
     /// and exit) and print it at exit: a `registration_table` JSON line and a table on stderr.
     #[arg(long)]
     pub registrations: bool,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// Stream kernel tracepoints (ftrace events) as JSON lines.
@@ -361,6 +438,8 @@ pub struct FtraceArgs {
     /// Write JSON lines to FILE instead of stdout.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// `--read-mode`.

@@ -9,11 +9,15 @@
 //! * [`registrations`] — the per-process user_events registration table.
 //! * [`pipeline`] — one per subcommand, wiring detection → sessions → decode → output.
 //! * [`output`] — every output line's schema and the JSON-lines writer.
+//! * [`identity`] — a process's cgroup, container and pod, and the `run`/`audit` filters.
+//! * [`metrics`] — `--metrics-addr`: the Prometheus endpoint and health check.
 //! * [`time`] — clock reads and monotonic → wall-clock conversion.
 //! * [`cli`] — arguments of each subcommand and how a subcommand runs.
 pub mod cli;
+pub mod identity;
 pub mod ipc;
 pub mod kernel;
+pub mod metrics;
 pub mod output;
 pub mod pipeline;
 pub mod registrations;

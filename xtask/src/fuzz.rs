@@ -16,6 +16,7 @@ pub const TARGETS: &[&str] = &[
     "user_events_record",
     "ftrace_page",
     "proc_and_tracefs_text",
+    "cgroup_identity",
 ];
 
 pub fn run(seconds: u32, only: &[String]) -> anyhow::Result<()> {

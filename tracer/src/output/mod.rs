@@ -5,6 +5,8 @@
 mod detection;
 mod writer;
 
+use std::sync::Arc;
+
 use serde::{Serialize, Serializer};
 use tracer_common::EventKind;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
@@ -131,13 +133,34 @@ pub struct Line<B> {
     source: Source,
     #[serde(skip_serializing_if = "Pid::is_not_applicable")]
     pid: Pid,
+    /// The process's cgroup, container and pod, when known (lines about a process only).
+    #[serde(flatten)]
+    labels: Option<Arc<ProcessLabels>>,
     #[serde(flatten)]
     body: B,
 }
 
+/// Where a process runs: its cgroup v2 path and the container and pod that path names. Each is
+/// written only when known (`crate::identity` reads them from `/proc/<pid>/cgroup`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessLabels {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+}
+
 impl<B: Serialize> Line<B> {
     pub fn new(clock: &Clock, mono_ns: u64, kind: Kind, source: Source, pid: Pid, body: B) -> Self {
-        Line { ts: clock.iso8601(mono_ns), mono_ns, kind, source, pid, body }
+        Line { ts: clock.iso8601(mono_ns), mono_ns, kind, source, pid, labels: None, body }
+    }
+
+    /// The same line with the process's cgroup, container and pod.
+    pub fn with_labels(mut self, labels: Option<Arc<ProcessLabels>>) -> Self {
+        self.labels = labels;
+        self
     }
 
     pub fn kind(&self) -> Kind {

@@ -263,6 +263,22 @@ fn one_of_each_kind() -> Vec<Value> {
         ),
         detection(EventKind::ProcessExit, EventBody::ProcessExit),
     ];
+    // Lines about a process with its labels: all of them, or only what is known.
+    let all = ProcessLabels {
+        cgroup: Some("/kubepods/pod0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f/c".into()),
+        container_id: Some("c".repeat(64)),
+        pod_uid: Some("0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f".into()),
+    };
+    let cgroup_only = ProcessLabels { cgroup: Some("/user.slice".into()), ..Default::default() };
+    let docker = ProcessLabels { container_id: Some("d".repeat(64)), ..all.clone() };
+    for labels in [all, cgroup_only, ProcessLabels { pod_uid: None, ..docker }] {
+        let line = detection_line(
+            &DetectionEvent { meta: meta(EventKind::ProcessExit), body: EventBody::ProcessExit },
+            &clock,
+            None,
+        );
+        lines.push(json_of(&line.with_labels(Some(std::sync::Arc::new(labels)))));
+    }
     let table = crate::registrations::RegistrationTable::new();
     lines.push(json_of(&Line::new(
         &clock,
@@ -353,9 +369,31 @@ fn session_line(clock: &Clock, kind: Kind, body: &dyn ErasedSerialize) -> Value 
 fn every_kind_has_exactly_the_fields_the_readme_documents() {
     let documented = readme_kinds();
     let envelope = readme_envelope();
-    assert_eq!(envelope, ["ts", "mono_ns", "kind", "source", "pid"]);
+    assert_eq!(
+        envelope,
+        ["ts", "mono_ns", "kind", "source", "pid", "cgroup?", "container_id?", "pod_uid?"]
+    );
+    let mut labelled = 0;
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in one_of_each_kind() {
+    for mut line in one_of_each_kind() {
+        // The process labels end the envelope, in the README's order, each only when known.
+        let object = line.as_object_mut().unwrap();
+        let labels = ["cgroup", "container_id", "pod_uid"];
+        let keys: Vec<&String> = object.keys().collect();
+        if let Some(first) = keys.iter().position(|k| labels.contains(&k.as_str())) {
+            assert_eq!(keys[first - 1], "pid", "labels follow pid: {object:?}");
+            let present: Vec<&str> = keys[first..]
+                .iter()
+                .take_while(|k| labels.contains(&k.as_str()))
+                .map(|k| k.as_str())
+                .collect();
+            let order: Vec<&str> = labels.iter().copied().filter(|l| present.contains(l)).collect();
+            assert_eq!(present, order, "{object:?}");
+            for l in labels {
+                object.shift_remove(l);
+            }
+            labelled += 1;
+        }
         let keys: Vec<String> = line.as_object().unwrap().keys().cloned().collect();
         let kind = line["kind"].as_str().unwrap().to_string();
         let fields = documented.get(&kind).unwrap_or_else(|| panic!("{kind} is not in the README"));
@@ -364,7 +402,7 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
         // in the README's order.
         let head = if line.get("pid").is_some() { 5 } else { 4 };
         let want_head: Vec<&String> =
-            envelope.iter().filter(|f| head == 5 || *f != "pid").collect();
+            envelope[..5].iter().filter(|f| head == 5 || *f != "pid").collect();
         assert_eq!(keys[..head].iter().collect::<Vec<_>>(), want_head, "{kind}: {line}");
         let body = &keys[head..];
         let positions: Vec<usize> = body
@@ -392,6 +430,29 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
         }
     }
     assert_eq!(seen.len(), documented.len());
+    assert_eq!(labelled, 3, "lines with process labels were checked");
+}
+
+#[test]
+fn labels_are_written_only_when_known() {
+    let clock = Clock::with_offset(0);
+    let exit = DetectionEvent { meta: meta(EventKind::ProcessExit), body: EventBody::ProcessExit };
+    let labels = ProcessLabels {
+        cgroup: Some("/system.slice/docker-x.scope".into()),
+        container_id: Some("e".repeat(64)),
+        pod_uid: None,
+    };
+    let text = serde_json::to_string(
+        &detection_line(&exit, &clock, None).with_labels(Some(std::sync::Arc::new(labels))),
+    )
+    .unwrap();
+    let want = format!(
+        r#""pid":100,"cgroup":"/system.slice/docker-x.scope","container_id":"{}","tid":101,"#,
+        "e".repeat(64)
+    );
+    assert!(text.contains(&want), "{text}");
+    let bare = serde_json::to_string(&detection_line(&exit, &clock, None)).unwrap();
+    assert!(bare.contains(r#""pid":100,"tid":101,"#), "{bare}");
 }
 
 #[test]

@@ -13,8 +13,10 @@ use tokio::sync::oneshot;
 use tracer_common::EventKind;
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 
+use crate::identity::{ProcessFilter, ProcessTracker};
 use crate::kernel::detect::{DetectOptions, Detector, Loss, ProgramStats};
 use crate::kernel::procfs;
+use crate::metrics::{Health, Publisher};
 use crate::output::{self, JsonLines, Kind, Line, LossCount, Pid, RegistrationTableBody, Source};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns};
@@ -23,6 +25,10 @@ use crate::time::{Clock, monotonic_ns};
 pub struct AuditConfig {
     pub target_pids: Vec<u32>,
     pub registrations: bool,
+    /// `--container`, `--pod-uid`, `--cgroup`, `--require-env`: only these processes' lines.
+    pub filter: ProcessFilter,
+    /// `--metrics-addr`: counters and health published for the metrics endpoint.
+    pub metrics: Option<Publisher>,
 }
 
 /// What happened during a run; `Display` is the stderr summary.
@@ -47,6 +53,8 @@ pub struct AuditSummary {
     pub output_error: Option<String>,
     /// Lines not written because the output failed.
     pub unwritten_lines: u64,
+    /// Lines not written because the process filters do not select their process.
+    pub filtered_out: u64,
 }
 
 impl AuditSummary {
@@ -57,6 +65,11 @@ impl AuditSummary {
     /// Every loss by where and how, as the `summary` line reports it (sequence gaps are left
     /// out: they are the ring reservations that failed, counted as `ring_full`).
     pub fn loss_counts(&self) -> Vec<LossCount> {
+        output::nonzero(self.all_loss_counts())
+    }
+
+    /// Every kind of loss `audit` counts, zero counts included (metrics keep every series).
+    pub fn all_loss_counts(&self) -> Vec<LossCount> {
         let mut all = super::run::detection_losses(&self.losses);
         all.extend([
             LossCount {
@@ -67,7 +80,7 @@ impl AuditSummary {
             LossCount { source: "kernel", reason: "corrupt_record", count: self.decode_errors },
             LossCount { source: "output", reason: "write_failed", count: self.unwritten_lines },
         ]);
-        output::nonzero(all)
+        all
     }
 }
 
@@ -114,6 +127,13 @@ impl fmt::Display for AuditSummary {
             }
         }
         writeln!(f, "  corrupt ring records: {}", self.decode_errors)?;
+        if self.filtered_out > 0 {
+            writeln!(
+                f,
+                "  lines filtered out (--container/--pod-uid/--cgroup/--require-env): {}",
+                self.filtered_out
+            )?;
+        }
         if self.program_stats.iter().any(|(_, s)| s.run_cnt != 0) {
             writeln!(f, "  program run time (kernel.bpf_stats_enabled):")?;
             for (prog, s) in &self.program_stats {
@@ -146,16 +166,27 @@ pub async fn run(
             anyhow::bail!("--pid {pid}: no such process");
         }
     }
+    if !config.filter.is_empty() {
+        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
+    }
+    let metrics = config.metrics.clone().unwrap_or_default();
     let mut detector =
         Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
     let clock = Clock::new();
     let mut summary = AuditSummary::default();
     let mut table = RegistrationTable::new();
+    let mut tracker = ProcessTracker::new(config.filter.clone());
 
     let mappings = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for existing .NET mappings")?;
     for m in &mappings {
-        let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid));
+        let tracked = tracker.lookup(m.pid, None);
+        if !tracked.included {
+            summary.filtered_out += 1;
+            continue;
+        }
+        let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))
+            .with_labels(tracked.labels);
         *summary.procfs_events.entry(line.kind().name()).or_default() += 1;
         sink.emit(&line);
     }
@@ -164,23 +195,46 @@ pub async fn run(
         crate::kernel::detect::PROGRAMS.len(),
         mappings.len()
     );
+    metrics.set_health(Health::Running);
     super::signal_ready(ready);
 
     let mut batch = Vec::new();
+    let mut publish = crate::metrics::publish_interval(config.metrics.is_some());
     tokio::pin!(stop);
     // Until stopped, or until the output takes no more lines.
     while sink.failure().is_none() {
         tokio::select! {
             () = &mut stop => break,
             res = detector.read(&mut batch) => res.context("reading the BPF ring buffer")?,
+            _ = publish.tick() => {
+                read_losses(&detector, &mut summary)?;
+                metrics.publish_audit(&summary);
+                continue;
+            }
         }
-        emit_events(&mut batch, &clock, &mut sink, &mut table, &mut summary);
+        emit_events(&mut batch, &clock, &mut sink, &mut table, &mut tracker, &mut summary);
     }
 
+    metrics.set_health(Health::Stopping);
     detector.detach()?;
     detector.drain(&mut batch);
-    emit_events(&mut batch, &clock, &mut sink, &mut table, &mut summary);
+    emit_events(&mut batch, &clock, &mut sink, &mut table, &mut tracker, &mut summary);
 
+    read_losses(&detector, &mut summary)?;
+    if config.registrations {
+        sink.emit(&registration_table_line(&table, &clock));
+        summary.registrations = Some(table);
+    }
+    let events = summary.kernel_events.values().chain(summary.procfs_events.values()).sum();
+    sink.emit(&output::summary_line(&clock, "audit", events, &summary.loss_counts()));
+    summary.output_error = sink.failure().map(|e| e.to_string());
+    summary.unwritten_lines = sink.unwritten();
+    metrics.publish_audit(&summary);
+    Ok(summary)
+}
+
+/// Every loss the detector counts, into the summary (at exit, and live for the metrics).
+fn read_losses(detector: &Detector, summary: &mut AuditSummary) -> anyhow::Result<()> {
     summary.losses = detector.losses()?;
     summary.seq_gaps = detector.seq_gaps().gaps();
     summary.decode_errors = detector.decode_errors();
@@ -191,15 +245,7 @@ pub async fn run(
         .filter(|(_, s)| s.recursion_misses != 0)
         .map(|(p, s)| (*p, s.recursion_misses))
         .collect();
-    if config.registrations {
-        sink.emit(&registration_table_line(&table, &clock));
-        summary.registrations = Some(table);
-    }
-    let events = summary.kernel_events.values().chain(summary.procfs_events.values()).sum();
-    sink.emit(&output::summary_line(&clock, "audit", events, &summary.loss_counts()));
-    summary.output_error = sink.failure().map(|e| e.to_string());
-    summary.unwritten_lines = sink.unwritten();
-    Ok(summary)
+    Ok(())
 }
 
 fn emit_events(
@@ -207,16 +253,38 @@ fn emit_events(
     clock: &Clock,
     sink: &mut JsonLines,
     table: &mut RegistrationTable,
+    tracker: &mut ProcessTracker,
     summary: &mut AuditSummary,
 ) {
     for event in batch.drain(..) {
+        let (pid, cgroup_id) = (event.meta.pid, Some(event.meta.cgroup_id));
+        let tracked = match event.body {
+            // A new program image: a new environment for --require-env.
+            EventBody::ProcessExec { .. } => tracker.refresh(pid, cgroup_id),
+            _ => tracker.lookup(pid, cgroup_id),
+        };
+        match event.body {
+            // A new thread is not a process (its exit is never reported).
+            EventBody::ProcessFork { child_pid, clone_flags }
+                if clone_flags & libc::CLONE_THREAD as u64 == 0 =>
+            {
+                tracker.inherit(pid, child_pid)
+            }
+            EventBody::ProcessExit => tracker.forget(pid),
+            _ => {}
+        }
+        if !tracked.included {
+            summary.filtered_out += 1;
+            continue;
+        }
         // Checked now, while the process most likely still holds the fd.
         let user_events_data = match &event.body {
             EventBody::UserEvents(ioctl) => procfs::is_user_events_data(event.meta.pid, ioctl.fd),
             _ => None,
         };
         table.apply(&event);
-        let line = output::detection_line(&event, clock, user_events_data);
+        let line =
+            output::detection_line(&event, clock, user_events_data).with_labels(tracked.labels);
         *summary.kernel_events.entry(line.kind().name()).or_default() += 1;
         sink.emit(&line);
     }

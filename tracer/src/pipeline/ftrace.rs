@@ -24,6 +24,8 @@ pub struct FtraceConfig {
     pub buffer_percent: u32,
     pub read_mode: ReadMode,
     pub integrity: Integrity,
+    /// `--metrics-addr`: counters and health published for the metrics endpoint.
+    pub metrics: Option<crate::metrics::Publisher>,
 }
 
 /// What a `tracer ftrace` run read and lost; `Display` is the stderr summary.
@@ -39,8 +41,13 @@ pub struct FtraceSummary {
 }
 
 impl FtraceSummary {
-    /// Every loss by where and how.
+    /// Every loss by where and how (zero counts left out).
     pub fn losses(&self) -> Vec<LossCount> {
+        output::nonzero(self.all_losses())
+    }
+
+    /// Every kind of loss `ftrace` counts, zero counts included (metrics keep every series).
+    pub fn all_losses(&self) -> Vec<LossCount> {
         let mut all = output::ftrace_losses("ftrace", &self.reader);
         all.push(LossCount { source: "ftrace", reason: "bad_fields", count: self.bad_fields });
         all.push(LossCount {
@@ -48,7 +55,7 @@ impl FtraceSummary {
             reason: "write_failed",
             count: self.unwritten_lines,
         });
-        output::nonzero(all)
+        all
     }
 }
 
@@ -87,8 +94,12 @@ pub async fn run(
         instance.name(),
         reader.mode().name()
     );
+    instance.set_tracing_on(true)?;
+    let metrics = config.metrics.clone().unwrap_or_default();
+    metrics.set_health(crate::metrics::Health::Running);
     super::signal_ready(ready);
 
+    let mut publish = crate::metrics::publish_interval(metrics.is_enabled());
     tokio::pin!(stop);
     // Until stopped, or until the output takes no more lines.
     let result = loop {
@@ -97,12 +108,19 @@ pub async fn run(
         }
         tokio::select! {
             () = &mut stop => break Ok(()),
+            _ = publish.tick() => metrics.publish_ftrace(&FtraceSummary {
+                reader: reader.stats(),
+                bad_fields: out.bad_records,
+                output_error: None,
+                unwritten_lines: sink.unwritten(),
+            }),
             batch = reader.next_batch() => match batch {
                 Ok(events) => out.emit(&mut sink, &events, integrity)?,
                 Err(e) => break Err(e),
             },
         }
     };
+    metrics.set_health(crate::metrics::Health::Stopping);
     instance.set_tracing_on(false)?;
     let result = result.and_then(|()| {
         let rest = reader.flush()?;
@@ -118,6 +136,7 @@ pub async fn run(
     sink.emit(&output::summary_line(&out.clock, "ftrace", written, &summary.losses()));
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();
+    metrics.publish_ftrace(&summary);
     drop(reader);
     drop(instance);
     // A failure mid-run still reports what was read before it.

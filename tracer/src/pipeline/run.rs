@@ -17,6 +17,7 @@ use tracer_decode::diagnostic_ipc::FilteredProvider;
 use tracer_decode::text::escape_control;
 
 use super::admission::{Admission, AdmissionLimits, Admitted};
+use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
@@ -24,6 +25,7 @@ use crate::kernel::ftrace_reader::ReaderStats;
 use crate::kernel::procfs;
 use crate::kernel::tracefs::Tracefs;
 use crate::kernel::user_events::UserEventsData;
+use crate::metrics::{Health, Publisher};
 use crate::output::{
     self, JsonLines, Kind, LossCount, SessionEnded, SessionFailed, SessionId, SessionStarted,
     SocketRefused, StreamTotals, ThreadLoss,
@@ -44,6 +46,10 @@ pub struct RunConfig {
     pub live_status: bool,
     /// Per-CPU ftrace buffer for user_events sessions, in KiB.
     pub buffer_size_kb: u64,
+    /// `--container`, `--pod-uid`, `--cgroup`, `--require-env`: only these processes are traced.
+    pub filter: ProcessFilter,
+    /// `--metrics-addr`: counters and health published for the metrics endpoint.
+    pub metrics: Option<Publisher>,
 }
 
 /// How long a session keeps looking for the socket of a process whose runtime was seen before
@@ -91,6 +97,12 @@ pub struct RunSummary {
     pub output_error: Option<String>,
     /// Lines not written because the output failed.
     pub unwritten_lines: u64,
+    /// Detection lines written, by (source, kind).
+    pub detections: BTreeMap<(&'static str, &'static str), u64>,
+    /// Runtime events written, by source (`nettrace`, `user_events`).
+    pub events_by_source: BTreeMap<&'static str, u64>,
+    /// .NET processes the filters did not select (no session, no lines).
+    pub filtered_out: u64,
 }
 
 impl RunSummary {
@@ -100,6 +112,11 @@ impl RunSummary {
 
     /// Every loss, by where and how (zero counts left out).
     pub fn losses(&self) -> Vec<LossCount> {
+        output::nonzero(self.all_losses())
+    }
+
+    /// Every kind of loss `run` counts, zero counts included (metrics keep every series).
+    pub fn all_losses(&self) -> Vec<LossCount> {
         let mut all = detection_losses(&self.detection_losses);
         all.extend([
             loss("kernel", "recursion_miss", self.detection_recursion_misses),
@@ -115,7 +132,7 @@ impl RunSummary {
         if let Some(stats) = &self.user_events_reader {
             all.extend(output::ftrace_losses("user_events", stats));
         }
-        output::nonzero(all)
+        all
     }
 
     /// Every event known lost.
@@ -135,6 +152,9 @@ impl RunSummary {
     pub fn print(&self) {
         eprintln!("tracer run summary:");
         eprintln!("  processes detected: {}", self.processes);
+        if self.filtered_out > 0 {
+            eprintln!("  processes filtered out: {}", self.filtered_out);
+        }
         eprintln!(
             "  sessions: {} started, {} failed, {} refused (unsafe socket)",
             self.sessions_started, self.sessions_failed, self.sessions_refused
@@ -219,9 +239,18 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     ready: Option<oneshot::Sender<()>>,
 ) -> anyhow::Result<RunSummary> {
+    if !config.filter.is_empty() {
+        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
+    }
+    let metrics = config.metrics.clone().unwrap_or_default();
+    let mut tracker = ProcessTracker::new(config.filter.clone());
+    let labels = LabelRegistry::default();
     let mut detector =
         Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
     let mut user_events = start_user_events(&config)?;
+    if let Some(hub) = &mut user_events {
+        hub.set_labels(labels.clone());
+    }
     let clock = Clock::new();
     let mut summary = RunSummary::default();
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
@@ -230,6 +259,8 @@ pub async fn run(
     // Processes that already have (or had) a session, as (pid, start time): each is traced
     // once, and a recycled pid is another process.
     let mut traced: HashSet<(u32, u64)> = HashSet::new();
+    // Processes the filters refused (counted once each).
+    let mut traced_or_refused: HashSet<u32> = HashSet::new();
     let mut events_by_pid: HashMap<u32, u64> = HashMap::new();
     let mut admission = Admission::new(config.admission);
     // The uid each session's slot belongs to.
@@ -242,6 +273,7 @@ pub async fn run(
         out: out_tx,
         stop: stop_rx,
         user_events: user_events.as_ref().map(user_events::Hub::handle),
+        labels: labels.clone(),
     };
     // Starts the session of an admitted process (pinned at detection).
     let spawn = move |(pid, uid, target): Candidate,
@@ -273,13 +305,30 @@ pub async fn run(
             }
         }
     };
+    // A detection of `pid`: its line and session when the filters select it (once per process).
+    let mut detected = |pid: u32, cgroup_id: Option<u64>, summary: &mut RunSummary| {
+        let tracked = tracker.lookup(pid, cgroup_id);
+        if !tracked.included {
+            if traced_or_refused.insert(pid) {
+                summary.filtered_out += 1;
+            }
+            return None;
+        }
+        if let Some(l) = &tracked.labels {
+            labels.insert(pid, l.clone());
+        }
+        Some(tracked.labels)
+    };
 
     let existing = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for running .NET processes")?;
     for m in &existing {
+        let Some(process_labels) = detected(m.pid, None, &mut summary) else { continue };
         let identity = procfs::process_identity(m.pid);
         let uid = identity.as_ref().map_or(0, |id| id.uid);
-        sink.emit(&output::procfs_mapping_line(m, &clock, identity));
+        let line = output::procfs_mapping_line(m, &clock, identity).with_labels(process_labels);
+        *summary.detections.entry(("procfs", line.kind().name())).or_default() += 1;
+        sink.emit(&line);
         if let Some(c) = start_session(m.pid, uid, &mut admission, &mut summary) {
             spawn(c, &mut tasks, &mut slot_uids);
         }
@@ -289,9 +338,11 @@ pub async fn run(
         existing.iter().map(|m| m.pid).collect::<HashSet<_>>().len(),
         config.providers.iter().map(|p| p.provider.name.as_str()).collect::<Vec<_>>().join(", ")
     );
+    metrics.set_health(Health::Running);
     super::signal_ready(ready);
 
     let mut batch: Vec<DetectionEvent> = Vec::new();
+    let mut publish = crate::metrics::publish_interval(metrics.is_enabled());
     let mut status = LiveStatus::new(config.live_status);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(stop);
@@ -303,16 +354,23 @@ pub async fn run(
                 res.context("reading the BPF ring buffer")?;
                 for event in batch.drain(..) {
                     if let EventBody::DotnetIpcReady(_) | EventBody::DotnetRuntimeSeen(_) = event.body {
-                        let line = output::detection_line(&event, &clock, None);
-                        sink.emit(&line);
                         let (pid, uid) = (event.meta.pid, event.meta.uid);
+                        let Some(process_labels) =
+                            detected(pid, Some(event.meta.cgroup_id), &mut summary)
+                        else {
+                            continue;
+                        };
+                        let line = output::detection_line(&event, &clock, None)
+                            .with_labels(process_labels);
+                        *summary.detections.entry(("kernel", line.kind().name())).or_default() += 1;
+                        sink.emit(&line);
                         if let Some(c) = start_session(pid, uid, &mut admission, &mut summary) {
                             spawn(c, &mut tasks, &mut slot_uids);
                         }
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid),
+            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
             Some(done) = tasks.join_next_with_id() => {
                 let id = done.map_or_else(|e| e.id(), |(id, ())| id);
                 let uid = slot_uids.remove(&id).expect("every session has a slot");
@@ -322,6 +380,13 @@ pub async fn run(
             }
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
+            }
+            _ = publish.tick() => {
+                summary.detection_losses = detector.losses()?;
+                if let Some(reader) = &user_events {
+                    summary.record_user_events_stats(reader);
+                }
+                metrics.publish_run(&summary);
             }
             _ = tick.tick(), if status.enabled => {
                 // Losses are read live so the status line shows them as they happen.
@@ -336,6 +401,7 @@ pub async fn run(
 
     // Shutdown: every session stops (StopTracing, or closing a user_events session's
     // connection), then what they still send is drained.
+    metrics.set_health(Health::Stopping);
     let _ = stop_tx.send(true);
     // The channel closes once every session task (each holds a sender) has finished; the
     // pipeline's own sender goes with the session starter.
@@ -343,7 +409,7 @@ pub async fn run(
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
-                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid),
+                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
                 None => break,
             },
             // Session tasks wait on the user_events reader (release) while they finish.
@@ -370,6 +436,7 @@ pub async fn run(
     sink.emit(&output::summary_line(&clock, "run", summary.events(), &losses));
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();
+    metrics.publish_run(&summary);
     Ok(summary)
 }
 
@@ -420,6 +487,7 @@ fn emit_user_events(
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
 ) {
+    *summary.events_by_source.entry("user_events").or_default() += lines.len() as u64;
     lines.into_iter().for_each(|event| emit_event(event, sink, summary, events_by_pid))
 }
 
@@ -441,9 +509,13 @@ fn handle_message(
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
+    labels: &LabelRegistry,
 ) {
     match msg {
-        SessionMessage::Event(event) => emit_event(event, sink, summary, events_by_pid),
+        SessionMessage::Event(event) => {
+            *summary.events_by_source.entry("nettrace").or_default() += 1;
+            emit_event(event, sink, summary, events_by_pid);
+        }
         SessionMessage::Started { pid, session_id, command, mode, runtime } => {
             summary.sessions_started += 1;
             let body = SessionStarted {
@@ -454,7 +526,8 @@ fn handle_message(
                 command_line: runtime.as_ref().map(|r| r.command_line.as_str()),
             };
             log::info!("pid {pid}: {} session {session_id:#x} started with {command}", mode.name());
-            sink.emit(&output::session_line(clock, Kind::SessionStarted, pid, body));
+            let line = output::session_line(clock, Kind::SessionStarted, pid, body);
+            sink.emit(&line.with_labels(labels.get(pid)));
         }
         SessionMessage::Ended { pid, session_id, reason, detail, stream } => {
             *summary.sessions_ended.entry(reason.name()).or_default() += 1;
@@ -490,7 +563,9 @@ fn handle_message(
                 stream,
                 error: detail.as_deref(),
             };
-            sink.emit(&output::session_line(clock, Kind::SessionEnded, pid, body));
+            let line = output::session_line(clock, Kind::SessionEnded, pid, body);
+            sink.emit(&line.with_labels(labels.get(pid)));
+            labels.remove(pid);
         }
         SessionMessage::Refused { pid, path, refusal } => {
             *summary.sockets_refused.entry(refusal.name()).or_default() += 1;
@@ -499,7 +574,8 @@ fn handle_message(
             let path = path.to_string_lossy();
             let error = refusal.to_string();
             let body = SocketRefused { path: &path, reason: refusal.name(), error: &error };
-            sink.emit(&output::session_line(clock, Kind::SocketRefused, pid, body))
+            let line = output::session_line(clock, Kind::SocketRefused, pid, body);
+            sink.emit(&line.with_labels(labels.get(pid)));
         }
         SessionMessage::Failed { pid, error, refused } => {
             if refused {
@@ -509,12 +585,14 @@ fn handle_message(
                 summary.sessions_failed += 1;
                 log::error!("pid {pid}: no session: {error}");
             }
-            sink.emit(&output::session_line(
+            let line = output::session_line(
                 clock,
                 Kind::SessionFailed,
                 pid,
                 SessionFailed { refused, error: &error },
-            ));
+            );
+            sink.emit(&line.with_labels(labels.get(pid)));
+            labels.remove(pid);
         }
     }
 }

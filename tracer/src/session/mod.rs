@@ -158,6 +158,8 @@ pub struct SessionContext {
     pub stop: watch::Receiver<bool>,
     /// The pipeline's user_events hub, when the kernel has user_events.
     pub user_events: Option<user_events::HubHandle>,
+    /// Cgroup, container and pod of each traced process, for its event lines.
+    pub labels: crate::identity::LabelRegistry,
 }
 
 /// Runs one process's session to its end, reporting through `ctx.out`. `target` is the process

@@ -81,7 +81,8 @@ pub(super) async fn run(
     runtime: Option<ProcessInfo>,
     ctx: SessionContext,
 ) {
-    let SessionContext { config, clock, out, mut stop, .. } = ctx;
+    let SessionContext { config, clock, out, mut stop, labels, .. } = ctx;
+    let labels = labels.get(pid);
     let command = oldest_collect_tracing(&config.request);
     let session = match client.start_streaming_session(&command).await {
         Ok(s) => s,
@@ -162,8 +163,9 @@ pub(super) async fn run(
             let decoded = ev.decode();
             let provider = decoded.provider.to_string();
             let mono_ns = ev.timestamp as u64;
-            let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded);
-            let line = line.render();
+            let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded)
+                .with_labels(labels.clone())
+                .render();
             let len = line.as_bytes().len();
             // The line and its newline.
             if let Err(e) = budget.spend(len as u64 + 1) {

@@ -182,6 +182,8 @@ pub struct Hub {
     /// `tracer_decode::budget`).
     budgets: HashMap<u32, OutputBudget>,
     over_budget: u64,
+    /// Cgroup, container and pod of each traced process, for its event lines.
+    labels: crate::identity::LabelRegistry,
 }
 
 impl Hub {
@@ -213,7 +215,13 @@ impl Hub {
             decode_errors: 0,
             budgets: HashMap::new(),
             over_budget: 0,
+            labels: Default::default(),
         })
+    }
+
+    /// Where the pipeline keeps each traced process's labels.
+    pub fn set_labels(&mut self, labels: crate::identity::LabelRegistry) {
+        self.labels = labels;
     }
 
     pub fn handle(&self) -> HubHandle {
@@ -352,8 +360,9 @@ impl Hub {
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
             };
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
-            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded);
-            let line = line.render();
+            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded)
+                .with_labels(self.labels.get(info.pid))
+                .render();
             let budget = self.budgets.entry(info.pid).or_default();
             budget.earn(ev.record.len() as u64);
             if let Err(e) = budget.spend(line.as_bytes().len() as u64 + 1) {

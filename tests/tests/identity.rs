@@ -1,0 +1,277 @@
+//! Container and pod identity with real cgroups (root, cgroup v2): `detect_helper` processes are
+//! moved into cgroups named like a containerd pod's container and a docker container, then
+//! `tracer audit` and `tracer run` must label every line about them with the cgroup, container
+//! id and pod uid, and every filter must select exactly the processes it names.
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::cgroups::{CgroupTree, container_id};
+use tests::pipeline::Running;
+use tests::process::LineProcess;
+use tracer::identity::ProcessFilter;
+use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+
+const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
+const TIMEOUT: Duration = Duration::from_secs(20);
+const POD_UID: &str = "0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f";
+/// The environment variable `--require-env` looks for; only the docker helper has it.
+const ENV: &str = "TRACER_IDENTITY_TEST";
+
+/// Two cgroups named like real containers: containerd (CRI, systemd driver) in a burstable pod,
+/// and docker.
+struct Fixture {
+    tree: CgroupTree,
+    pod: Container,
+    docker: Container,
+}
+
+struct Container {
+    cgroup: String,
+    id: String,
+}
+
+fn fixture(name: &str) -> Fixture {
+    let mut tree = CgroupTree::new(name).expect("cgroup tree");
+    let pod_id = container_id("c0ffee", 1);
+    let docker_id = container_id("d0cce7", 2);
+    let slice = format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        POD_UID.replace('-', "_")
+    );
+    let pod = Container {
+        cgroup: tree.create(&format!("{slice}/cri-containerd-{pod_id}.scope")).unwrap(),
+        id: pod_id,
+    };
+    let docker = Container {
+        cgroup: tree.create(&format!("system.slice/docker-{docker_id}.scope")).unwrap(),
+        id: docker_id,
+    };
+    Fixture { tree, pod, docker }
+}
+
+/// What one `detect_helper sequence` in a container did.
+struct Sequence {
+    pid: u64,
+    child_pid: u64,
+}
+
+fn json(helper: &mut LineProcess) -> Value {
+    serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap()
+}
+
+/// Runs `detect_helper sequence` inside `cgroup` (moved there before it does anything tracer
+/// detects); with `audit`, waits until tracer reported its and its child's exit.
+fn sequence_in(
+    tree: &CgroupTree,
+    cgroup: &str,
+    env: bool,
+    audit: Option<&mut Running<AuditSummary>>,
+) -> Sequence {
+    let mut command = Command::new(HELPER);
+    command.arg("sequence");
+    if env {
+        command.env(ENV, "1");
+    }
+    let mut helper = LineProcess::spawn(HELPER, command).unwrap();
+    assert_eq!(json(&mut helper)["phase"], "started");
+    tree.enter(cgroup, helper.pid()).unwrap();
+    helper.send_line("go").unwrap();
+    let registered = json(&mut helper);
+    assert_eq!(registered["phase"], "registered");
+    helper.send_line("go").unwrap();
+    let done = json(&mut helper);
+    assert_eq!(done["phase"], "done");
+    helper.close_stdin();
+    helper.wait_exit(TIMEOUT).unwrap();
+    let run = Sequence {
+        pid: registered["pid"].as_u64().unwrap(),
+        child_pid: done["child_pid"].as_u64().unwrap(),
+    };
+    if let Some(audit) = audit {
+        for pid in [run.child_pid, run.pid] {
+            audit.wait_for("an exit in the container", TIMEOUT, |v| {
+                v["kind"] == "process_exit" && v["pid"] == pid
+            });
+        }
+    }
+    run
+}
+
+fn start_audit(filter: ProcessFilter) -> Running<AuditSummary> {
+    let config = AuditConfig { filter, ..AuditConfig::default() };
+    Running::start(TIMEOUT, move |sink, stop, ready| audit::run(config, sink, stop, Some(ready)))
+}
+
+fn filter(containers: &[&str], pods: &[&str], cgroups: &[&str], env: &[&str]) -> ProcessFilter {
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    ProcessFilter::new(
+        &s(containers),
+        &s(pods),
+        &s(cgroups),
+        ProcessFilter::env_requirements(&s(env)).unwrap(),
+        tracer::identity::cgroup_v2_mount().as_deref(),
+    )
+    .unwrap()
+}
+
+fn lines_of<'a>(lines: &'a [Value], run: &Sequence) -> Vec<&'a Value> {
+    lines.iter().filter(|v| v["pid"] == run.pid || v["pid"] == run.child_pid).collect()
+}
+
+/// Every line about the helper and its child, and exactly those kinds, with the container's
+/// labels.
+fn assert_labelled(lines: &[Value], run: &Sequence, c: &Container, pod_uid: Option<&str>) {
+    let of = lines_of(lines, run);
+    let kinds: Vec<&str> = of.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "memfd_create",
+            "dotnet_ipc_ready",
+            "user_events_register",
+            "process_fork",
+            "process_exec",
+            "process_exit",
+            "process_exit"
+        ],
+        "{of:#?}"
+    );
+    for v in of {
+        assert_eq!(v["cgroup"], c.cgroup.as_str(), "{v}");
+        assert_eq!(v["container_id"], c.id.as_str(), "{v}");
+        match pod_uid {
+            Some(uid) => assert_eq!(v["pod_uid"], uid, "{v}"),
+            None => assert!(v.get("pod_uid").is_none(), "{v}"),
+        }
+    }
+}
+
+#[test]
+fn audit_lines_carry_cgroup_container_and_pod() {
+    let f = fixture("labels");
+    let mut audit = start_audit(ProcessFilter::default());
+    let pod = sequence_in(&f.tree, &f.pod.cgroup, false, Some(&mut audit));
+    let docker = sequence_in(&f.tree, &f.docker.cgroup, true, Some(&mut audit));
+    let (lines, summary) = audit.stop();
+    assert_labelled(&lines, &pod, &f.pod, Some(POD_UID));
+    assert_labelled(&lines, &docker, &f.docker, None);
+    assert_eq!(summary.filtered_out, 0);
+}
+
+/// Runs the excluded container's helper first, then the included one's; once tracer reported
+/// the included helper's exits, everything before them was processed too.
+fn check_filter(name: &str, filter: ProcessFilter, include_pod: bool) {
+    let f = fixture(name);
+    let mut audit = start_audit(filter);
+    let (included, excluded) = if include_pod { (&f.pod, &f.docker) } else { (&f.docker, &f.pod) };
+    let out = sequence_in(&f.tree, &excluded.cgroup, include_pod, None);
+    let ins = sequence_in(&f.tree, &included.cgroup, !include_pod, Some(&mut audit));
+    let (lines, summary) = audit.stop();
+    assert_labelled(&lines, &ins, included, include_pod.then_some(POD_UID));
+    assert_eq!(lines_of(&lines, &out), Vec::<&Value>::new(), "{name}: excluded process reported");
+    // At least the excluded helper's and its child's 7 lines (other processes of this machine
+    // may be refused too).
+    assert!(summary.filtered_out >= 7, "{name}: {}", summary.filtered_out);
+    for v in &lines {
+        assert_eq!(v["container_id"], included.id.as_str(), "{name}: only the container: {v}");
+    }
+}
+
+#[test]
+fn container_filter_full_id_and_prefix() {
+    let pod_id = container_id("c0ffee", 1);
+    check_filter("full", filter(&[&pod_id], &[], &[], &[]), true);
+    check_filter("prefix", filter(&[&pod_id[..12]], &[], &[], &[]), true);
+    let docker_id = container_id("d0cce7", 2);
+    check_filter("docker", filter(&[&docker_id[..16].to_uppercase()], &[], &[], &[]), false);
+}
+
+#[test]
+fn pod_uid_filter() {
+    check_filter("pod", filter(&[], &[POD_UID], &[], &[]), true);
+}
+
+#[test]
+fn cgroup_filter_is_a_subtree() {
+    let root = format!("/tracer-test-{}-subtree", std::process::id());
+    check_filter("subtree", filter(&[], &[], &[&format!("{root}/kubepods.slice")], &[]), true);
+    // The same cgroup given under the cgroup2 mount.
+    let mount = tracer::identity::cgroup_v2_mount().unwrap();
+    let under_mount = format!("{}{root}/system.slice", mount.display());
+    check_filter("subtree", filter(&[], &[], &[&under_mount], &[]), false);
+}
+
+#[test]
+fn require_env_filter() {
+    check_filter("env", filter(&[], &[], &[], &[&format!("{ENV}=1")]), false);
+}
+
+#[test]
+fn an_ambiguous_container_prefix_is_refused() {
+    let mut tree = CgroupTree::new("ambiguous").unwrap();
+    let mut parked = Vec::new();
+    for seed in [1, 2] {
+        let id = container_id("abcdef123456", seed);
+        let cgroup = tree.create(&format!("system.slice/docker-{id}.scope")).unwrap();
+        let mut command = Command::new(HELPER);
+        command.arg("sequence");
+        let mut helper = LineProcess::spawn(HELPER, command).unwrap();
+        assert_eq!(json(&mut helper)["phase"], "started");
+        tree.enter(&cgroup, helper.pid()).unwrap();
+        parked.push(helper);
+    }
+    let config =
+        AuditConfig { filter: filter(&["abcdef123456"], &[], &[], &[]), ..Default::default() };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let sink = tracer::output::JsonLines::writer(std::io::sink());
+    let err = runtime.block_on(audit::run(config, sink, async {}, None)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "--container abcdef123456: ambiguous prefix, it matches 2 running containers: {}, {}",
+            container_id("abcdef123456", 1),
+            container_id("abcdef123456", 2)
+        )
+    );
+    for mut helper in parked {
+        helper.close_stdin();
+        // The helper exits with an error when stdin closes before "go"; only its end matters.
+        let _ = helper.wait_exit(TIMEOUT);
+    }
+}
+
+/// `tracer run`: the detection and the session lines of a process carry its labels; a process
+/// the filter does not select gets no line and no session.
+#[test]
+fn run_traces_only_the_selected_container() {
+    use tracer::session::SessionMode;
+    let f = fixture("run");
+    let mut config = tests::pipeline::run_config(
+        "Microsoft-Windows-DotNETRuntime:0x1:4",
+        SessionMode::Streaming,
+        Duration::from_millis(200),
+        1024,
+    );
+    config.filter = filter(&[&f.pod.id[..12]], &[], &[], &[]);
+    let mut run = tests::pipeline::start_run(TIMEOUT, config);
+    let out = sequence_in(&f.tree, &f.docker.cgroup, true, None);
+    let ins = sequence_in(&f.tree, &f.pod.cgroup, false, None);
+    // The helper has no diagnostic server: its session fails, and says so with its labels.
+    let failed = run.wait_for("the pod helper's session_failed", TIMEOUT, |v| {
+        v["kind"] == "session_failed" && v["pid"] == ins.pid
+    });
+    let (lines, summary) = run.stop();
+    let of: Vec<&Value> = lines_of(&lines, &ins);
+    let kinds: Vec<&str> = of.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["dotnet_ipc_ready", "session_failed"], "{of:#?}");
+    for v in of.iter().copied().chain([&failed]) {
+        assert_eq!(v["cgroup"], f.pod.cgroup.as_str(), "{v}");
+        assert_eq!(v["container_id"], f.pod.id.as_str(), "{v}");
+        assert_eq!(v["pod_uid"], POD_UID, "{v}");
+    }
+    assert_eq!(lines_of(&lines, &out), Vec::<&Value>::new(), "excluded process reported");
+    assert!(summary.filtered_out >= 1, "{summary:?}");
+    assert_eq!(summary.sessions_failed + summary.sessions_refused, 1, "one session, the pod's");
+    assert_eq!(summary.processes, 1);
+}

@@ -1,0 +1,272 @@
+//! Who a process is beyond its pid: its cgroup v2 path and the container and pod that path
+//! names (read from `/proc/<pid>/cgroup`), and whether the `run`/`audit` filters (`--container`,
+//! `--pod-uid`, `--cgroup`, `--require-env`) select it.
+//!
+//! Every byte read here belongs to another process: reads are bounded by the constants below,
+//! parsing is `tracer_decode::container` (pure, fuzzed), and a process that vanished is simply
+//! unknown (no labels; excluded when a filter is active, since it cannot be proven to match).
+mod filter;
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use tracer_decode::container::parse_cgroup_path;
+use tracer_decode::procfs::cgroup_v2_path;
+
+pub use self::filter::{EnvRequirement, ProcessFilter};
+pub use crate::output::ProcessLabels;
+
+/// Bytes read from `/proc/<pid>/cgroup`: one line per v1 hierarchy plus the v2 `0::` line, each
+/// path at most PATH_MAX (the kernel's limit when it prints them). A file cut at this bound
+/// loses only its last, incomplete line.
+pub const MAX_PROC_CGROUP_BYTES: u64 = 64 * 1024;
+/// Bytes read from `/proc/<pid>/environ` for `--require-env` (a variable past this bound is not
+/// seen; Linux itself bounds one string at 128 KiB and the whole block by the stack limit).
+pub const MAX_ENVIRON_BYTES: u64 = 256 * 1024;
+/// Processes whose identity a pipeline remembers (pid → labels and filter verdict). When full the
+/// memory is dropped and rebuilt from /proc on demand; entries leave on exit events.
+pub const MAX_TRACKED_PROCESSES: usize = 32 * 1024;
+
+/// Reads at most `max` bytes of a file another process controls.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut buf)?;
+    let truncated = buf.len() as u64 > max;
+    buf.truncate(max as usize);
+    Ok((buf, truncated))
+}
+
+/// The cgroup path, container id and pod uid of `pid`, or `None` when it is gone.
+pub fn read_labels(pid: u32) -> Option<ProcessLabels> {
+    let (mut text, truncated) =
+        read_bounded(&PathBuf::from(format!("/proc/{pid}/cgroup")), MAX_PROC_CGROUP_BYTES).ok()?;
+    if truncated {
+        // The last line is incomplete: a prefix of a path must not be taken for the path.
+        let end = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        text.truncate(end);
+    }
+    Some(labels_of(&String::from_utf8_lossy(&text)))
+}
+
+/// Labels from a `/proc/<pid>/cgroup` text (no v2 line: no labels).
+pub fn labels_of(proc_cgroup: &str) -> ProcessLabels {
+    let Some(path) = cgroup_v2_path(proc_cgroup) else { return ProcessLabels::default() };
+    let identity = parse_cgroup_path(path);
+    ProcessLabels {
+        cgroup: Some(path.to_string()),
+        container_id: identity.container_id.map(str::to_string),
+        pod_uid: identity.pod_uid,
+    }
+}
+
+/// `environ` of `pid`, bounded; `None` when it cannot be read.
+pub fn read_environ(pid: u32) -> Option<Vec<u8>> {
+    read_bounded(&PathBuf::from(format!("/proc/{pid}/environ")), MAX_ENVIRON_BYTES)
+        .ok()
+        .map(|(env, _)| env)
+}
+
+/// Labels of the processes that have sessions, shared with the session tasks that render their
+/// events (`dotnet_event` lines carry the same labels as the detection that started them).
+#[derive(Clone, Debug, Default)]
+pub struct LabelRegistry(Arc<RwLock<HashMap<u32, Arc<ProcessLabels>>>>);
+
+impl LabelRegistry {
+    pub fn get(&self, pid: u32) -> Option<Arc<ProcessLabels>> {
+        self.0.read().ok()?.get(&pid).cloned()
+    }
+
+    pub fn insert(&self, pid: u32, labels: Arc<ProcessLabels>) {
+        if let Ok(mut map) = self.0.write() {
+            map.insert(pid, labels);
+        }
+    }
+
+    pub fn remove(&self, pid: u32) {
+        if let Ok(mut map) = self.0.write() {
+            map.remove(&pid);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.read().map_or(0, |m| m.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a pipeline knows about one process.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    /// `None`: the process was gone before tracer could read its cgroup.
+    pub labels: Option<Arc<ProcessLabels>>,
+    /// The filters select it (always true without filters).
+    pub included: bool,
+    /// The cgroup id the kernel reported when the entry was made: a different one later means
+    /// the process moved and is looked up again.
+    cgroup_id: Option<u64>,
+}
+
+/// A pipeline's memory of process identities and filter verdicts.
+#[derive(Debug, Default)]
+pub struct ProcessTracker {
+    filter: ProcessFilter,
+    processes: HashMap<u32, Tracked>,
+}
+
+impl ProcessTracker {
+    pub fn new(filter: ProcessFilter) -> ProcessTracker {
+        ProcessTracker { filter, processes: HashMap::new() }
+    }
+
+    pub fn filter(&self) -> &ProcessFilter {
+        &self.filter
+    }
+
+    /// The identity and verdict of `pid`, from memory or /proc. `cgroup_id` is the kernel's
+    /// (BPF events), `None` where it is not known (procfs findings).
+    pub fn lookup(&mut self, pid: u32, cgroup_id: Option<u64>) -> Tracked {
+        // An entry made without the kernel's cgroup id (the procfs scan) cannot tell a reused
+        // pid or a move: the first kernel event reads /proc again.
+        if let Some(t) = self.processes.get(&pid)
+            && (cgroup_id.is_none() || t.cgroup_id == cgroup_id)
+        {
+            return t.clone();
+        }
+        match self.read(pid, cgroup_id) {
+            Some(tracked) => {
+                self.remember(pid, tracked.clone());
+                tracked
+            }
+            // Gone before it could be read: unknown, and not remembered (its pid may be reused).
+            None => Tracked { labels: None, included: self.filter.is_empty(), cgroup_id },
+        }
+    }
+
+    /// After an exec: a new program image and environment, read again; when the process is
+    /// already gone, what it had before the exec (same cgroup, inherited environment).
+    pub fn refresh(&mut self, pid: u32, cgroup_id: Option<u64>) -> Tracked {
+        match self.read(pid, cgroup_id) {
+            Some(fresh) => {
+                self.remember(pid, fresh.clone());
+                fresh
+            }
+            None => self.lookup(pid, cgroup_id),
+        }
+    }
+
+    /// A fork: the child starts in its parent's cgroup with its parent's environment, so it
+    /// inherits what is known of the parent (a child that exits at once is still identified).
+    pub fn inherit(&mut self, parent: u32, child: u32) {
+        if let Some(t) = self.processes.get(&parent).cloned() {
+            self.remember(child, t);
+        }
+    }
+
+    /// `None` when the process is gone, or its environment is needed but gone (an exited
+    /// process's `environ` reads empty while its `cgroup` still reads).
+    fn read(&self, pid: u32, cgroup_id: Option<u64>) -> Option<Tracked> {
+        let labels = Arc::new(read_labels(pid)?);
+        let mut environ_gone = false;
+        let included = self.filter.is_empty()
+            || self.filter.matches(&labels, || {
+                let env = read_environ(pid).filter(|e| !e.is_empty());
+                environ_gone = env.is_none();
+                env
+            });
+        if environ_gone {
+            return None;
+        }
+        Some(Tracked { labels: Some(labels), included, cgroup_id })
+    }
+
+    fn remember(&mut self, pid: u32, tracked: Tracked) {
+        if self.processes.len() >= MAX_TRACKED_PROCESSES {
+            self.processes.clear();
+        }
+        self.processes.insert(pid, tracked);
+    }
+
+    /// Drops what is known of `pid` (it exited, or exec'd into a new environment).
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    pub fn len(&self) -> usize {
+        self.processes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty()
+    }
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
+/// hybrid hosts).
+pub fn cgroup_v2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let (_dev, dir, fstype) = (it.next()?, it.next()?, it.next()?);
+        (fstype == "cgroup2").then(|| PathBuf::from(dir))
+    })
+}
+
+/// Container ids of every process now running (for resolving `--container` prefixes).
+pub fn running_container_ids() -> Vec<String> {
+    let mut ids: Vec<String> = crate::kernel::procfs::pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|pid| read_labels(pid)?.container_id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_from_a_hybrid_hosts_cgroup_file() {
+        let id = "ab".repeat(32);
+        let text = format!(
+            "12:pids:/\n1:name=systemd:/\n0::/kubepods/besteffort/pod0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f/{id}\n"
+        );
+        let l = labels_of(&text);
+        assert_eq!(l.container_id.as_deref(), Some(id.as_str()));
+        assert_eq!(l.pod_uid.as_deref(), Some("0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f"));
+        assert_eq!(
+            l.cgroup.as_deref(),
+            Some(
+                format!("/kubepods/besteffort/pod0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f/{id}")
+                    .as_str()
+            )
+        );
+        assert_eq!(labels_of("1:name=systemd:/\n"), ProcessLabels::default());
+    }
+
+    #[test]
+    fn own_process() {
+        let me = std::process::id();
+        let labels = read_labels(me).expect("own cgroup file");
+        assert!(labels.cgroup.as_deref().is_some_and(|c| c.starts_with('/')), "{labels:?}");
+        let env = read_environ(me).unwrap();
+        assert!(tracer_decode::container::environ_has(&env, b"PATH", None));
+        assert_eq!(read_labels(u32::MAX), None);
+    }
+
+    #[test]
+    fn bounded_reads_cut_and_say_so() {
+        let dir = std::env::temp_dir().join(format!("tracer-identity-{}", std::process::id()));
+        std::fs::write(&dir, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&dir, 4).unwrap(), (b"0123".to_vec(), true));
+        assert_eq!(read_bounded(&dir, 10).unwrap(), (b"0123456789".to_vec(), false));
+        std::fs::remove_file(&dir).unwrap();
+    }
+}

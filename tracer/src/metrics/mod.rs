@@ -1,0 +1,282 @@
+//! `--metrics-addr`: Prometheus metrics and a health check for `run`, `audit` and `ftrace`.
+//!
+//! The pipelines own their counters (the summaries they print at exit). With metrics on, a
+//! pipeline publishes its summary every [`PUBLISH_INTERVAL`] and once more at exit through a
+//! [`Publisher`]; the families are computed from that summary (`families.rs`), so a scrape and
+//! the summary report the same numbers. The exposition is encoded with `prometheus-client` at
+//! scrape time and served by a minimal hyper server (`server.rs`).
+//!
+//! Families (README "Metrics"): `tracer_events_total{source,kind}`,
+//! `tracer_lost_events_total{source,reason}`, `tracer_detections_total{kind}`,
+//! `tracer_sessions{state}`, `tracer_sessions_failed_total{reason}`,
+//! `tracer_build_info{version,kernel}`. Label values come from fixed sets (kinds, sources, loss
+//! reasons): no process can add series.
+mod families;
+mod server;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+pub use self::families::Families;
+pub use self::server::{MAX_CONNECTIONS, REQUEST_TIMEOUT, serve};
+
+/// How often a pipeline publishes its counters while it runs (and always once at exit).
+pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What `/healthz` answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Before the BPF programs (or the ftrace instance) are attached.
+    Starting,
+    /// Attached and consuming: 200.
+    Running,
+    /// Stop requested: detaching and draining.
+    Stopping,
+    /// The pipeline ended with an error.
+    Failed(String),
+}
+
+impl Health {
+    /// The reason given with a 503, `None` when healthy.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            Health::Starting => Some("starting: the probes are not attached yet".into()),
+            Health::Running => None,
+            Health::Stopping => Some("stopping: detached, draining what is buffered".into()),
+            Health::Failed(e) => Some(format!("failed: {e}")),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    health: Health,
+    families: Families,
+}
+
+/// What the endpoint serves: the latest published families and the health.
+#[derive(Debug)]
+pub struct Shared {
+    state: Mutex<State>,
+    kernel: String,
+}
+
+impl Shared {
+    pub fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State { health: Health::Starting, families: Families::default() }),
+            kernel: kernel_release(),
+        })
+    }
+
+    pub fn health(&self) -> Health {
+        self.state.lock().map(|s| s.health.clone()).unwrap_or(Health::Failed("poisoned".into()))
+    }
+
+    pub fn families(&self) -> Families {
+        self.state.lock().map(|s| s.families.clone()).unwrap_or_default()
+    }
+
+    /// The Prometheus (OpenMetrics) text exposition of the latest families.
+    pub fn exposition(self: &Arc<Shared>) -> anyhow::Result<String> {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self.clone()));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .map_err(|_| anyhow::anyhow!("encoding the metrics exposition"))?;
+        Ok(out)
+    }
+}
+
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition, for clients that do
+/// not ask for OpenMetrics (`promtool check metrics`, curl): a counter family is named with its
+/// `_total` suffix in HELP and TYPE, and there is no `# EOF`.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64);
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters.contains(&name).then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(meta.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// A pipeline's handle on the endpoint; the default one (metrics off) does nothing.
+#[derive(Clone, Debug, Default)]
+pub struct Publisher(Option<Arc<Shared>>);
+
+impl Publisher {
+    pub fn new(shared: Arc<Shared>) -> Publisher {
+        Publisher(Some(shared))
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn set_health(&self, health: Health) {
+        if let Some(shared) = &self.0
+            && let Ok(mut s) = shared.state.lock()
+        {
+            s.health = health;
+        }
+    }
+
+    pub fn publish(&self, families: Families) {
+        if let Some(shared) = &self.0
+            && let Ok(mut s) = shared.state.lock()
+        {
+            s.families = families;
+        }
+    }
+
+    pub fn publish_audit(&self, summary: &crate::pipeline::audit::AuditSummary) {
+        if self.is_enabled() {
+            self.publish(Families::of_audit(summary));
+        }
+    }
+
+    pub fn publish_run(&self, summary: &crate::pipeline::run::RunSummary) {
+        if self.is_enabled() {
+            self.publish(Families::of_run(summary));
+        }
+    }
+
+    pub fn publish_ftrace(&self, summary: &crate::pipeline::ftrace::FtraceSummary) {
+        if self.is_enabled() {
+            self.publish(Families::of_ftrace(summary));
+        }
+    }
+}
+
+/// Ticks every [`PUBLISH_INTERVAL`] when metrics are on; never otherwise.
+pub struct PublishTick(Option<tokio::time::Interval>);
+
+impl PublishTick {
+    pub async fn tick(&mut self) {
+        match &mut self.0 {
+            Some(i) => {
+                i.tick().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+pub fn publish_interval(enabled: bool) -> PublishTick {
+    PublishTick(enabled.then(|| {
+        let mut i = tokio::time::interval(PUBLISH_INTERVAL);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    }))
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+fn encode_family<'a, M: prometheus_client::encoding::EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    series: impl Iterator<Item = (Labels<'a>, M)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, metric) in series {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn counters2<'a>(
+    map: &'a BTreeMap<(String, String), u64>,
+    keys: [&'static str; 2],
+) -> impl Iterator<Item = (Labels<'a>, ConstCounter<u64>)> {
+    map.iter().map(move |((a, b), v)| {
+        (vec![(keys[0], a.as_str()), (keys[1], b.as_str())], ConstCounter::new(*v))
+    })
+}
+
+impl Collector for Shared {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let f = self.families();
+        encode_family(
+            &mut encoder,
+            "tracer_events",
+            "Lines written, by where the event was seen and its kind.",
+            MetricType::Counter,
+            counters2(&f.events, ["source", "kind"]),
+        )?;
+        encode_family(
+            &mut encoder,
+            "tracer_lost_events",
+            "Every loss tracer counts, by where it happened and why (alert on any increase).",
+            MetricType::Counter,
+            counters2(&f.lost, ["source", "reason"]),
+        )?;
+        encode_family(
+            &mut encoder,
+            "tracer_detections",
+            "Detections reported (.NET runtimes and IPC, user_events, process lifecycle), by kind.",
+            MetricType::Counter,
+            f.detections.iter().map(|(k, v)| (vec![("kind", k.as_str())], ConstCounter::new(*v))),
+        )?;
+        encode_family(
+            &mut encoder,
+            "tracer_sessions",
+            "Tracing sessions by state (active now; ended since start).",
+            MetricType::Gauge,
+            f.sessions
+                .iter()
+                .map(|(k, v)| (vec![("state", k.as_str())], ConstGauge::new(*v as i64))),
+        )?;
+        encode_family(
+            &mut encoder,
+            "tracer_sessions_failed",
+            "Sessions that could not be started, by reason.",
+            MetricType::Counter,
+            f.sessions_failed
+                .iter()
+                .map(|(k, v)| (vec![("reason", k.as_str())], ConstCounter::new(*v))),
+        )?;
+        let version = env!("CARGO_PKG_VERSION");
+        encode_family(
+            &mut encoder,
+            "tracer_build_info",
+            "tracer's version and the kernel it runs on (always 1).",
+            MetricType::Gauge,
+            std::iter::once((
+                vec![("version", version), ("kernel", self.kernel.as_str())],
+                ConstGauge::new(1i64),
+            )),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
