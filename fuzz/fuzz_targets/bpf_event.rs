@@ -9,7 +9,13 @@ use tracer::sink::Clock;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(event) = bpf_event::decode(data) {
+        // Exactly one record, of its kind's size.
+        assert_eq!(data.len(), bpf_event::wire_size(event.meta.kind));
         let line = event_line(&event, &Clock::with_offset(0), None);
-        serde_json::to_string(&line).expect("an event line always serialises");
+        let json = serde_json::to_value(&line).expect("an event line always serialises");
+        // The line reports the record's own header.
+        assert_eq!(json["kind"], bpf_event::kind_name(event.meta.kind));
+        assert_eq!(json["pid"], event.meta.pid);
+        assert_eq!(json["seq"], event.meta.seq);
     }
 });

@@ -20,11 +20,16 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
             break;
         }
         let n = ((usize::from(*size) + 1) * scale).min(data.len() - at);
+        let fed = (at + n) as u64;
         result = parser.feed(&data[at..at + n], |e| {
+            // An event (header at `offset`, then its payload) lies inside the bytes fed so far.
+            assert!(e.offset + e.payload.len() as u64 <= fed, "event at {} beyond {fed}", e.offset);
             lines.push(format!("{} {}", e.offset, serde_json::to_string(&e.decode()).unwrap()));
         });
         at += n;
     }
+    // Every byte fed is counted, also after an error.
+    assert_eq!(parser.stats().bytes, at as u64);
     (lines, result.and_then(|()| parser.finish()))
 }
 

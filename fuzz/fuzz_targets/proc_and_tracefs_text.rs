@@ -34,14 +34,32 @@ fuzz_target!(|input: &[u8]| {
     let _ = PageLayout::check_header_event(&text);
     let _ = CpuBufferStats::parse(&text);
 
+    // Each value found, formatted back the way procfs prints it, parses to itself.
     for mapping in memfd_mappings(1, &text) {
         assert!(mapping.path.starts_with("/memfd:"), "{mapping:?}");
+        let line = format!(
+            "{:x}-{:x} {} {:08x} 00:01 1 {}",
+            mapping.start, mapping.end, mapping.perms, mapping.offset, mapping.path
+        );
+        assert_eq!(memfd_mappings(1, &line), [mapping]);
     }
-    let _ = parse_status_uid(&text);
+    if let Some(uid) = parse_status_uid(&text) {
+        assert_eq!(parse_status_uid(&format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}")), Some(uid));
+    }
     let _ = Capabilities::from_status(&text);
-    let _ = cgroup_v2_path(&text);
-    let _ = parse_ns_pid(&text);
-    let _ = parse_start_time(&text);
+    if let Some(path) = cgroup_v2_path(&text) {
+        assert_eq!(cgroup_v2_path(&format!("0::{path}")), Some(path));
+    }
+    if let Some(pid) = parse_ns_pid(&text) {
+        assert_eq!(parse_ns_pid(&format!("NSpid:\t{pid}")), Some(pid));
+    }
+    if let Some(start) = parse_start_time(&text) {
+        // Field 22 of a stat line: state, 18 more fields, then the start time.
+        let stat = format!("1 (comm) S{} {start} 0", " 0".repeat(18));
+        assert_eq!(parse_start_time(&stat), Some(start));
+    }
     let tmpdir = parse_tmpdir(rest);
     assert!(!tmpdir.as_os_str().is_empty());
+    let environ = [&b"TMPDIR="[..], tmpdir.as_os_str().as_encoded_bytes()].concat();
+    assert_eq!(parse_tmpdir(&environ), tmpdir);
 });

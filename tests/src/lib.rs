@@ -4,6 +4,7 @@
 pub mod coreclr;
 pub mod double;
 pub mod ftrace;
+pub mod fuzz_seeds;
 pub mod nettrace;
 pub mod peer;
 pub mod pipeline;
