@@ -64,6 +64,7 @@ impl<S: Send + 'static> Running<S> {
     /// Starts `pipeline(sink, stop, ready)` and returns once it sent `ready` (it has attached and
     /// reported what already existed), or panics with its error. A pipeline not ready within
     /// `ready_timeout` is told to stop, and the panic says whether it did.
+    #[track_caller]
     pub fn start<F, Fut>(ready_timeout: Duration, pipeline: F) -> Running<S>
     where
         F: FnOnce(JsonLines, StopSignal, oneshot::Sender<()>) -> Fut + Send + 'static,
@@ -136,6 +137,7 @@ impl<S: Send + 'static> Running<S> {
     }
 
     /// Waits for (and returns) the first line, already seen or new, matching `pred`.
+    #[track_caller]
     pub fn wait_for(
         &mut self,
         what: &str,
@@ -146,6 +148,7 @@ impl<S: Send + 'static> Running<S> {
     }
 
     /// Waits until `count` lines matching `pred` were received; returns them in order.
+    #[track_caller]
     pub fn wait_for_count(
         &mut self,
         what: &str,
@@ -180,8 +183,12 @@ impl<S: Send + 'static> Running<S> {
 
     /// Stops the pipeline (as SIGINT would) and returns every line and its summary; panics if
     /// it fails or does not stop within [`STOP_TIMEOUT`].
+    #[track_caller]
     pub fn stop(mut self) -> (Vec<Value>, S) {
-        let summary = self.stop_and_wait().unwrap_or_else(|why| panic!("{why}"));
+        let summary = match self.stop_and_wait() {
+            Ok(summary) => summary,
+            Err(why) => panic!("{why}"),
+        };
         self.collect_pending();
         (std::mem::take(&mut self.seen), summary)
     }

@@ -44,7 +44,7 @@ impl Report {
     pub fn failures(&self) -> Vec<String> {
         self.targets
             .iter()
-            .filter_map(|t| Some(format!("fuzz target {}: {}", t.name, t.failure.as_ref()?)))
+            .filter_map(|t| Some(format!("{}: {}", t.name, t.failure.as_ref()?)))
             .collect()
     }
 }
@@ -53,7 +53,7 @@ impl Report {
 pub fn run_checked(seconds: u32, only: &[String]) -> anyhow::Result<()> {
     let failures = run(seconds, only)?.failures();
     if !failures.is_empty() {
-        bail!("{}", failures.join("\n"));
+        bail!("fuzz targets failed:\n  {}", failures.join("\n  "));
     }
     Ok(())
 }
@@ -231,9 +231,7 @@ mod tests {
         assert_eq!(report.crashes(), 1);
         assert_eq!(
             report.failures(),
-            [
-                "fuzz target nettrace: failing input saved as /w/fuzz/artifacts/nettrace/crash-da39a3ee"
-            ]
+            ["nettrace: failing input saved as /w/fuzz/artifacts/nettrace/crash-da39a3ee"]
         );
     }
 

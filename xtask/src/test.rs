@@ -367,10 +367,7 @@ mod tests {
         assert_eq!((stage.passed, stage.failed_count()), (1, 2));
         assert_eq!(
             stage.failures,
-            [
-                "fuzz target b: libFuzzer did not report finishing",
-                "fuzz target c: failing input saved as crash-1"
-            ]
+            ["b: libFuzzer did not report finishing", "c: failing input saved as crash-1"]
         );
     }
 }
