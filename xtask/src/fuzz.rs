@@ -15,6 +15,9 @@ use crate::util::{self, output, run_cmd};
 const MAX_LEN: usize = 65536;
 /// Log lines shown when a target fails (the sanitizer report and the failing input).
 const FAILURE_TAIL_LINES: usize = 40;
+/// Committed seeds (fuzz/.gitignore); what libFuzzer adds to a corpus is not committed.
+#[cfg(test)]
+const SEED_EXTENSION: &str = "seed";
 /// libFuzzer's words for a saved failing input: `Test unit written to <path>`.
 const ARTIFACT_WRITTEN: &str = "Test unit written to ";
 
@@ -197,8 +200,11 @@ mod tests {
             let dir = root.join("fuzz/corpus").join(target);
             let seeds = std::fs::read_dir(&dir)
                 .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .filter(|e| {
+                    e.as_ref().unwrap().path().extension().is_some_and(|x| x == SEED_EXTENSION)
+                })
                 .count();
-            assert!(seeds > 0, "{} has no seed", dir.display());
+            assert!(seeds > 0, "{} has no *.{SEED_EXTENSION}", dir.display());
         }
     }
 
