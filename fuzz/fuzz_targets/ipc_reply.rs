@@ -16,9 +16,15 @@ const SHAPES: [ReplyShape; 5] = [
 fuzz_target!(|data: &[u8]| {
     for shape in SHAPES {
         let header = decode_reply_header(shape, data);
+        if let Ok(header) = &header {
+            // An accepted header announces at least itself (no underflow).
+            assert!(header.payload_len() < usize::from(header.size));
+        }
         if decode_reply(shape, data).is_ok() {
             let header = header.expect("an accepted reply has an accepted header");
             assert_eq!(usize::from(header.size), data.len());
+            // One more byte is no longer exactly one message.
+            assert!(decode_reply(shape, &[data, &[0]].concat()).is_err());
         }
     }
 });

@@ -43,7 +43,10 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
         }
         let n = ((usize::from(*size) + 1) * scale).min(data.len() - at);
         budget.earn(n as u64);
+        let fed = (at + n) as u64;
         result = parser.feed(&data[at..at + n], |e| {
+            // An event (header at `offset`, then its payload) lies inside the bytes fed so far.
+            assert!(e.offset + e.payload.len() as u64 <= fed, "event at {} beyond {fed}", e.offset);
             let json = serde_json::to_string(&e.decode()).unwrap();
             let bound = event_json_bound(e.metadata, e.payload.len());
             assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
@@ -58,6 +61,8 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
         );
     }
     let _ = over_budget;
+    // Every byte fed is counted, also after an error.
+    assert_eq!(parser.stats().bytes, at as u64);
     (lines, result.and_then(|()| parser.finish()))
 }
 

@@ -38,17 +38,28 @@ fuzz_target!(|input: &[u8]| {
     let _ = PageLayout::check_header_event(&text);
     let _ = CpuBufferStats::parse(&text);
 
+    // Each value found, formatted back the way procfs prints it, parses to itself.
     for mapping in memfd_mappings(1, &text) {
         assert!(mapping.path.starts_with("/memfd:"), "{mapping:?}");
         assert!(mapping.prot() <= 7, "{mapping:?}");
+        let line = format!(
+            "{:x}-{:x} {} {:08x} 00:01 1 {}",
+            mapping.start, mapping.end, mapping.perms, mapping.offset, mapping.path
+        );
+        assert_eq!(memfd_mappings(1, &line), [mapping]);
     }
-    let _ = parse_status_uid(&text);
+    if let Some(uid) = parse_status_uid(&text) {
+        assert_eq!(parse_status_uid(&format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}")), Some(uid));
+    }
     let _ = parse_status_cap_eff(&text);
     let _ = parse_status_tgid(&text);
     let _ = parse_stat_ppid(&text);
-    let _ = cgroup_v2_path(&text);
-    let _ = parse_ns_pid(&text);
-    let _ = parse_start_time(&text);
+    if let Some(path) = cgroup_v2_path(&text) {
+        assert_eq!(cgroup_v2_path(&format!("0::{path}")), Some(path));
+    }
+    if let Some(pid) = parse_ns_pid(&text) {
+        assert_eq!(parse_ns_pid(&format!("NSpid:\t{pid}")), Some(pid));
+    }
     assert!(!escape_control(&text).chars().any(char::is_control));
     let _ = parse_status_uids(&text);
     let _ = parse_pidfd_fdinfo_pid(&text);
@@ -59,6 +70,13 @@ fuzz_target!(|input: &[u8]| {
         let keys = start_time_in_namespace(reader, delta, 10_000_000);
         assert!(keys.len() <= 2 && keys.windows(2).all(|w| w[1] == w[0] + 1), "{keys:?}");
     }
+    if let Some(start) = parse_start_time(&text) {
+        // Field 22 of a stat line: state, 18 more fields, then the start time.
+        let stat = format!("1 (comm) S{} {start} 0", " 0".repeat(18));
+        assert_eq!(parse_start_time(&stat), Some(start));
+    }
     let tmpdir = parse_tmpdir(rest);
     assert!(!tmpdir.as_os_str().is_empty());
+    let environ = [&b"TMPDIR="[..], tmpdir.as_os_str().as_encoded_bytes()].concat();
+    assert_eq!(parse_tmpdir(&environ), tmpdir);
 });

@@ -22,8 +22,13 @@ fuzz_target!(|input: &[u8]| {
     let Ok(mut parsed) = parse_record(&layout, record, provider, &MetadataLimits::default()) else {
         return;
     };
+    // The payload is a slice of the record itself.
+    let (bounds, payload) = (record.as_ptr_range(), parsed.payload.as_ptr_range());
+    assert!(bounds.start <= payload.start && payload.end <= bounds.end);
     let mut cache = MetadataCache::new(4);
     let meta = cache.resolve(1, "tp", provider, &mut parsed);
+    // Whatever metadata the record carried, it describes the record's event.
+    assert_eq!(meta.event_id, u32::from(parsed.event_id));
     let event = DecodedEvent::new(&meta, parsed.payload, 8, EventContext::default());
     let json = serde_json::to_string(&event).unwrap();
     // The metadata came in this record: its names are paid by the record's bytes.

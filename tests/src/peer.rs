@@ -96,8 +96,17 @@ impl HostilePeer {
     /// (connections accepted, bytes received) once at least `min_connections` came and all
     /// of them were closed by the client.
     pub fn received(&mut self, min_connections: usize) -> Result<(usize, usize)> {
-        let line =
-            self.process.request(&format!("report {min_connections}"), "RECEIVED", TIMEOUT)?;
+        self.tally(&format!("report {min_connections}"))
+    }
+
+    /// (connections accepted, bytes received) once at least `min_bytes` arrived, while the
+    /// connections may still be open.
+    pub fn received_bytes(&mut self, min_bytes: usize) -> Result<(usize, usize)> {
+        self.tally(&format!("bytes {min_bytes}"))
+    }
+
+    fn tally(&mut self, command: &str) -> Result<(usize, usize)> {
+        let line = self.process.request(command, "RECEIVED", TIMEOUT)?;
         let (connections, bytes) = line.split_once(' ').context("RECEIVED <n> <bytes>")?;
         Ok((connections.parse()?, bytes.parse()?))
     }

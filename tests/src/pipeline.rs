@@ -1,12 +1,12 @@
 //! Runs one of tracer's pipelines (`audit::run`, `run::run`, …) in-process on its own thread and
 //! runtime, collecting its JSON lines so a test can await the line it expects (with a timeout,
-//! never a sleep) and then stop the pipeline the way a signal would.
+//! never a sleep) and then stop the pipeline the way a signal would. Every wait is bounded: a
+//! pipeline that never gets ready or never stops fails the test with a message, it does not hang.
 
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -43,51 +43,91 @@ impl Write for LineSink {
     }
 }
 
+/// How long a pipeline may take to return once told to stop (it drains its sessions first).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the pipeline thread reports: `Ready` once, then its result (nothing if it panicked).
+enum Progress<S> {
+    Ready,
+    Done(anyhow::Result<S>),
+}
+
 /// A pipeline running on its own thread; `S` is its summary.
 pub struct Running<S> {
     lines: Receiver<String>,
     seen: Vec<Value>,
     stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<anyhow::Result<S>>>,
+    progress: Receiver<Progress<S>>,
 }
 
 impl<S: Send + 'static> Running<S> {
     /// Starts `pipeline(sink, stop, ready)` and returns once it sent `ready` (it has attached and
-    /// reported what already existed), or panics with its error.
+    /// reported what already existed), or panics with its error. A pipeline not ready within
+    /// `ready_timeout` is told to stop, and the panic says whether it did.
+    #[track_caller]
     pub fn start<F, Fut>(ready_timeout: Duration, pipeline: F) -> Running<S>
     where
         F: FnOnce(JsonLines, StopSignal, oneshot::Sender<()>) -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<S>>,
     {
         let (line_tx, lines) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
+        let (progress_tx, progress) = mpsc::channel();
         let (stop, stop_rx) = oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
+        std::thread::spawn(move || {
+            let result = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                let (ready, ready_signal) = oneshot::channel();
-                let sink = JsonLines::writer(LineSink::new(line_tx));
-                let stop: StopSignal = Box::pin(async { drop(stop_rx.await) });
-                let run = pipeline(sink, stop, ready);
-                tokio::pin!(run);
-                tokio::select! {
-                    result = &mut run => return result,
-                    _ = ready_signal => { let _ = ready_tx.send(()); }
-                }
-                run.await
-            })
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        let (ready, ready_signal) = oneshot::channel();
+                        let sink = JsonLines::writer(LineSink::new(line_tx));
+                        let stop: StopSignal = Box::pin(async { drop(stop_rx.await) });
+                        let run = pipeline(sink, stop, ready);
+                        tokio::pin!(run);
+                        tokio::select! {
+                            result = &mut run => return result,
+                            // A dropped `ready` sender is not readiness.
+                            Ok(()) = ready_signal => { let _ = progress_tx.send(Progress::Ready); }
+                        }
+                        run.await
+                    })
+                });
+            let _ = progress_tx.send(Progress::Done(result));
         });
-        if ready_rx.recv_timeout(ready_timeout).is_err() {
-            match thread.join() {
-                Ok(Err(e)) => panic!("pipeline failed to start: {e:#}"),
-                Ok(Ok(_)) => panic!("pipeline ended before it was ready"),
-                Err(_) => panic!("pipeline panicked before it was ready"),
+        let mut running = Running { lines, seen: Vec::new(), stop: Some(stop), progress };
+        match running.progress.recv_timeout(ready_timeout) {
+            Ok(Progress::Ready) => running,
+            Ok(Progress::Done(Err(e))) => panic!("pipeline failed to start: {e:#}"),
+            Ok(Progress::Done(Ok(_))) => panic!("pipeline ended before it was ready"),
+            Err(RecvTimeoutError::Disconnected) => panic!("pipeline panicked before it was ready"),
+            Err(RecvTimeoutError::Timeout) => {
+                let stopped = match running.stop_and_wait() {
+                    Ok(_) => "it stopped when told to".to_owned(),
+                    Err(why) => why,
+                };
+                panic!("pipeline not ready within {ready_timeout:?} ({stopped})")
             }
         }
-        Running { lines, seen: Vec::new(), stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Sends the stop signal and waits (at most [`STOP_TIMEOUT`]) for the pipeline's result.
+    fn stop_and_wait(&mut self) -> Result<S, String> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        loop {
+            match self.progress.recv_timeout(STOP_TIMEOUT) {
+                Ok(Progress::Ready) => continue,
+                Ok(Progress::Done(Ok(summary))) => return Ok(summary),
+                Ok(Progress::Done(Err(e))) => return Err(format!("pipeline failed: {e:#}")),
+                Err(RecvTimeoutError::Disconnected) => return Err("pipeline panicked".into()),
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!("pipeline did not stop within {STOP_TIMEOUT:?}"));
+                }
+            }
+        }
     }
 
     fn collect_pending(&mut self) {
@@ -97,6 +137,7 @@ impl<S: Send + 'static> Running<S> {
     }
 
     /// Waits for (and returns) the first line, already seen or new, matching `pred`.
+    #[track_caller]
     pub fn wait_for(
         &mut self,
         what: &str,
@@ -107,6 +148,7 @@ impl<S: Send + 'static> Running<S> {
     }
 
     /// Waits until `count` lines matching `pred` were received; returns them in order.
+    #[track_caller]
     pub fn wait_for_count(
         &mut self,
         what: &str,
@@ -139,13 +181,13 @@ impl<S: Send + 'static> Running<S> {
         found
     }
 
-    /// Stops the pipeline (as SIGINT would) and returns every line and its summary.
+    /// Stops the pipeline (as SIGINT would) and returns every line and its summary; panics if
+    /// it fails or does not stop within [`STOP_TIMEOUT`].
+    #[track_caller]
     pub fn stop(mut self) -> (Vec<Value>, S) {
-        let _ = self.stop.take().expect("stopped once").send(());
-        let summary = match self.thread.take().expect("stopped once").join() {
-            Ok(Ok(summary)) => summary,
-            Ok(Err(e)) => panic!("pipeline failed: {e:#}"),
-            Err(_) => panic!("pipeline panicked"),
+        let summary = match self.stop_and_wait() {
+            Ok(summary) => summary,
+            Err(why) => panic!("{why}"),
         };
         self.collect_pending();
         (std::mem::take(&mut self.seen), summary)

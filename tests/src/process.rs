@@ -2,9 +2,10 @@
 //! lines are awaited with a timeout, never with sleeps, and the child is killed on drop.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 
@@ -56,9 +57,9 @@ impl LineProcess {
 
     /// Waits for a line starting with `prefix`, skipping other lines; returns the rest of it.
     pub fn wait_line(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = Instant::now() + timeout;
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             let line = self
                 .next_line(left)
                 .with_context(|| format!("waiting for {prefix:?} from {}", self.name))?;
@@ -120,20 +121,39 @@ pub fn tracer_binary() -> std::path::PathBuf {
 }
 
 /// The child's exit status once it has exited, or `None` if it is still running after `timeout`.
+/// Waits on a pidfd, which becomes readable when the process exits: no polling.
 fn exit_status_within(
     child: &mut Child,
     timeout: Duration,
 ) -> Result<Option<std::process::ExitStatus>> {
-    let deadline = std::time::Instant::now() + timeout;
+    if let Some(status) = child.try_wait()? {
+        return Ok(Some(status));
+    }
+    let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
+    // SAFETY: pidfd_open takes a pid and flags; the child is not reaped yet (try_wait above saw
+    // it running, and only we wait for it), so the pid is still its own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    ensure!(fd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let deadline = Instant::now() + timeout;
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let millis = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+        if ready < 0 {
+            let err = std::io::Error::last_os_error();
+            ensure!(err.kind() == std::io::ErrorKind::Interrupted, "poll on a pidfd: {err}");
+            continue;
         }
-        if std::time::Instant::now() >= deadline {
+        if ready > 0 {
+            return Ok(Some(child.wait()?));
+        }
+        if left.is_zero() {
             return Ok(None);
         }
-        // Polling the exit status: there is no event to wait on without a pidfd.
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tests::coreclr::CoreclrHost;
+use tests::nettrace::{gc_starts, induced};
 use tokio::io::AsyncReadExt;
 use tracer::ipc::client::{DiagnosticClient, RuntimeInfo, Timeouts};
 use tracer::ipc::{providers, socket};
@@ -72,11 +73,11 @@ async fn runtime_in_pid_and_mount_namespaces_is_found_from_the_host() -> Result<
         let mut all = Vec::new();
         stream.read_to_end(&mut all).await.map(|_| all)
     });
-    host.gc(1)?;
+    let gc_before = host.ping()?;
+    assert_eq!(host.gc(1)?, gc_before + 1);
     client.stop_session(session.session_id).await?;
     let bytes = tokio::time::timeout(Duration::from_secs(30), reader).await???;
-    assert!(bytes.starts_with(b"Nettrace"));
-    assert_eq!(bytes.last(), Some(&0x01));
-    host.ping()?;
+    assert_eq!(gc_starts(&bytes)?, induced(gc_before, 1));
+    assert_eq!(host.ping()?, gc_before + 1);
     Ok(())
 }

@@ -1,7 +1,9 @@
-//! Hostile owners of a diagnostic socket: each must produce its exact typed error within the
-//! client's timeout, and the socket-trust checks must refuse before any byte is sent. The peer
-//! must be the detected process (issue 9 §3): names planted by another user in a shared temp
-//! dir, a stale listener on a recycled pid and a target in a time namespace.
+//! Hostile owners of a diagnostic socket: each must produce its exact typed error (an error other
+//! than `Timeout` proves no timer ran out; a `Timeout` names the phase and the limit), and the
+//! socket-trust checks must refuse before any byte is sent. The peer must be the detected process
+//! (issue 9 §3): names planted by another user in a shared temp dir, a stale listener on a
+//! recycled pid and a target in a time namespace. No test bounds elapsed time from above: on a
+//! loaded machine that measures the scheduler, not the client.
 
 use std::os::unix::fs::FileTypeExt;
 use std::time::{Duration, Instant};
@@ -21,8 +23,9 @@ use tracer_decode::diagnostic_ipc::{
 
 const BIN: &str = env!("CARGO_BIN_EXE_hostile_peer");
 const TIMEOUT: Duration = Duration::from_secs(1);
-/// Scheduling slack on a shared 2-core machine.
-const MARGIN: Duration = Duration::from_millis(1500);
+/// The silent peer's client gives up only after this long: far beyond anything the other
+/// target's probe takes, so which one ends first is not a race.
+const STALLED: Duration = Duration::from_secs(600);
 
 fn timeouts() -> Timeouts {
     Timeouts { connect: TIMEOUT, write: TIMEOUT, read: TIMEOUT }
@@ -37,7 +40,7 @@ fn gc_session() -> Result<CollectTracing> {
     }))
 }
 
-/// Runs `f`, returning its result and how long it took.
+/// Runs `f`, returning its result and how long it took (a timeout must have waited its limit).
 async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
     let start = Instant::now();
     let out = f.await;
@@ -49,8 +52,7 @@ async fn garbage_reply_is_refused_as_bad_magic() -> Result<()> {
     let dir = ScratchDir::new("ipc-garbage");
     let peer = HostilePeer::spawn(BIN, dir.path(), &["garbage"])?;
     let client = DiagnosticClient::for_pid(peer.pid(), timeouts())?;
-    let (result, took) = timed(client.probe()).await;
-    match result {
+    match client.probe().await {
         Err(ClientError::Decode {
             pid,
             command: CommandCode::ProcessInfo3,
@@ -61,7 +63,6 @@ async fn garbage_reply_is_refused_as_bad_magic() -> Result<()> {
         }
         other => panic!("expected BadMagic, got {other:?}"),
     }
-    assert!(took < TIMEOUT, "a garbage reply is refused at once, took {took:?}");
     Ok(())
 }
 
@@ -82,11 +83,10 @@ async fn announced_60k_reply_with_10_bytes_times_out_or_is_refused() -> Result<(
         }) => assert_eq!(timeout, TIMEOUT),
         other => panic!("expected a payload read timeout, got {other:?}"),
     }
-    assert!(took >= TIMEOUT && took < TIMEOUT + MARGIN, "took {took:?}");
+    assert!(took >= TIMEOUT, "gave up after {took:?}, before its {TIMEOUT:?}");
 
     // A session reply is 28 bytes: 60 000 is refused from the header, without waiting.
-    let (result, took) = timed(client.start_streaming_session(&gc_session()?)).await;
-    match result {
+    match client.start_streaming_session(&gc_session()?).await {
         Err(ClientError::Decode {
             command: CommandCode::CollectTracing2,
             source:
@@ -100,7 +100,6 @@ async fn announced_60k_reply_with_10_bytes_times_out_or_is_refused() -> Result<(
         }) => {}
         other => panic!("expected Oversize, got {other:?}"),
     }
-    assert!(took < TIMEOUT, "took {took:?}");
     Ok(())
 }
 
@@ -109,8 +108,7 @@ async fn announced_60k_reply_cut_after_10_bytes_is_reported_as_closed() -> Resul
     let dir = ScratchDir::new("ipc-short-close");
     let peer = HostilePeer::spawn(BIN, dir.path(), &["short-close"])?;
     let client = DiagnosticClient::for_pid(peer.pid(), timeouts())?;
-    let (result, took) = timed(client.probe()).await;
-    match result {
+    match client.probe().await {
         Err(ClientError::Closed {
             command: CommandCode::ProcessInfo3,
             phase: Phase::ReadReplyPayload,
@@ -120,7 +118,6 @@ async fn announced_60k_reply_cut_after_10_bytes_is_reported_as_closed() -> Resul
         }) => {}
         other => panic!("expected Closed after 10 payload bytes, got {other:?}"),
     }
-    assert!(took < TIMEOUT, "took {took:?}");
     Ok(())
 }
 
@@ -135,11 +132,11 @@ async fn silent_peer_times_out_on_the_reply_header() -> Result<()> {
             pid,
             command: CommandCode::ProcessInfo3,
             phase: Phase::ReadReplyHeader,
-            ..
-        }) => assert_eq!(pid, peer.pid()),
+            timeout,
+        }) => assert_eq!((pid, timeout), (peer.pid(), TIMEOUT)),
         other => panic!("expected a header read timeout, got {other:?}"),
     }
-    assert!(took >= TIMEOUT && took < TIMEOUT + MARGIN, "took {took:?}");
+    assert!(took >= TIMEOUT, "gave up after {took:?}, before its {TIMEOUT:?}");
     // It did receive the 20-byte ProcessInfo3 request: the peer really was the one talked to.
     assert_eq!(peer.received(1)?, (1, 20));
     Ok(())
@@ -155,15 +152,13 @@ async fn symlinked_socket_is_refused_and_its_target_gets_nothing() -> Result<()>
 
     let client = DiagnosticClient::for_pid(target.pid(), timeouts())?;
     assert_eq!(client.socket().file_name, procfs::runtime_socket_name(target.pid())?);
-    let (result, took) = timed(client.probe()).await;
-    match result {
+    match client.probe().await {
         Err(ClientError::Socket(SocketError::Refused { pid, path, refusal: Refusal::Symlink })) => {
             assert_eq!(pid, target.pid());
             assert_eq!(path, target.path);
         }
         other => panic!("expected a symlink refusal, got {other:?}"),
     }
-    assert!(took < TIMEOUT, "took {took:?}");
     assert_eq!(other.received(0)?, (0, 0), "nothing may reach the symlink's target");
     Ok(())
 }
@@ -178,8 +173,7 @@ async fn socket_bound_by_another_process_is_refused_before_sending() -> Result<(
 
     let client = DiagnosticClient::for_pid(target_pid, timeouts())?;
     assert!(client.socket().exact_key);
-    let (result, took) = timed(client.start_streaming_session(&gc_session()?)).await;
-    match result {
+    match client.start_streaming_session(&gc_session()?).await {
         Err(ClientError::Socket(SocketError::Refused {
             pid,
             refusal: Refusal::PeerPidMismatch { expected, actual },
@@ -190,7 +184,6 @@ async fn socket_bound_by_another_process_is_refused_before_sending() -> Result<(
         }
         other => panic!("expected a peer pid refusal, got {other:?}"),
     }
-    assert!(took < TIMEOUT, "took {took:?}");
     // The connection was made (to read SO_PEERCRED) and closed without a byte.
     assert_eq!(squatter.received(1)?, (1, 0));
     Ok(())
@@ -229,16 +222,24 @@ async fn process_without_socket_is_not_found() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_peer_does_not_stall_other_targets() -> Result<()> {
     let dir = ScratchDir::new("ipc-parallel");
-    let silent = HostilePeer::spawn(BIN, dir.path(), &["silent"])?;
+    let mut silent = HostilePeer::spawn(BIN, dir.path(), &["silent"])?;
     let garbage = HostilePeer::spawn(BIN, dir.path(), &["garbage"])?;
-    let silent_client = DiagnosticClient::for_pid(silent.pid(), timeouts())?;
+    let stall = Timeouts { connect: STALLED, write: STALLED, read: STALLED };
+    let silent_client = DiagnosticClient::for_pid(silent.pid(), stall)?;
     let garbage_client = DiagnosticClient::for_pid(garbage.pid(), timeouts())?;
-    let stalled = tokio::spawn(async move { timed(silent_client.probe()).await });
-    let (answered, took) = timed(garbage_client.probe()).await;
-    assert!(matches!(answered, Err(ClientError::Decode { .. })), "{answered:?}");
-    assert!(took < TIMEOUT, "the other target waited {took:?} behind the silent one");
-    let (stalled, _) = stalled.await?;
-    assert!(matches!(stalled, Err(ClientError::Timeout { .. })), "{stalled:?}");
+    let stalled = tokio::spawn(async move { silent_client.probe().await });
+    // The silent peer holds the whole 20-byte request: the probe now waits for its reply.
+    assert_eq!(tokio::task::block_in_place(|| silent.received_bytes(20))?, (1, 20));
+
+    match garbage_client.probe().await {
+        Err(ClientError::Decode { source: DecodeError::BadMagic { .. }, .. }) => {}
+        other => panic!("expected BadMagic from the other target, got {other:?}"),
+    }
+    assert!(!stalled.is_finished(), "the other target was answered only after the silent one");
+    stalled.abort();
+    assert!(stalled.await.expect_err("aborted").is_cancelled());
+    // Cancelling closed the connection; the peer got exactly the request, on one connection.
+    assert_eq!(tokio::task::block_in_place(|| silent.received(1))?, (1, 20));
     Ok(())
 }
 

@@ -121,10 +121,8 @@ fn scrape_matches_the_summary_and_promtool_accepts_it() {
     let losses = summary.all_loss_counts();
     assert_eq!(losses.len(), 6, "{losses:?}");
     for l in &losses {
-        let series = format!(
-            r#"tracer_lost_events_total{{source="{}",reason="{}"}}"#,
-            l.source, l.reason
-        );
+        let series =
+            format!(r#"tracer_lost_events_total{{source="{}",reason="{}"}}"#, l.source, l.reason);
         assert_eq!(value(&series), l.count as f64, "{series}");
     }
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();

@@ -1,7 +1,8 @@
 //! Project automation: `cargo xtask <command>`.
 //!
 //! * `setup`   — install what a fresh machine lacks (idempotent, fast when done).
-//! * `test`    — setup, build, run every test (host integration tests as root, then VM tests).
+//! * `test`    — setup, build, run every test (host tests as root, doctests, VM tests, fuzz smoke
+//!   runs) and end with a summary line and `N passed, N failed`.
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
@@ -11,7 +12,9 @@ mod bench_ftrace;
 mod bench_ipc;
 mod bench_nettrace;
 mod fuzz;
+mod libtest;
 mod setup;
+mod test;
 mod util;
 mod vm;
 
@@ -53,7 +56,8 @@ enum Command {
         /// Run only this test binary (e.g. vm_user_events); repeatable.
         #[arg(long = "test", value_name = "NAME")]
         only: Vec<String>,
-        /// Arguments for every test binary (e.g. a test name filter, --nocapture).
+        /// Arguments for every test binary (e.g. a test name filter, --nocapture). Without a
+        /// filter every binary must run all its tests; with one, binaries may run fewer.
         #[arg(last = true)]
         args: Vec<String>,
     },
@@ -62,8 +66,7 @@ enum Command {
         /// Seconds per target.
         #[arg(long, default_value_t = 60)]
         seconds: u32,
-        /// Only these targets (bpf_event, ipc_reply, nettrace, user_events_record, ftrace_page,
-        /// proc_and_tracefs_text).
+        /// Only these targets (the `[[bin]]` names of fuzz/Cargo.toml).
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
@@ -80,13 +83,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Setup => setup::run(),
-        Command::Test { args } => test(&args),
+        // Prints its own closing lines, failures included.
+        Command::Test { args } => return test::run(&args),
         Command::Run { args } => run(&args),
         Command::VmTest { bench, timeout, only, args } => {
-            setup::run().and_then(|()| vm::run(&vm::Options { bench, timeout, only, args }))
+            let opts = vm::Options { bench, short_benches: false, timeout, only, args };
+            setup::run().and_then(|()| vm::run_checked(&opts))
         }
         Command::Fuzz { seconds, targets } => {
-            setup::run().and_then(|()| fuzz::run(seconds, &targets))
+            setup::run().and_then(|()| fuzz::run_checked(seconds, &targets))
         }
         Command::Bench { name, args } => match name.as_str() {
             "detect" => bench_detect::run(),
@@ -104,33 +109,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Seconds per fuzz target in `cargo xtask test`.
-const FUZZ_SMOKE_SECONDS: u32 = 15;
-
-fn test(args: &[String]) -> anyhow::Result<()> {
-    util::require_root("the tests load BPF programs and use tracefs")?;
-    setup::run()?;
-    util::cargo(&["build", "--workspace", "--all-targets"])?;
-    // vm_* tests need user_events, which the host kernel lacks: they run in the VM below.
-    let host_only = format!("not binary(/^{}/)", vm::VM_TEST_PREFIX);
-    let mut nextest = vec!["nextest", "run", "--workspace", "--no-fail-fast", "-E", &host_only];
-    nextest.extend(args.iter().map(String::as_str));
-    let host = util::cargo(&nextest);
-    let vm = vm::run(&vm::Options {
-        bench: false,
-        timeout: std::time::Duration::from_secs(20 * 60),
-        only: Vec::new(),
-        args: Vec::new(),
-    });
-    // Short runs: they prove every fuzz target builds and survives its seeds plus fresh inputs.
-    let fuzz = fuzz::run(FUZZ_SMOKE_SECONDS, &[]);
-    let failed: Vec<String> = [("host tests", host), ("VM tests", vm), ("fuzz smoke runs", fuzz)]
-        .into_iter()
-        .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e:#}")))
-        .collect();
-    if failed.is_empty() { Ok(()) } else { Err(anyhow::anyhow!("{}", failed.join("\n"))) }
 }
 
 fn run(args: &[String]) -> anyhow::Result<()> {

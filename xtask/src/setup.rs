@@ -39,14 +39,62 @@ const PIP_PACKAGES: &[(&str, &str)] = &[
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The test runner of `cargo xtask test`; 0.9.143 needs rustc ≥ 1.91.
+const NEXTEST_VERSION: &str = "0.9.143";
 
 pub fn run() -> anyhow::Result<()> {
     apt()?;
     rust_src()?;
     bpf_linker()?;
+    nextest()?;
     cargo_fuzz()?;
     pip()?;
     Ok(())
+}
+
+/// Installs `krate` at exactly `version` (`cargo install --locked --force`) unless `version_cmd`
+/// already prints that version.
+fn cargo_install_pinned(
+    krate: &str,
+    version: &str,
+    version_cmd: &[&str],
+    why: &str,
+    configure: impl FnOnce(&mut Command),
+) -> anyhow::Result<()> {
+    if let Ok(v) = output(Command::new(version_cmd[0]).args(&version_cmd[1..])) {
+        if v.contains(version) {
+            return Ok(());
+        }
+        eprintln!("setup: {krate} is {}, want {version}", v.lines().next().unwrap_or("").trim());
+    }
+    eprintln!("setup: installing {krate} {version} ({why})");
+    let mut install = Command::new("cargo");
+    install.args(["install", krate, "--version", version, "--locked", "--force"]);
+    configure(&mut install);
+    run_cmd(&mut install)
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    cargo_install_pinned(
+        "bpf-linker",
+        BPF_LINKER_VERSION,
+        &["bpf-linker", "--version"],
+        "built against LLVM 22, about 2 minutes",
+        |cmd| {
+            cmd.args(["--no-default-features", "--features", "llvm-22"])
+                .env("LLVM_PREFIX", "/usr/lib/llvm-22");
+        },
+    )
+}
+
+fn nextest() -> anyhow::Result<()> {
+    cargo_install_pinned(
+        "cargo-nextest",
+        NEXTEST_VERSION,
+        &["cargo", "nextest", "--version"],
+        "the test runner, a few minutes",
+        |_| {},
+    )
 }
 
 fn cargo_fuzz() -> anyhow::Result<()> {
@@ -97,22 +145,6 @@ fn rust_src() -> anyhow::Result<()> {
     }
     eprintln!("setup: adding rust-src to the nightly toolchain");
     run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
-}
-
-fn bpf_linker() -> anyhow::Result<()> {
-    if let Ok(v) = output(Command::new("bpf-linker").arg("--version")) {
-        if v.contains(BPF_LINKER_VERSION) {
-            return Ok(());
-        }
-        eprintln!("setup: bpf-linker is {}, want {BPF_LINKER_VERSION}", v.trim());
-    }
-    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about 2 minutes)");
-    run_cmd(
-        Command::new("cargo")
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--force"])
-            .args(["--no-default-features", "--features", "llvm-22"])
-            .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
-    )
 }
 
 fn pip() -> anyhow::Result<()> {

@@ -1,5 +1,8 @@
+use std::io::{BufRead as _, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
 
 use anyhow::{Context as _, bail};
 
@@ -28,9 +31,55 @@ pub fn output(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs a command, showing its stdout and stderr on our stderr as they come, and returns its
+/// exit status with every line it printed (so a runner's own counts can be read from them).
+pub fn run_tee(cmd: &mut Command) -> anyhow::Result<(ExitStatus, Vec<String>)> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawning {cmd:?}"))?;
+    let (tx, lines) = mpsc::channel();
+    let readers = [
+        forward_lines(child.stdout.take().expect("piped"), tx.clone()),
+        forward_lines(child.stderr.take().expect("piped"), tx),
+    ];
+    let mut printed = Vec::new();
+    // Ends when both pipes are closed.
+    for line in lines {
+        let line = line.trim_end_matches(['\n', '\r']).to_owned();
+        eprintln!("{line}");
+        printed.push(line);
+    }
+    for reader in readers {
+        let _ = reader.join();
+    }
+    let status = child.wait().with_context(|| format!("waiting for {cmd:?}"))?;
+    Ok((status, printed))
+}
+
+/// Sends each line read from `stream` (lossily decoded, line ending kept) until EOF.
+pub fn forward_lines(stream: impl Read + Send + 'static, tx: Sender<String>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            if tx.send(String::from_utf8_lossy(&line).into_owned()).is_err() {
+                break;
+            }
+            line.clear();
+        }
+    })
+}
+
+pub fn cargo_command() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
 pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_cmd(Command::new(cargo).args(args).current_dir(workspace_root()))
+    run_cmd(cargo_command().args(args))
 }
 
 /// Replaces the current process (so signals reach the program directly).

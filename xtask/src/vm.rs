@@ -7,7 +7,7 @@
 //! docs/vm-tests.md.
 use std::fmt::Write as _;
 use std::fs::{self, File};
-use std::io::{BufRead as _, BufReader, Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use sha2::{Digest as _, Sha256};
 
-use crate::util::{output, run_cmd, workspace_root};
+use crate::libtest::TestResult;
+use crate::util::{forward_lines, output, run_cmd, workspace_root};
 
 /// The kernel config fragment; part of the kernel cache key.
 const KERNEL_FRAGMENT: &str = include_str!("../vm/kernel.config");
@@ -33,6 +34,9 @@ const VM_BENCH_PREFIX: &str = "vm_bench";
 pub struct Options {
     /// Run only `vm_bench*` binaries, with TRACER_VM_BENCH=1.
     pub bench: bool,
+    /// Also run the `vm_bench*` binaries, shortened (TRACER_VM_BENCH_SHORT=1): `cargo xtask test`
+    /// wants their assertions (zero loss), not their numbers.
+    pub short_benches: bool,
     /// Wall-clock limit for the whole guest run; qemu is killed after it.
     pub timeout: Duration,
     /// Run only these test binaries (names without the hash suffix); empty = all.
@@ -41,7 +45,32 @@ pub struct Options {
     pub args: Vec<String>,
 }
 
-pub fn run(opts: &Options) -> anyhow::Result<()> {
+/// Set in the guest for [`Options::short_benches`].
+const SHORT_BENCH_ENV: &str = "TRACER_VM_BENCH_SHORT=1";
+
+/// What the VM run proved: counts from each binary's libtest result line, and every reason it
+/// failed (empty when it passed).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub binaries: usize,
+    pub totals: TestResult,
+    /// Failed tests, plus each failing binary or guest problem no failed test accounts for.
+    pub failed: u64,
+    pub failures: Vec<String>,
+}
+
+/// `cargo xtask vm-test`: fails unless every selected binary passed.
+pub fn run_checked(opts: &Options) -> anyhow::Result<()> {
+    let report = run(opts)?;
+    if !report.failures.is_empty() {
+        bail!("VM tests failed:\n  {}", report.failures.join("\n  "));
+    }
+    Ok(())
+}
+
+/// Builds, boots and runs the selected binaries; an error only when the guest could not be
+/// started (a test failure is in the report).
+pub fn run(opts: &Options) -> anyhow::Result<Report> {
     crate::util::require_root("qemu must read the whole host root to share it with the guest")?;
     let started = Instant::now();
     let tests = build_test_binaries(opts)?;
@@ -65,7 +94,16 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         console_log.display()
     );
     let outcome = boot(&kernel, &initrd, &console_log, opts.timeout)?;
-    report(&tests, &outcome, &console_log, started.elapsed())
+    let report = report(&tests, &outcome, selects_tests(&opts.args));
+    if let Some(booted) = outcome.booted_after {
+        eprintln!("vm-test: guest booted in {:.1}s", booted.as_secs_f64());
+    }
+    eprintln!(
+        "vm-test: total {:.1}s (console log: {})",
+        started.elapsed().as_secs_f64(),
+        console_log.display()
+    );
+    Ok(report)
 }
 
 /// A `vm_*` integration test executable built on the host.
@@ -81,12 +119,10 @@ fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
     let profile: &[&str] = if opts.bench { &["--release"] } else { &[] };
     // Default members only: tracer-ebpf's bin is also named `tracer` and builds for BPF.
     crate::util::cargo(&[&["build", "--bins"], profile].concat())?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let messages = output(
-        Command::new(cargo)
+        crate::util::cargo_command()
             .args(["test", "-p", "tests", "--no-run", "--message-format=json"])
             .args(profile)
-            .current_dir(workspace_root())
             .stderr(Stdio::inherit()),
     )?;
     let mut tests = Vec::new();
@@ -103,7 +139,12 @@ fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
         {
             continue;
         }
-        if name.starts_with(VM_BENCH_PREFIX) != opts.bench {
+        let wanted = if name.starts_with(VM_BENCH_PREFIX) {
+            opts.bench || opts.short_benches
+        } else {
+            !opts.bench
+        };
+        if !wanted {
             continue;
         }
         if !opts.only.is_empty() && !opts.only.iter().any(|o| o == name) {
@@ -367,6 +408,9 @@ fn init_script(tests: &[TestBinary], opts: &Options) -> anyhow::Result<String> {
     if opts.bench {
         env.push("TRACER_VM_BENCH=1".to_owned());
     }
+    if opts.short_benches {
+        env.push(SHORT_BENCH_ENV.to_owned());
+    }
     let env: Vec<String> = env.iter().map(|e| shell_quote(e)).collect();
     // Integration tests run from their package directory, as under `cargo test`.
     let cwd = workspace_root().join("tests");
@@ -495,13 +539,23 @@ impl Newc {
 #[derive(Default)]
 struct Outcome {
     booted_after: Option<Duration>,
-    /// Test name → exit status, in start order; `None` = started but no END marker.
-    results: Vec<(String, Option<i32>)>,
+    /// The binaries that started, in start order.
+    results: Vec<BinaryRun>,
     done: bool,
     setup_failure: Option<String>,
     kernel_panic: bool,
     timed_out: bool,
     qemu_status: Option<std::process::ExitStatus>,
+}
+
+/// One test binary's run in the guest.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct BinaryRun {
+    name: String,
+    /// Exit status; `None` = started but no END marker.
+    status: Option<i32>,
+    /// Its libtest `test result:` line.
+    result: Option<TestResult>,
 }
 
 /// Boots the guest, streams its console to stderr and `console_log`, and parses the markers.
@@ -535,20 +589,8 @@ fn boot(
     let (lines_tx, lines) = mpsc::channel::<String>();
     let mut log =
         File::create(console_log).with_context(|| format!("creating {}", console_log.display()))?;
-    let forward = |stream: Box<dyn Read + Send>, tx: mpsc::Sender<String>| {
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stream);
-            let mut line = Vec::new();
-            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-                if tx.send(String::from_utf8_lossy(&line).into_owned()).is_err() {
-                    break;
-                }
-                line.clear();
-            }
-        })
-    };
-    let stdout_reader = forward(Box::new(child.stdout.take().expect("piped")), lines_tx.clone());
-    let stderr_reader = forward(Box::new(child.stderr.take().expect("piped")), lines_tx);
+    let stdout_reader = forward_lines(child.stdout.take().expect("piped"), lines_tx.clone());
+    let stderr_reader = forward_lines(child.stderr.take().expect("piped"), lines_tx);
 
     let mut outcome = Outcome::default();
     let deadline = started + timeout;
@@ -609,18 +651,26 @@ impl Outcome {
         if line.contains("Kernel panic") {
             self.kernel_panic = true;
         }
+        // The result line belongs to the binary running now (started, not yet ended).
+        if let Some(result) = TestResult::parse(line)
+            && let Some(run) = self.results.last_mut().filter(|run| run.status.is_none())
+        {
+            run.result = Some(result);
+        }
         // A test's output may lack a final newline, so a marker can follow other text.
         let Some(at) = line.find(MARKER) else { return };
         let marker = &line[at + MARKER.len()..];
         let (word, rest) = marker.split_once(' ').unwrap_or((marker, ""));
         match word {
             "BOOTED" => self.booted_after = Some(elapsed),
-            "START" => self.results.push((rest.to_owned(), None)),
+            "START" => {
+                self.results.push(BinaryRun { name: rest.to_owned(), ..BinaryRun::default() })
+            }
             "END" => {
                 let status = rest.rsplit_once(" status=").and_then(|(_, s)| s.parse().ok());
                 let name = rest.rsplit_once(" status=").map_or(rest, |(n, _)| n);
-                if let Some(entry) = self.results.iter_mut().rev().find(|(n, _)| n == name) {
-                    entry.1 = status;
+                if let Some(run) = self.results.iter_mut().rev().find(|run| run.name == name) {
+                    run.status = status;
                 }
             }
             "DONE" => self.done = true,
@@ -630,53 +680,102 @@ impl Outcome {
     }
 }
 
-fn report(
-    tests: &[TestBinary],
-    outcome: &Outcome,
-    console_log: &Path,
-    elapsed: Duration,
-) -> anyhow::Result<()> {
-    eprintln!("\nvm-test: results");
-    let mut failures = Vec::new();
-    for test in tests {
-        let result = outcome.results.iter().find(|(name, _)| *name == test.name);
-        let verdict = match result {
-            Some((_, Some(0))) => "PASS".to_owned(),
-            Some((_, Some(status))) => format!("FAIL (exit status {status})"),
-            Some((_, None)) => {
-                "FAIL (started, no END marker: hung, crashed the guest or timed out)".into()
-            }
-            None => "NOT RUN".to_owned(),
-        };
-        if verdict != "PASS" {
-            failures.push(format!("{}: {verdict}", test.name));
+/// Whether libtest arguments choose which tests run (a name filter, `--skip`, `--ignored`), so
+/// a binary may rightly run fewer than all of its tests. `--nocapture` or `--test-threads=1`
+/// do not.
+fn selects_tests(args: &[String]) -> bool {
+    args.iter().any(|a| !a.starts_with('-') || a == "--skip" || a == "--ignored")
+}
+
+/// A binary's verdict: its counts, or why it failed. Exit status 0 is not enough: the binary
+/// must have printed its result line, run at least one test, and (without a filter given on
+/// purpose) ignored and filtered out none.
+fn verdict(run: Option<&BinaryRun>, filtered: bool) -> Result<TestResult, String> {
+    let run = run.ok_or("NOT RUN")?;
+    let counts = |r: &TestResult| {
+        format!(
+            "{} passed, {} failed, {} ignored, {} filtered out",
+            r.passed, r.failed, r.ignored, r.filtered_out
+        )
+    };
+    let result = match (run.status, run.result) {
+        (None, _) => {
+            return Err("started, no END marker: hung, crashed the guest or timed out".into());
         }
-        eprintln!("  {:<32} {verdict}", test.name);
+        (Some(0), None) => return Err("exit status 0 but no libtest `test result:` line".into()),
+        (Some(status), None) => return Err(format!("exit status {status}, no test result line")),
+        (Some(0), Some(result)) => result,
+        (Some(status), Some(result)) => {
+            return Err(format!("exit status {status}: {}", counts(&result)));
+        }
+    };
+    if filtered {
+        return Ok(result);
     }
-    if let Some(booted) = outcome.booted_after {
-        eprintln!("vm-test: guest booted in {:.1}s", booted.as_secs_f64());
+    if result.passed == 0 {
+        return Err(format!("ran no test ({})", counts(&result)));
     }
-    eprintln!(
-        "vm-test: total {:.1}s (console log: {})",
-        elapsed.as_secs_f64(),
-        console_log.display()
-    );
+    if result.ignored > 0 || result.filtered_out > 0 {
+        return Err(format!("skipped tests ({})", counts(&result)));
+    }
+    Ok(result)
+}
+
+/// Prints the PASS/FAIL table and sums up the run. `filtered`: arguments (a test name filter)
+/// were given on purpose, so binaries may run fewer tests, but not none at all.
+fn report(tests: &[TestBinary], outcome: &Outcome, filtered: bool) -> Report {
+    eprintln!("\nvm-test: results");
+    let mut report = Report { binaries: tests.len(), ..Report::default() };
+    // Failures no failed test accounts for (a hang, a binary that ran no test).
+    let mut unexplained = 0;
+    for test in tests {
+        let run = outcome.results.iter().find(|run| run.name == test.name);
+        let line = match verdict(run, filtered) {
+            Ok(result) => {
+                report.totals += result;
+                if filtered {
+                    format!(
+                        "PASS ({} passed; filter given: {} filtered out)",
+                        result.passed, result.filtered_out
+                    )
+                } else {
+                    format!("PASS ({} passed)", result.passed)
+                }
+            }
+            Err(why) => {
+                let result = run.and_then(|run| run.result).unwrap_or_default();
+                report.totals += result;
+                unexplained += u64::from(result.failed == 0);
+                report.failures.push(format!("{}: {why}", test.name));
+                format!("FAIL ({why})")
+            }
+        };
+        eprintln!("  {:<32} {line}", test.name);
+    }
+    if filtered && report.failures.is_empty() && report.totals.passed == 0 {
+        report.failures.push("the filter given matched no test in any binary".into());
+        unexplained += 1;
+    }
+    let mut guest_problems = Vec::new();
     if let Some(what) = &outcome.setup_failure {
-        failures.push(format!("guest set-up failed: {what}"));
+        guest_problems.push(format!("guest set-up failed: {what}"));
     }
     if outcome.kernel_panic {
-        failures.push("the guest kernel panicked".into());
+        guest_problems.push("the guest kernel panicked".into());
     }
     if outcome.timed_out {
-        failures.push("timed out (raise it with --timeout SECONDS)".into());
+        guest_problems.push("timed out (raise it with --timeout SECONDS)".into());
     } else if !outcome.done {
         let status = outcome.qemu_status.map_or("unknown".into(), |s| s.to_string());
-        failures.push(format!("the guest stopped before its DONE marker (qemu {status})"));
+        guest_problems.push(format!("the guest stopped before its DONE marker (qemu {status})"));
     }
-    if !failures.is_empty() {
-        bail!("VM tests failed (see {}):\n  {}", console_log.display(), failures.join("\n  "));
+    report.failed = report.totals.failed + unexplained;
+    // A guest problem after every binary passed still fails the run.
+    if report.failed == 0 && !guest_problems.is_empty() {
+        report.failed = 1;
     }
-    Ok(())
+    report.failures.extend(guest_problems);
+    report
 }
 
 /// Parses `--timeout`: seconds, or a number with an `s`/`m` suffix.
@@ -696,24 +795,139 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
+    const PASSED: &str = "test result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.5s";
+
+    fn run(name: &str, status: Option<i32>, result: Option<TestResult>) -> BinaryRun {
+        BinaryRun { name: name.into(), status, result }
+    }
+
+    fn counts(passed: u64, failed: u64, ignored: u64, filtered_out: u64) -> Option<TestResult> {
+        Some(TestResult { passed, failed, ignored, measured: 0, filtered_out })
+    }
+
     #[test]
-    fn markers_are_parsed_even_after_unterminated_test_output() {
+    fn markers_and_result_lines_are_parsed_even_after_unterminated_test_output() {
         let mut outcome = Outcome::default();
         let t = Duration::from_secs(1);
         outcome.observe("@@TRACER-VM BOOTED kernel=6.12.117 cpus=2", t);
         outcome.observe("@@TRACER-VM START vm_a", t);
+        outcome.observe(&format!("no newline{PASSED}"), t);
         outcome.observe("test result: ok@@TRACER-VM END vm_a status=0", t);
         outcome.observe("@@TRACER-VM START vm_b", t);
         outcome.observe("@@TRACER-VM END vm_b status=101", t);
+        // Not vm_b's: it ended already.
+        outcome.observe(PASSED, t);
         outcome.observe("@@TRACER-VM START vm_c", t);
         assert_eq!(
             outcome.results,
-            [("vm_a".into(), Some(0)), ("vm_b".into(), Some(101)), ("vm_c".into(), None)]
+            [
+                run("vm_a", Some(0), counts(4, 0, 0, 0)),
+                run("vm_b", Some(101), None),
+                run("vm_c", None, None)
+            ]
         );
         assert_eq!(outcome.booted_after, Some(t));
         assert!(!outcome.done);
         outcome.observe("@@TRACER-VM DONE", t);
         assert!(outcome.done);
+    }
+
+    #[test]
+    fn exit_status_zero_passes_only_with_tests_run_and_none_skipped() {
+        assert_eq!(
+            verdict(Some(&run("a", Some(0), counts(4, 0, 0, 0))), false),
+            Ok(counts(4, 0, 0, 0).unwrap())
+        );
+        assert_eq!(
+            verdict(Some(&run("a", Some(0), counts(0, 0, 3, 0))), false),
+            Err("ran no test (0 passed, 0 failed, 3 ignored, 0 filtered out)".into())
+        );
+        assert_eq!(
+            verdict(Some(&run("a", Some(0), counts(2, 0, 1, 0))), false),
+            Err("skipped tests (2 passed, 0 failed, 1 ignored, 0 filtered out)".into())
+        );
+        assert_eq!(
+            verdict(Some(&run("a", Some(0), None)), false),
+            Err("exit status 0 but no libtest `test result:` line".into())
+        );
+        assert_eq!(
+            verdict(Some(&run("a", Some(101), counts(3, 1, 0, 0))), false),
+            Err("exit status 101: 3 passed, 1 failed, 0 ignored, 0 filtered out".into())
+        );
+        assert_eq!(verdict(None, false), Err("NOT RUN".into()));
+        // A filter given on purpose may leave a binary with nothing to run.
+        assert_eq!(
+            verdict(Some(&run("a", Some(0), counts(0, 0, 0, 4))), true),
+            Ok(counts(0, 0, 0, 4).unwrap())
+        );
+    }
+
+    fn binaries(names: &[&str]) -> Vec<TestBinary> {
+        names.iter().map(|n| TestBinary { name: (*n).into(), path: PathBuf::new() }).collect()
+    }
+
+    fn finished(results: Vec<BinaryRun>) -> Outcome {
+        Outcome { results, done: true, ..Outcome::default() }
+    }
+
+    #[test]
+    fn report_counts_failed_tests_and_failing_binaries_once_each() {
+        let outcome = finished(vec![
+            run("vm_a", Some(0), counts(4, 0, 0, 0)),
+            run("vm_b", Some(101), counts(3, 2, 0, 0)),
+            run("vm_c", Some(0), counts(0, 0, 5, 0)),
+            run("vm_d", None, None),
+        ]);
+        let report = report(&binaries(&["vm_a", "vm_b", "vm_c", "vm_d"]), &outcome, false);
+        assert_eq!(report.binaries, 4);
+        assert_eq!(report.totals, counts(7, 2, 5, 0).unwrap());
+        // vm_b's two failed tests, plus vm_c (no test run) and vm_d (no END).
+        assert_eq!(report.failed, 4);
+        assert_eq!(report.failures.len(), 3, "{:?}", report.failures);
+        assert!(report.failures[1].starts_with("vm_c: ran no test"), "{:?}", report.failures);
+    }
+
+    #[test]
+    fn report_of_a_clean_run_has_no_failures() {
+        let outcome = finished(vec![run("vm_a", Some(0), counts(4, 0, 0, 0))]);
+        let report = report(&binaries(&["vm_a"]), &outcome, false);
+        assert_eq!(
+            report,
+            Report {
+                binaries: 1,
+                totals: counts(4, 0, 0, 0).unwrap(),
+                failed: 0,
+                failures: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn only_filters_and_skips_select_tests() {
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(!selects_tests(&args(&[])));
+        assert!(!selects_tests(&args(&["--nocapture", "--test-threads=1"])));
+        assert!(selects_tests(&args(&["fork", "--nocapture"])));
+        assert!(selects_tests(&args(&["--skip", "fork"])));
+        assert!(selects_tests(&args(&["--ignored"])));
+    }
+
+    #[test]
+    fn guest_problems_and_empty_filters_fail_the_run() {
+        let mut outcome = finished(vec![run("vm_a", Some(0), counts(4, 0, 0, 0))]);
+        outcome.kernel_panic = true;
+        let panicked = report(&binaries(&["vm_a"]), &outcome, false);
+        assert_eq!(
+            (panicked.failed, panicked.failures),
+            (1, vec!["the guest kernel panicked".into()])
+        );
+
+        let outcome = finished(vec![run("vm_a", Some(0), counts(0, 0, 0, 4))]);
+        let unmatched = report(&binaries(&["vm_a"]), &outcome, true);
+        assert_eq!(
+            (unmatched.failed, unmatched.failures),
+            (1, vec!["the filter given matched no test in any binary".into()])
+        );
     }
 
     #[test]

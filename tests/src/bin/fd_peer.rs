@@ -5,14 +5,16 @@
 //! the session until the client closes.
 //!
 //! Socket: this process's runtime name in `$TMPDIR`. stdout: `READY <path>`, then
-//! `RECEIVED <message bytes> <extra data bytes> <fds>`, then `CLOSED` at the client's EOF.
+//! `RECEIVED <message bytes> <extra data bytes> <fds>`. Then on stdin: `status` answers
+//! `SESSION open` or `SESSION closed` (whether the client still holds the connection, from a
+//! non-blocking peek at it); `wait-close` answers `CLOSED` once the client closed it.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use tests::procfs;
 
 const SESSION_ID: u64 = 0x5E_5510;
@@ -45,11 +47,36 @@ fn main() -> Result<()> {
     stream.write_all(&reply)?;
 
     // The session lives until the client closes its end.
-    let mut rest = Vec::new();
-    stream.read_to_end(&mut rest)?;
-    println!("CLOSED");
+    for line in std::io::stdin().lock().lines() {
+        match line?.as_str() {
+            "status" => {
+                println!("SESSION {}", if is_open(&stream)? { "open" } else { "closed" });
+            }
+            "wait-close" => {
+                let mut rest = Vec::new();
+                stream.read_to_end(&mut rest)?;
+                println!("CLOSED");
+            }
+            other => bail!("unknown command {other:?}"),
+        }
+    }
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+/// Whether the client still holds the connection: a non-blocking peek finds no end of stream.
+fn is_open(stream: &UnixStream) -> Result<bool> {
+    let mut byte = 0u8;
+    let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
+    // SAFETY: peeks at most one byte into a live local buffer.
+    let n = unsafe { libc::recv(stream.as_raw_fd(), (&raw mut byte).cast(), 1, flags) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        ensure!(err.kind() == std::io::ErrorKind::WouldBlock, "recv: {err}");
+        // Nothing to read, and no end of stream: open.
+        return Ok(true);
+    }
+    Ok(n > 0)
 }
 
 /// One `recvmsg`: (data bytes, received fds).

@@ -22,8 +22,9 @@
 //!
 //! Prints `READY <path>` once the name exists (and the mapping, when asked for). On stdin, `report <n>` answers
 //! `RECEIVED <connections> <bytes>` once at least `n` connections were accepted and every one of
-//! them was closed by its client (so bytes in flight are counted), or after 10 s; EOF exits and
-//! removes the name.
+//! them was closed by its client (so bytes in flight are counted), or after 10 s; `bytes <n>`
+//! answers the same line once at least `n` bytes arrived (connections may still be open), or
+//! after 10 s; EOF exits and removes the name.
 
 use std::io::{BufRead, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -106,10 +107,14 @@ fn main() -> Result<()> {
     println!("READY {}", created.display());
     for line in std::io::stdin().lock().lines() {
         let line = line?;
-        if let Some(min) = line.strip_prefix("report ") {
-            let (connections, bytes) = settled(&tally, min.trim().parse()?);
-            println!("RECEIVED {connections} {bytes}");
-        }
+        let (connections, bytes) = if let Some(min) = line.strip_prefix("report ") {
+            settled(&tally, min.trim().parse()?)
+        } else if let Some(min) = line.strip_prefix("bytes ") {
+            arrived(&tally, min.trim().parse()?)
+        } else {
+            bail!("unknown command {line:?}");
+        };
+        println!("RECEIVED {connections} {bytes}");
     }
     let _ = std::fs::remove_file(&created);
     Ok(())
@@ -175,6 +180,7 @@ fn handle(mut stream: UnixStream, behaviour: Behaviour, tally: &Shared) {
             break;
         }
         tally.0.lock().unwrap().bytes += n;
+        tally.1.notify_all();
         if !answered {
             answered = true;
             let _ = stream.write_all(&reply(behaviour));
@@ -202,11 +208,23 @@ fn reply(behaviour: Behaviour) -> Vec<u8> {
     }
 }
 
-/// Connections and bytes once `min` connections came and all are closed (at most 10 s).
+/// How long `report` and `bytes` wait for what they were asked to see.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections and bytes once `min` connections came and all are closed.
 fn settled(tally: &Shared, min: usize) -> (usize, usize) {
+    wait_until(tally, |t| t.connections >= min && t.open == 0)
+}
+
+/// Connections and bytes once at least `min` bytes arrived.
+fn arrived(tally: &Shared, min: usize) -> (usize, usize) {
+    wait_until(tally, |t| t.bytes >= min)
+}
+
+/// Connections and bytes once `done` holds (at most [`SETTLE_TIMEOUT`]).
+fn wait_until(tally: &Shared, done: impl Fn(&Tally) -> bool) -> (usize, usize) {
     let (lock, changed) = &**tally;
     let guard = lock.lock().unwrap();
-    let busy = |t: &mut Tally| t.connections < min || t.open > 0;
-    let (guard, _) = changed.wait_timeout_while(guard, Duration::from_secs(10), busy).unwrap();
+    let (guard, _) = changed.wait_timeout_while(guard, SETTLE_TIMEOUT, |t| !done(t)).unwrap();
     (guard.connections, guard.bytes)
 }
