@@ -27,6 +27,19 @@ fn meta(kind: EventKind) -> EventMeta {
     }
 }
 
+/// A `struct user_reg` as a process passes it to `DIAG_IOCSREG`.
+fn user_reg() -> UserReg {
+    UserReg {
+        size: 28,
+        enable_bit: 5,
+        enable_size: 4,
+        flags: 0,
+        enable_addr: 0x2000,
+        name_args_ptr: 0x3000,
+        write_index: 9,
+    }
+}
+
 /// The runtime's `dotnet_ipc_created` mapping, as the eBPF program reports it.
 fn ipc_mapping() -> Mapping {
     Mapping {
@@ -74,15 +87,7 @@ fn register_line() {
         cmd: DIAG_IOCSREG as u64,
         arg: 0x10,
         op: UserEventsOp::Register {
-            reg: Ok(UserReg {
-                size: 28,
-                enable_bit: 5,
-                enable_size: 4,
-                flags: 0,
-                enable_addr: 0x2000,
-                name_args_ptr: 0x3000,
-                write_index: 9,
-            }),
+            reg: Ok(user_reg()),
             name_args: Some(Ok(b"ev u32 a".to_vec())),
         },
     };
@@ -183,15 +188,7 @@ fn one_of_each_kind() -> Vec<Value> {
         json_of(&detection_line(&DetectionEvent { meta: meta(kind), body }, &clock, Some(true)))
     };
     let mapping = ipc_mapping();
-    let reg = UserReg {
-        size: 28,
-        enable_bit: 5,
-        enable_size: 4,
-        flags: 0,
-        enable_addr: 0x2000,
-        name_args_ptr: 0x3000,
-        write_index: 9,
-    };
+    let reg = user_reg();
     let ioctl = |cmd: u32, ret, op| {
         EventBody::UserEvents(UserEventsIoctl { fd: 3, ret, cmd: cmd as u64, arg: 0x10, op })
     };
