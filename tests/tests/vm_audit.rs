@@ -200,8 +200,9 @@ impl Audit {
     /// summary's table (which must say the same).
     fn stop(self) -> (Vec<Value>, Value) {
         let (lines, summary) = self.running.stop();
-        let last = lines.last().expect("lines");
-        assert_eq!(last["kind"], "registration_table", "the table is the last line: {last}");
+        let [.., last, summary_line] = lines.as_slice() else { panic!("{lines:#?}") };
+        assert_eq!(last["kind"], "registration_table", "the table, then the summary: {last}");
+        assert_eq!(summary_line["kind"], "summary");
         let processes = last["processes"].clone();
         let table = summary.registrations.as_ref().expect("the table was requested");
         let from_summary: Vec<Value> =
