@@ -9,6 +9,7 @@
 mod bench;
 mod bench_detect;
 mod bench_ftrace;
+mod bench_hostile;
 mod bench_ipc;
 mod bench_nettrace;
 mod fuzz;
@@ -70,7 +71,7 @@ enum Command {
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
-    /// `detect`, `ipc`, `ftrace [METHOD..]`.
+    /// `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`.
     Bench {
         name: String,
         /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run).
@@ -96,10 +97,11 @@ fn main() -> ExitCode {
         Command::Bench { name, args } => match name.as_str() {
             "detect" => bench_detect::run(),
             "ipc" => bench_ipc::run(),
+            "hostile" => bench_hostile::run(),
             "ftrace" => bench_ftrace::run(&args),
-            other => {
-                Err(anyhow::anyhow!("unknown benchmark {other:?} (known: detect, ipc, ftrace)"))
-            }
+            other => Err(anyhow::anyhow!(
+                "unknown benchmark {other:?} (known: detect, ipc, ftrace, hostile)"
+            )),
         },
     };
     match result {
