@@ -107,7 +107,8 @@ pub fn listening_diagnostic_sockets(text: &[u8]) -> Vec<ListeningDiagnosticSocke
         .filter_map(parse_net_unix_line)
         .filter(UnixSocketEntry::is_listening_stream)
         .filter_map(|e| {
-            let name = diagnostic_socket_name(&e.path)?;
+            // procfs prints an abstract name's leading NUL as `@`.
+            let name = diagnostic_socket_name(e.path.strip_prefix(b"@").unwrap_or(&e.path))?;
             Some(ListeningDiagnosticSocket { inode: e.inode, path: e.path, name })
         })
         .collect()
