@@ -211,7 +211,9 @@ pub struct RunArgs {
     /// `default` (dotnet-trace's default: CPU sampling + runtime events).
     #[arg(long, default_value = "default", value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
     pub profile: String,
-    /// Trace only these processes (repeatable); default: every .NET process.
+    /// Trace these processes (repeatable; dotnet-trace's `-p`) and their children; default:
+    /// every .NET process. A PID without a diagnostic socket after the locate window gets a
+    /// `session_failed` line saying why.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
