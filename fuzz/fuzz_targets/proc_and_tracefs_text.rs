@@ -1,5 +1,6 @@
 //! Text that other processes or the kernel hand tracer: `/proc/<pid>/{maps,status,stat,environ,
-//! cgroup,timens_offsets}` and a pidfd's fdinfo (a process controls its memfd names, comm,
+//! cgroup,timens_offsets,net/unix}` (any process names its sockets), `/proc/<pid>/fd` link
+//! targets, and a pidfd's fdinfo (a process controls its memfd names, comm,
 //! environment and time namespace offsets) and tracefs files (`format`, `header_page`,
 //! `header_event`, per-CPU `stats`; a user_events tracepoint's format follows the fields its
 //! registering process chose). Never a panic; a parsed event format or
@@ -12,6 +13,9 @@ use tracer_decode::ftrace::page::{PageLayout, decode_page};
 use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::text::escape_control;
+use tracer_decode::unix_socket::{
+    diagnostic_socket_name, listening_diagnostic_sockets, parse_net_unix_line, parse_socket_link,
+};
 use tracer_decode::procfs::{
     cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid, parse_start_time,
     parse_stat_ppid, parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_status_uids,
@@ -74,6 +78,27 @@ fuzz_target!(|input: &[u8]| {
         // Field 22 of a stat line: state, 18 more fields, then the start time.
         let stat = format!("1 (comm) S{} {start} 0", " 0".repeat(18));
         assert_eq!(parse_start_time(&stat), Some(start));
+    }
+    // Each listening diagnostic socket found, printed back as procfs prints it, parses to itself.
+    for socket in listening_diagnostic_sockets(rest) {
+        let name = socket.path.strip_prefix(b"@").unwrap_or(&socket.path);
+        assert_eq!(diagnostic_socket_name(name), Some(socket.name));
+        let line = [
+            format!("0000000000000000: 00000002 00000000 00010000 0001 01 {:5} ", socket.inode)
+                .as_bytes(),
+            &socket.path,
+        ]
+        .concat();
+        let entry = parse_net_unix_line(&line).expect("a printed line parses");
+        assert!(entry.is_listening_stream());
+        assert_eq!((entry.inode, &entry.path), (socket.inode, &socket.path));
+    }
+    if let Some(name) = diagnostic_socket_name(rest) {
+        let printed = format!("/t/dotnet-diagnostic-{}-{}-socket", name.pid, name.key);
+        assert_eq!(diagnostic_socket_name(printed.as_bytes()), Some(name));
+    }
+    if let Some(inode) = parse_socket_link(rest) {
+        assert_eq!(parse_socket_link(format!("socket:[{inode}]").as_bytes()), Some(inode));
     }
     let tmpdir = parse_tmpdir(rest);
     assert!(!tmpdir.as_os_str().is_empty());

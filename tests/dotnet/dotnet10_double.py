@@ -27,6 +27,8 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
             empty-payload events of the long-named one (2 bytes each after the first)
             → `AMPLIFIED <events> <bytes sent on the session's stream so far>`
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
+  DOUBLE_LISTEN_ON_LINE=1  after bind(), prints `BOUND <pid> <path>` and listens only once a
+                           stdin line arrives (a runtime between bind and listen).
 Hostile modes (for tracer's hostile-peer tests; a real runtime does neither):
   DOUBLE_IGNORE_STOP=1         StopTracing is read but never answered, the stream never ended;
   DOUBLE_ALL_PROVIDERS=1       streaming sessions get every event, asked for or not;
@@ -640,6 +642,9 @@ def main():
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     os.fchmod(listener.fileno(), 0o600)
     listener.bind(path)
+    if os.environ.get("DOUBLE_LISTEN_ON_LINE") == "1":
+        say("BOUND", os.getpid(), path)
+        sys.stdin.readline()
     listener.listen(255)
     if os.environ.get("DOUBLE_IPC_MEMFD", "1") != "0":
         # After the listen socket exists, like ds_ipc_stream_factory_configure.

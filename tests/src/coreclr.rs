@@ -27,8 +27,13 @@ pub struct CoreclrHost {
 impl CoreclrHost {
     /// Starts the runtime with `TMPDIR=tmpdir`, so its socket lands in a directory of the test's.
     pub fn spawn(tmpdir: &Path) -> Result<CoreclrHost> {
+        CoreclrHost::spawn_with(tmpdir, &[])
+    }
+
+    /// [`spawn`](Self::spawn) with extra environment (e.g. `DOTNET_EnableWriteXorExecute=0`).
+    pub fn spawn_with(tmpdir: &Path, env: &[(&str, &str)]) -> Result<CoreclrHost> {
         let mut command = Command::new("python3");
-        command.arg(SCRIPT).env("TMPDIR", tmpdir);
+        command.arg(SCRIPT).env("TMPDIR", tmpdir).envs(env.iter().copied());
         let mut process = LineProcess::spawn("coreclr_host", command)?;
         let host_pid = process.pid();
         let (ns_pid, version) = wait_ready(&mut process)?;

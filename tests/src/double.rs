@@ -36,6 +36,30 @@ impl Dotnet10Double {
         Ok(Dotnet10Double { process, socket: socket.to_owned() })
     }
 
+    /// Starts the double with `TMPDIR=tmpdir` and `DOUBLE_LISTEN_ON_LINE=1` (and `env`): it has
+    /// bound its socket but does not listen until [`listen`](Self::listen).
+    pub fn spawn_bound(tmpdir: &Path, env: &[(&str, &str)]) -> Result<Dotnet10Double> {
+        let mut command = Command::new("python3");
+        command
+            .arg(SCRIPT)
+            .env("TMPDIR", tmpdir)
+            .env("DOUBLE_LISTEN_ON_LINE", "1")
+            .envs(env.iter().copied());
+        let mut process = LineProcess::spawn("dotnet10_double", command)?;
+        let bound = process.wait_line("BOUND", TIMEOUT)?;
+        let (pid, socket) = bound.split_once(' ').context("BOUND <pid> <socket>")?;
+        ensure!(pid.parse::<u32>()? == process.pid(), "BOUND pid {pid} is not the child");
+        Ok(Dotnet10Double { process, socket: socket.to_owned() })
+    }
+
+    /// Lets a double started with [`spawn_bound`](Self::spawn_bound) listen; waits for READY.
+    pub fn listen(&mut self) -> Result<()> {
+        self.process.send_line("listen")?;
+        let ready = self.process.wait_line("READY", TIMEOUT)?;
+        ensure!(ready.ends_with(&self.socket), "READY for another socket: {ready}");
+        Ok(())
+    }
+
     pub fn pid(&self) -> u32 {
         self.process.pid()
     }

@@ -13,13 +13,15 @@ use std::path::{Path, PathBuf};
 
 use tracer_common::{
     DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EXEC_FILENAME_LEN, EventHeader, EventKind,
-    MEMFD_NAME_LEN, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent,
-    ProcessForkEvent, TASK_COMM_LEN, USER_EVENT_NAME_LEN, UserEventsIoctlEvent,
+    IpcBindEvent, MEMFD_NAME_LEN, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent,
+    ProcessExitEvent, ProcessForkEvent, SOCKADDR_BUF_LEN, TASK_COMM_LEN, USER_EVENT_NAME_LEN,
+    UserEventsIoctlEvent,
 };
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::procfs::{
     cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_start_time, parse_status_uid, parse_tmpdir,
 };
+use tracer_decode::unix_socket::listening_diagnostic_sockets;
 use tracer_decode::{
     bpf_event,
     diagnostic_ipc::{ReplyShape, decode_reply},
@@ -228,6 +230,17 @@ fn bpf_event_seeds() -> Vec<Seed> {
             "process_exit",
             wire_bytes(&ProcessExitEvent { header: header(EventKind::ProcessExit, 6) }),
         ),
+        (
+            "dotnet_ipc_socket",
+            wire_bytes(&IpcBindEvent {
+                header: header(EventKind::DotnetIpcSocket, 7),
+                fd: 9,
+                addrlen: 110,
+                abstract_name: 0,
+                path_len: NET_UNIX_SOCKET.len() as u32,
+                path: c_array::<SOCKADDR_BUF_LEN>(NET_UNIX_SOCKET.as_bytes()),
+            }),
+        ),
     ];
     records
         .into_iter()
@@ -413,6 +426,14 @@ CapEff:\t0000000000000000
 const PROC_STAT: &str = "31896 (dotnet) S 31890 31896 31890 0 -1 4194560 2515 0 0 0 12 4 0 0 20 \
                          0 9 0 148750 3051737088 6656 18446744073709551615 1 1 0 0 0 0 0 4096 \
                          17646 0 0 0 17 1 0 0 0 0 0\n";
+const NET_UNIX_SOCKET: &str = "/tmp/app-tmp/dotnet-diagnostic-7-148750-socket";
+const PROC_NET_UNIX: &str = "\
+Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 51234 /tmp/app-tmp/dotnet-diagnostic-7-148750-socket
+0000000000000000: 00000003 00000000 00000000 0001 03 51240 /run/systemd/journal/stdout
+0000000000000000: 00000002 00000000 00010000 0001 01  7001 @dotnet-diagnostic-8-1-socket
+0000000000000000: 00000003 00000000 00000000 0001 03 51241
+";
 const PROC_CGROUP: &str = "0::/system.slice/app.service\n";
 const PROC_ENVIRON: &str = "PATH=/usr/bin:/bin\0HOME=/root\0TMPDIR=/tmp/app-tmp\0";
 const CPU_STATS: &str = "entries: 12\noverrun: 3\ncommit overrun: 0\nbytes: 1024\n\
@@ -454,6 +475,7 @@ fn proc_and_tracefs_text_seeds() -> Vec<Seed> {
 
     assert_eq!(memfd_mappings(31_896, PROC_MAPS).len(), 2);
     assert_eq!(parse_status_uid(PROC_STATUS), Some(1000));
+    assert_eq!(listening_diagnostic_sockets(PROC_NET_UNIX.as_bytes()).len(), 2);
     assert_eq!(parse_ns_pid(PROC_STATUS), Some(7));
     assert_eq!(cgroup_v2_path(PROC_CGROUP), Some("/system.slice/app.service"));
     assert_eq!(CpuBufferStats::parse(CPU_STATS).overrun, 3);
@@ -464,6 +486,7 @@ fn proc_and_tracefs_text_seeds() -> Vec<Seed> {
         ("proc_status", PROC_STATUS),
         ("proc_stat", PROC_STAT),
         ("proc_cgroup", PROC_CGROUP),
+        ("proc_net_unix", PROC_NET_UNIX),
         ("proc_environ", PROC_ENVIRON),
         ("cpu_stats", CPU_STATS),
     ] {

@@ -396,3 +396,70 @@ fn cli_duration_stops_and_output_goes_to_file() {
     helper.send_line("go").unwrap();
     finish(helper);
 }
+
+/// The helper binding `names`; returns it and its `bound` report.
+fn bind_helper(names: &[String]) -> (LineProcess, Value) {
+    let mut args = vec!["bind"];
+    args.extend(names.iter().map(String::as_str));
+    let mut helper = helper(HELPER, &args);
+    let bound = json(&mut helper);
+    assert_eq!(bound["phase"], "bound");
+    (helper, bound)
+}
+
+#[test]
+fn diagnostic_socket_binds_are_matched_in_the_kernel_once_per_process() {
+    let tmp = tests::scratch::ScratchDir::new("audit-bind");
+    let dir = tmp.path().to_str().unwrap().to_owned();
+    let mut audit = start_audit(AuditConfig::default());
+    let names: Vec<String> = [
+        "dotnet-diagnostic-1-2-socketx",
+        "xdotnet-diagnostic-1-2-socket",
+        "dotnet-diagnostic-1--socket",
+        "dotnet-diagnostic-12345678901234567890-2-socket",
+        "dotnet-diagnostic-1-2-socket",
+        "dotnet-diagnostic-3-4-socket",
+    ]
+    .iter()
+    .map(|n| format!("{dir}/{n}"))
+    .collect();
+    let (plain, bound) = bind_helper(&names);
+    let fds: Vec<i64> =
+        bound["fds"].as_array().unwrap().iter().map(|f| f.as_i64().unwrap()).collect();
+    assert!(fds.iter().all(|&fd| fd >= 0), "every bind succeeded: {fds:?}");
+    let pid = pid_of(&bound);
+    let abstract_name = format!("@tracer-test-{}/dotnet-diagnostic-5-6-socket", std::process::id());
+    let (abs, abs_bound) = bind_helper(std::slice::from_ref(&abstract_name));
+    let abs_pid = pid_of(&abs_bound);
+    let full = format!("full:{dir}/dotnet-diagnostic-7-8-socket");
+    let (sized, sized_bound) = bind_helper(&[full]);
+    let sized_pid = pid_of(&sized_bound);
+
+    let v =
+        audit.wait_for("the diagnostic socket bind", TIMEOUT, |v| is(v, "dotnet_ipc_socket", pid));
+    assert_eq!(v["source"], "kernel");
+    assert_eq!(v["path"], names[4], "the first matching name: {v}");
+    assert_eq!(v["fd"], fds[4]);
+    assert_eq!(v["abstract"], false);
+    assert_eq!((v["socket_pid"].as_u64(), v["key"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(v["comm"], "detect_helper");
+    let v = audit.wait_for("the abstract bind", TIMEOUT, |v| is(v, "dotnet_ipc_socket", abs_pid));
+    assert_eq!(v["abstract"], true);
+    assert_eq!(v["path"], abstract_name[1..]);
+    assert_eq!((v["socket_pid"].as_u64(), v["key"].as_u64()), (Some(5), Some(6)));
+    let v =
+        audit.wait_for("the full-size bind", TIMEOUT, |v| is(v, "dotnet_ipc_socket", sized_pid));
+    assert_eq!(v["path"], format!("{dir}/dotnet-diagnostic-7-8-socket"));
+    for helper in [plain, abs, sized] {
+        finish(helper);
+    }
+    for p in [pid, abs_pid, sized_pid] {
+        audit.wait_for("the helper's exit", TIMEOUT, |v| is(v, "process_exit", p));
+    }
+    let (lines, _) = audit.stop();
+    for p in [pid, abs_pid, sized_pid] {
+        let kinds: Vec<&str> =
+            lines.iter().filter(|v| v["pid"] == p).map(|v| v["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["dotnet_ipc_socket", "process_exit"], "pid {p}");
+    }
+}

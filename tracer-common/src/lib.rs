@@ -54,6 +54,23 @@ pub const DOTNET_IPC_MEMFD_NAME: &[u8] = b"dotnet_ipc_created";
 /// Name CoreCLR (7+, W^X enabled) gives the memfd behind its executable memory.
 pub const DOUBLEMAPPER_MEMFD_NAME: &[u8] = b"doublemapper";
 
+/// `sizeof(sun_path)` of `struct sockaddr_un`.
+pub const UNIX_PATH_MAX: usize = 108;
+/// `sizeof(struct sockaddr_un)`: `sun_family` (2 bytes) + `sun_path`.
+pub const SOCKADDR_UN_LEN: usize = 2 + UNIX_PATH_MAX;
+/// `AF_UNIX`.
+pub const AF_UNIX: u16 = 1;
+/// Buffer for a `sockaddr_un` read from user memory: a power of two above
+/// [`SOCKADDR_UN_LEN`], so an index masked with `SOCKADDR_BUF_LEN - 1` is always in bounds.
+pub const SOCKADDR_BUF_LEN: usize = 128;
+/// Basename of a .NET diagnostic server socket: `dotnet-diagnostic-<pid>-<key>-socket`.
+pub const DIAGNOSTIC_SOCKET_PREFIX: &[u8] = b"dotnet-diagnostic-";
+pub const DIAGNOSTIC_SOCKET_SUFFIX: &[u8] = b"-socket";
+/// Most decimal digits of the pid and of the key in a diagnostic socket name (every 19-digit
+/// number fits a u64; a runtime writes a pid and a start time in clock ticks): a longer run is
+/// not a runtime's name.
+pub const DIAGNOSTIC_SOCKET_MAX_DIGITS: usize = 19;
+
 /// Kind of every record on the BPF ring buffer. Values are the wire encoding.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +84,9 @@ pub enum EventKind {
     ProcessFork = 7,
     ProcessExec = 8,
     ProcessExit = 9,
+    /// `bind()` of an `AF_UNIX` socket named `dotnet-diagnostic-<pid>-<key>-socket`: a
+    /// runtime's diagnostic server (every .NET since Core 3.0) is about to listen.
+    DotnetIpcSocket = 10,
 }
 
 impl EventKind {
@@ -82,12 +102,13 @@ impl EventKind {
             EventKind::ProcessFork => "process_fork",
             EventKind::ProcessExec => "process_exec",
             EventKind::ProcessExit => "process_exit",
+            EventKind::DotnetIpcSocket => "dotnet_ipc_socket",
         }
     }
 
     /// Number of slots in per-kind tables (index 0 is unused so the wire value is the index).
-    pub const TABLE_LEN: usize = 10;
-    pub const ALL: [EventKind; 9] = [
+    pub const TABLE_LEN: usize = 11;
+    pub const ALL: [EventKind; 10] = [
         EventKind::MemfdCreate,
         EventKind::DotnetIpcReady,
         EventKind::DotnetRuntimeSeen,
@@ -97,6 +118,7 @@ impl EventKind {
         EventKind::ProcessFork,
         EventKind::ProcessExec,
         EventKind::ProcessExit,
+        EventKind::DotnetIpcSocket,
     ];
 
     pub fn from_u32(v: u32) -> Option<EventKind> {
@@ -269,6 +291,22 @@ pub struct ProcessExecEvent {
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessExitEvent {
     pub header: EventHeader,
+}
+
+/// `bind()` of an `AF_UNIX` socket whose name has a diagnostic socket's basename (emitted at
+/// syscall entry: whether the bind succeeds is for user space to find out).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IpcBindEvent {
+    pub header: EventHeader,
+    pub fd: i32,
+    /// The `addrlen` argument.
+    pub addrlen: u32,
+    /// 1: an abstract name (`sun_path[0] == 0`; `path` holds the bytes after that NUL).
+    pub abstract_name: u32,
+    /// Bytes of `path` that are the name (at most [`UNIX_PATH_MAX`]).
+    pub path_len: u32,
+    pub path: [u8; SOCKADDR_BUF_LEN],
 }
 
 /// Settings user space writes into the `CONFIG` array (index 0) before attaching.

@@ -5,10 +5,12 @@ use std::mem::size_of;
 use std::ptr;
 
 use thiserror::Error;
+
+use crate::unix_socket::{DiagnosticSocketName, diagnostic_socket_name};
 use tracer_common::{
-    DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EventHeader, EventKind, MemfdCreateEvent,
-    MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
-    UserEventsIoctlEvent,
+    DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EventHeader, EventKind, IpcBindEvent,
+    MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
+    UNIX_PATH_MAX, UserEventsIoctlEvent,
 };
 
 /// Header fields shared by every event (the task that caused it).
@@ -107,6 +109,18 @@ pub enum EventBody {
     ProcessFork { child_pid: u32, clone_flags: u64 },
     ProcessExec { old_tid: u32, filename: Captured },
     ProcessExit,
+    DotnetIpcSocket(IpcSocket),
+}
+
+/// A `bind()` of an `AF_UNIX` socket with a diagnostic server's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpcSocket {
+    pub fd: i32,
+    pub addrlen: u32,
+    /// An abstract name (`path` is what follows its leading NUL).
+    pub abstract_name: bool,
+    pub path: Vec<u8>,
+    pub name: DiagnosticSocketName,
 }
 
 /// One decoded ring-buffer record, owning its data.
@@ -130,6 +144,8 @@ pub enum DecodeError {
     UnknownMemfdKind { kind: EventKind, value: u32 },
     #[error("{kind:?} record describes a {memfd_kind:?} memfd, which belongs to another kind")]
     MemfdKindMismatch { kind: EventKind, memfd_kind: MemfdKind },
+    #[error("{kind:?} record names a socket that is not a diagnostic server's")]
+    NotADiagnosticSocket { kind: EventKind },
     #[error("{kind:?} record carries ioctl command {cmd:#x}, which belongs to another kind")]
     CommandMismatch { kind: EventKind, cmd: u64 },
 }
@@ -146,6 +162,7 @@ impl Wire for UserEventsIoctlEvent {}
 impl Wire for ProcessForkEvent {}
 impl Wire for ProcessExecEvent {}
 impl Wire for ProcessExitEvent {}
+impl Wire for IpcBindEvent {}
 
 /// Copies a `T` from the start of `bytes`; the caller has checked `bytes.len() >= size_of::<T>()`.
 fn read_wire<T: Wire>(bytes: &[u8]) -> T {
@@ -165,6 +182,7 @@ pub fn wire_size(kind: EventKind) -> usize {
         EventKind::ProcessFork => size_of::<ProcessForkEvent>(),
         EventKind::ProcessExec => size_of::<ProcessExecEvent>(),
         EventKind::ProcessExit => size_of::<ProcessExitEvent>(),
+        EventKind::DotnetIpcSocket => size_of::<IpcBindEvent>(),
     }
 }
 
@@ -263,6 +281,28 @@ pub fn decode(bytes: &[u8]) -> Result<DetectionEvent, DecodeError> {
             }
         }
         EventKind::ProcessExit => EventBody::ProcessExit,
+        EventKind::DotnetIpcSocket => {
+            let ev: IpcBindEvent = read_wire(bytes);
+            let len = ev.path_len as usize;
+            if len > UNIX_PATH_MAX {
+                return Err(DecodeError::BadStringLength {
+                    kind,
+                    field: "path",
+                    len: ev.path_len as i32,
+                    max: UNIX_PATH_MAX,
+                });
+            }
+            let path = ev.path[..len].to_vec();
+            let name =
+                diagnostic_socket_name(&path).ok_or(DecodeError::NotADiagnosticSocket { kind })?;
+            EventBody::DotnetIpcSocket(IpcSocket {
+                fd: ev.fd,
+                addrlen: ev.addrlen,
+                abstract_name: ev.abstract_name != 0,
+                path,
+                name,
+            })
+        }
     };
     Ok(DetectionEvent { meta, body })
 }
@@ -491,6 +531,46 @@ mod tests {
                 kind: EventKind::DotnetIpcReady,
                 memfd_kind: MemfdKind::DoubleMapper
             })
+        );
+    }
+
+    #[test]
+    fn ipc_socket_binds() {
+        let path = b"/tmp/dotnet-diagnostic-42-9001-socket";
+        let ev = IpcBindEvent {
+            header: header(EventKind::DotnetIpcSocket),
+            fd: 9,
+            addrlen: 110,
+            abstract_name: 0,
+            path_len: path.len() as u32,
+            path: with_string::<{ tracer_common::SOCKADDR_BUF_LEN }>(path),
+        };
+        assert_eq!(
+            decode(&bytes_of(&ev)).unwrap().body,
+            EventBody::DotnetIpcSocket(IpcSocket {
+                fd: 9,
+                addrlen: 110,
+                abstract_name: false,
+                path: path.to_vec(),
+                name: DiagnosticSocketName { pid: 42, key: 9001 },
+            })
+        );
+        let mut long = ev;
+        long.path_len = UNIX_PATH_MAX as u32 + 1;
+        assert_eq!(
+            decode(&bytes_of(&long)),
+            Err(DecodeError::BadStringLength {
+                kind: EventKind::DotnetIpcSocket,
+                field: "path",
+                len: 109,
+                max: UNIX_PATH_MAX
+            })
+        );
+        let mut other = ev;
+        other.path_len -= 1;
+        assert_eq!(
+            decode(&bytes_of(&other)),
+            Err(DecodeError::NotADiagnosticSocket { kind: EventKind::DotnetIpcSocket })
         );
     }
 

@@ -10,4 +10,5 @@ pub mod diagnostic_ipc;
 pub mod nettrace;
 pub mod procfs;
 pub mod text;
+pub mod unix_socket;
 pub mod user_events;

@@ -4,6 +4,9 @@
 //!   of that fd (any protection), and CoreCLR's W^X `doublemapper` memfd (once per process).
 //! * user_events registrations: `DIAG_IOCSREG` / `DIAG_IOCSDEL` / `DIAG_IOCSUNREG` ioctls, read at
 //!   syscall exit (the kernel has just copied the argument, so the pages are resident).
+//! * Every runtime's diagnostic server (.NET Core 3.0+, with or without W^X): `bind()` of an
+//!   `AF_UNIX` socket named `dotnet-diagnostic-<pid>-<key>-socket`, read and matched at syscall
+//!   entry (no exit program: `bind` is rare, but an exit program would run for every one).
 //! * Lifecycle (fork / exec / exit) of the processes that did any of the above, so user space can
 //!   keep the per-process registration table the kernel keeps per mm.
 //!
@@ -17,16 +20,19 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_current_uid_gid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user, bpf_probe_read_user_buf,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
 };
 use tracer_common::{
-    COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, DOTNET_IPC_MEMFD_NAME,
-    DOUBLEMAPPER_MEMFD_NAME, EventHeader, EventKind, LossReason, MEMFD_SLOTS, MemfdCreateEvent,
-    MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
+    AF_UNIX, COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG,
+    DIAGNOSTIC_SOCKET_MAX_DIGITS, DIAGNOSTIC_SOCKET_PREFIX, DIAGNOSTIC_SOCKET_SUFFIX,
+    DOTNET_IPC_MEMFD_NAME, DOUBLEMAPPER_MEMFD_NAME, EventHeader, EventKind, IpcBindEvent,
+    LossReason, MEMFD_SLOTS, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent,
+    ProcessExitEvent, ProcessForkEvent, SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, UNIX_PATH_MAX,
     UserEventsIoctlEvent, UserReg, UserUnreg,
 };
 
@@ -545,6 +551,154 @@ pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
     ev.prot = pending.prot;
     ev.flags = pending.flags;
     ev.offset = pending.offset;
+    entry.submit(0);
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// bind (diagnostic server sockets)
+
+/// `REPORTED_KINDS` bit of a diagnostic socket bind (the memfd kinds use `1 << MemfdKind`).
+const REPORTED_IPC_SOCKET: u8 = 1 << 7;
+/// Offset of `sun_path` in `struct sockaddr_un`.
+const SUN_PATH: usize = 2;
+/// Shortest diagnostic socket name: prefix, one digit, `-`, one digit, suffix.
+const MIN_NAME_LEN: usize = DIAGNOSTIC_SOCKET_PREFIX.len() + 3 + DIAGNOSTIC_SOCKET_SUFFIX.len();
+/// Masks an index into the sockaddr buffer (a power of two long).
+const BUF_MASK: usize = SOCKADDR_BUF_LEN - 1;
+
+#[inline(always)]
+fn at(buf: &[u8; SOCKADDR_BUF_LEN], i: usize) -> u8 {
+    buf[i & BUF_MASK]
+}
+
+/// How many digits (at most `DIAGNOSTIC_SOCKET_MAX_DIGITS`) end just before `end`, none before
+/// `start`.
+#[inline(always)]
+fn digits_before(buf: &[u8; SOCKADDR_BUF_LEN], end: usize, start: usize) -> usize {
+    let mut n = 0;
+    while n < DIAGNOSTIC_SOCKET_MAX_DIGITS {
+        if end <= start + n || !at(buf, end - n - 1).is_ascii_digit() {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// The name in a `sockaddr_un` of `len` bytes (`sun_path` from `start`; ending at its first NUL
+/// unless abstract) when its basename is `dotnet-diagnostic-<digits>-<digits>-socket` — the
+/// pattern `tracer_decode::unix_socket::diagnostic_socket_name` matches. Returns its end.
+///
+/// The end of a path comes from a string-copy helper, not a loop: the verifier then knows it as
+/// one bounded value, where a loop's exits would give it a constant per path and the checks
+/// below would be verified once per possible length (over the verifier's budget).
+#[inline(always)]
+fn diagnostic_name_end(
+    buf: &[u8; SOCKADDR_BUF_LEN],
+    len: usize,
+    start: usize,
+    abstract_name: bool,
+) -> Option<usize> {
+    let end = if abstract_name {
+        len
+    } else {
+        let mut copy = [0u8; SOCKADDR_BUF_LEN];
+        // SAFETY: `buf` is zero past the `len` bytes read (and `len` ≤ SOCKADDR_UN_LEN <
+        // SOCKADDR_BUF_LEN), so the string ends inside it; the copy is bounded by `copy`.
+        let path = unsafe {
+            bpf_probe_read_kernel_str_bytes(buf.as_ptr().add(SUN_PATH), &mut copy[..=UNIX_PATH_MAX])
+        }
+        .ok()?;
+        (SUN_PATH + path.len()).min(len)
+    };
+    if end < start + MIN_NAME_LEN {
+        return None;
+    }
+    let suffix = DIAGNOSTIC_SOCKET_SUFFIX;
+    let mut i = end - suffix.len();
+    for (k, &c) in suffix.iter().enumerate() {
+        if at(buf, i + k) != c {
+            return None;
+        }
+    }
+    for _number in 0..2 {
+        let digits = digits_before(buf, i, start);
+        if digits == 0 {
+            return None;
+        }
+        i -= digits;
+        // The `-` before the key, then the prefix's last byte before the pid.
+        if i <= start || at(buf, i - 1) != b'-' {
+            return None;
+        }
+        i -= 1;
+    }
+    // `i` is now just past the prefix without its trailing `-`.
+    let prefix = DIAGNOSTIC_SOCKET_PREFIX;
+    let head = prefix.len() - 1;
+    if i < start + head {
+        return None;
+    }
+    i -= head;
+    for (k, &c) in prefix[..head].iter().enumerate() {
+        if at(buf, i + k) != c {
+            return None;
+        }
+    }
+    if i > start && at(buf, i - 1) != b'/' {
+        return None;
+    }
+    Some(end)
+}
+
+/// A process binding its diagnostic server's socket: reported once per process image, at entry
+/// (the name is in user memory now; whether the bind succeeds the session finds out).
+#[tracepoint(category = "syscalls", name = "sys_enter_bind")]
+pub fn sys_enter_bind(ctx: TracePointContext) -> u32 {
+    let addrlen = syscall_arg(&ctx, 2);
+    if addrlen < (SUN_PATH + MIN_NAME_LEN) as u64 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if reported_kinds(tgid) & REPORTED_IPC_SOCKET != 0 || excluded(tgid) {
+        return 0;
+    }
+    let len = (addrlen as usize).min(SOCKADDR_UN_LEN);
+    let mut buf = [0u8; SOCKADDR_BUF_LEN];
+    let src = syscall_arg(&ctx, 1) as *const u8;
+    // SAFETY: reads user memory through the helper, at most `SOCKADDR_UN_LEN` bytes into `buf`.
+    if unsafe { bpf_probe_read_user_buf(src, &mut buf[..len]) }.is_err() {
+        count_loss(EventKind::DotnetIpcSocket, LossReason::ReadFailed);
+        return 0;
+    }
+    if u16::from_ne_bytes([buf[0], buf[1]]) != AF_UNIX {
+        return 0;
+    }
+    let abstract_name = buf[SUN_PATH] == 0;
+    let start = if abstract_name { SUN_PATH + 1 } else { SUN_PATH };
+    let Some(end) = diagnostic_name_end(&buf, len, start, abstract_name) else { return 0 };
+
+    // Two threads binding at once may both report: a duplicate, never a miss.
+    let reported = reported_kinds(tgid) | REPORTED_IPC_SOCKET;
+    if REPORTED_KINDS.insert(&tgid, &reported, 0).is_err() {
+        count_loss(EventKind::DotnetIpcSocket, LossReason::MapFull);
+    }
+    track(tgid, EventKind::DotnetIpcSocket);
+    let Some((mut entry, seq)) = reserve!(IpcBindEvent, EventKind::DotnetIpcSocket) else {
+        return 0;
+    };
+    // SAFETY: the reservation is exactly one IpcBindEvent; every field is written below.
+    let ev = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut ev.header, EventKind::DotnetIpcSocket, seq);
+    ev.fd = syscall_arg(&ctx, 0) as i32;
+    ev.addrlen = addrlen as u32;
+    ev.abstract_name = u32::from(abstract_name);
+    let path_len = end - start;
+    ev.path_len = path_len as u32;
+    for k in 0..SOCKADDR_BUF_LEN {
+        ev.path[k] = if k < path_len { at(&buf, start + k) } else { 0 };
+    }
     entry.submit(0);
     0
 }

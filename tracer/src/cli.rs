@@ -211,7 +211,9 @@ pub struct RunArgs {
     /// `default` (dotnet-trace's default: CPU sampling + runtime events).
     #[arg(long, default_value = "default", value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
     pub profile: String,
-    /// Trace only these processes (repeatable); default: every .NET process.
+    /// Trace these processes (repeatable; dotnet-trace's `-p`) and their children; default:
+    /// every .NET process. A PID without a diagnostic socket after the locate window gets a
+    /// `session_failed` line saying why.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
@@ -375,7 +377,8 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
 /// `tid`, `comm`, `uid`, `cgroup_id`), `cpu` and `seq` (per-CPU sequence; gaps are losses), and
 /// the kind's fields. Kinds: memfd_create, dotnet_ipc_ready, dotnet_runtime_seen,
 /// user_events_register, user_events_delete, user_events_unregister, process_fork,
-/// process_exec, process_exit (fork/exec/exit only for processes that did one of the others).
+/// process_exec, process_exit, dotnet_ipc_socket (a bind of a diagnostic server socket)
+/// (fork/exec/exit only for processes that did one of the others).
 ///
 /// Stop with Ctrl-C / SIGTERM or --duration: tracer detaches, drains what is buffered and prints
 /// a summary to stderr (events per kind; losses per CPU, kind and reason; sequence gaps).

@@ -19,6 +19,10 @@
 //! * `latency N` — N children one after another, each mapping a fresh `dotnet_ipc_created`
 //!   memfd and printing `{"mapped_mono_ns":…,"addr":…}` with CLOCK_MONOTONIC read right after
 //!   mmap returned.
+//! * `bind NAME…` — binds an `AF_UNIX` stream socket to each NAME in order (`@x` = the abstract
+//!   name `x`; addrlen = family + name, no NUL, as CPython passes it; `full:NAME` passes
+//!   `sizeof(struct sockaddr_un)` instead), prints `{"phase":"bound","pid":…,"fds":[…]}` with
+//!   each socket's fd (-errno when its bind failed), and holds until stdin closes.
 //! * `map-repeat N` — maps its `dotnet_ipc_created` memfd N times, then a second such memfd once,
 //!   prints `{"phase":"mapped","pid":…,"times":N}` and holds until stdin closes.
 use std::ffi::CStr;
@@ -143,6 +147,39 @@ fn map_and_hold() {
     wait_for_go();
 }
 
+fn bind_names(names: Vec<String>) {
+    let mut fds = Vec::new();
+    for name in names {
+        let (full, name) = match name.strip_prefix("full:") {
+            Some(rest) => (true, rest.to_owned()),
+            None => (false, name),
+        };
+        // SAFETY: sockaddr_un is plain data; zero is a valid value.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes: Vec<u8> = match name.strip_prefix('@') {
+            Some(abstract_name) => [&[0u8][..], abstract_name.as_bytes()].concat(),
+            None => name.into_bytes(),
+        };
+        assert!(bytes.len() <= addr.sun_path.len(), "name too long");
+        for (dst, &b) in addr.sun_path.iter_mut().zip(&bytes) {
+            *dst = b as libc::c_char;
+        }
+        let len = if full { size_of::<libc::sockaddr_un>() } else { 2 + bytes.len() };
+        // SAFETY: plain socket/bind calls with a valid sockaddr of at least `len` bytes.
+        let fd = check(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) }, "socket");
+        let rc = unsafe { libc::bind(fd, (&raw const addr).cast(), len as libc::socklen_t) };
+        fds.push(if rc == 0 {
+            fd
+        } else {
+            -std::io::Error::last_os_error().raw_os_error().unwrap()
+        });
+    }
+    // SAFETY: getpid has no preconditions.
+    say(json!({"phase": "bound", "pid": unsafe { libc::getpid() }, "fds": fds}));
+    wait_for_go();
+}
+
 fn leader_exits_first() {
     use std::sync::atomic::{AtomicU32, Ordering};
     // The kernel zeroes this word and wakes its futex when the leader thread has exited
@@ -256,6 +293,7 @@ fn main() {
         Some("ioctl-loop") => ioctl_loop(count()),
         Some("latency") => latency(count()),
         Some("map-repeat") => map_repeat(count()),
+        Some("bind") => bind_names(std::env::args().skip(2).collect()),
         _ => {
             eprintln!(
                 "usage: detect_helper sequence|map-and-hold|leader-exits-first|mmap-loop N|\

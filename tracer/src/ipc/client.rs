@@ -48,6 +48,13 @@ pub enum Phase {
 pub enum ClientError {
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// The socket was still missing or not listening when the locate window ended.
+    #[error("{source} (still so after the {waited:?} locate window)")]
+    NotReady {
+        waited: Duration,
+        #[source]
+        source: Box<ClientError>,
+    },
     #[error("cannot encode {command}: {source}")]
     Encode {
         command: CommandCode,

@@ -19,7 +19,7 @@ use tracer_decode::bpf_event::{self, DetectionEvent};
 use tracer_decode::ftrace::format::{DynamicKind, EventFormat};
 
 /// Every program of the object: (program name, tracepoint category, tracepoint name).
-pub const PROGRAMS: [(&str, &str, &str); 11] = [
+pub const PROGRAMS: [(&str, &str, &str); 12] = [
     ("sys_enter_memfd_create", "syscalls", "sys_enter_memfd_create"),
     ("sys_exit_memfd_create", "syscalls", "sys_exit_memfd_create"),
     ("sys_enter_close", "syscalls", "sys_enter_close"),
@@ -27,6 +27,7 @@ pub const PROGRAMS: [(&str, &str, &str); 11] = [
     ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
     ("sys_enter_ioctl", "syscalls", "sys_enter_ioctl"),
     ("sys_exit_ioctl", "syscalls", "sys_exit_ioctl"),
+    ("sys_enter_bind", "syscalls", "sys_enter_bind"),
     ("task_newtask", "task", "task_newtask"),
     ("sched_process_fork", "sched", "sched_process_fork"),
     ("sched_process_exec", "sched", "sched_process_exec"),
@@ -383,6 +384,15 @@ fn program_stats(fd: BorrowedFd<'_>) -> io::Result<ProgramStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_lists_every_program_tracepoint() {
+        let listed = crate::pipeline::check::TRACEPOINTS;
+        for (prog, category, name) in PROGRAMS {
+            assert!(listed.contains(&(category, name)), "{prog}: {category}:{name}");
+        }
+        assert_eq!(listed.len(), PROGRAMS.len());
+    }
 
     #[test]
     fn seq_gaps_tolerate_reordering() {

@@ -1,4 +1,5 @@
-//! procfs lookups: the start-up scan for .NET mappings that existed before tracer attached, the
+//! procfs lookups: the start-up scan for .NET mappings and listening diagnostic sockets that
+//! existed before tracer attached, the
 //! identity (comm, uid, cgroup id) of a pid, and what an fd of another process refers to.
 //!
 //! Everything read here belongs to other processes and can change or vanish at any moment: a
@@ -8,11 +9,45 @@ use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
+use std::io::Read as _;
+
 use tracer_decode::procfs::{
-    MemfdMapping, cgroup_v2_path, memfd_mappings, parse_stat_ppid, parse_status_uid,
+    MemfdMapping, cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_stat_ppid, parse_status_uid,
+};
+use tracer_decode::unix_socket::{
+    ListeningDiagnosticSocket, listening_diagnostic_sockets, parse_socket_link,
 };
 
 const PROC: &str = "/proc";
+/// Most bytes of one network namespace's `/proc/<pid>/net/unix` read (~100 bytes a socket: a
+/// namespace with more than ~600k sockets is scanned in part, and says so in the log).
+pub const MAX_NET_UNIX_BYTES: u64 = 64 << 20;
+
+/// What the start-up scan found: memfds of interest mapped, and listening diagnostic sockets.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub mappings: Vec<MemfdMapping>,
+    pub sockets: Vec<FoundSocket>,
+}
+
+impl Scan {
+    /// Every process found, once, in pid order.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.mappings.iter().map(|m| m.pid).collect();
+        pids.extend(self.sockets.iter().map(|s| s.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+}
+
+/// A process holding a listening socket with a diagnostic server's name (whose pid is the
+/// process's own, as its pid namespace numbers it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundSocket {
+    pub pid: u32,
+    pub socket: ListeningDiagnosticSocket,
+}
 
 /// Every pid currently in /proc.
 pub fn pids() -> std::io::Result<Vec<u32>> {
@@ -22,21 +57,91 @@ pub fn pids() -> std::io::Result<Vec<u32>> {
     Ok(pids)
 }
 
-/// The start-up scan of `audit` and `run`: memfds of interest mapped by every process but
-/// tracer, or only by `targets` and their descendants when targets are given.
-pub fn scan_targets(targets: &[u32]) -> std::io::Result<Vec<MemfdMapping>> {
+/// The start-up scan of `audit` and `run`: memfds of interest mapped, and listening diagnostic
+/// sockets held, by every process but tracer, or only by `targets` and their descendants when
+/// targets are given.
+pub fn scan_targets(targets: &[u32]) -> std::io::Result<Scan> {
     let me = std::process::id();
+    let mut selected = pids()?;
     if targets.is_empty() {
-        return scan_memfd_mappings(|pid| pid != me);
+        selected.retain(|&pid| pid != me);
+    } else {
+        let parents: HashMap<u32, u32> = selected
+            .iter()
+            .filter_map(|&pid| {
+                let stat = fs::read_to_string(Path::new(PROC).join(pid.to_string()).join("stat"));
+                Some((pid, parse_stat_ppid(&stat.ok()?)?))
+            })
+            .collect();
+        selected.retain(|&pid| pid != me && is_descendant(pid, targets, &parents));
     }
-    let parents: HashMap<u32, u32> = pids()?
-        .into_iter()
-        .filter_map(|pid| {
-            let stat = fs::read_to_string(Path::new(PROC).join(pid.to_string()).join("stat"));
-            Some((pid, parse_stat_ppid(&stat.ok()?)?))
-        })
-        .collect();
-    scan_memfd_mappings(|pid| pid != me && is_descendant(pid, targets, &parents))
+    Ok(Scan {
+        mappings: scan_memfd_mappings(&selected),
+        sockets: scan_diagnostic_sockets(&selected),
+    })
+}
+
+/// The listening diagnostic sockets of `pids`: each network namespace's `net/unix` is read
+/// once (through one of its processes), and a socket belongs to a process of that namespace
+/// whose own (innermost) pid its name carries and which holds it (an fd `socket:[<inode>]`).
+/// Processes that exit or deny access mid-scan are skipped.
+pub fn scan_diagnostic_sockets(pids: &[u32]) -> Vec<FoundSocket> {
+    let mut by_netns: HashMap<(u64, u64), Vec<u32>> = HashMap::new();
+    for &pid in pids {
+        if let Ok(ns) = fs::metadata(Path::new(PROC).join(pid.to_string()).join("ns/net")) {
+            by_netns.entry((ns.dev(), ns.ino())).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    for members in by_netns.values() {
+        let Some(text) = members.iter().find_map(|&pid| read_net_unix(pid)) else { continue };
+        let sockets = listening_diagnostic_sockets(&text);
+        if sockets.is_empty() {
+            continue;
+        }
+        for &pid in members {
+            let status = fs::read_to_string(Path::new(PROC).join(pid.to_string()).join("status"));
+            let Some(ns_pid) = status.ok().and_then(|s| parse_ns_pid(&s)) else { continue };
+            let named: Vec<&ListeningDiagnosticSocket> =
+                sockets.iter().filter(|s| s.name.pid == u64::from(ns_pid)).collect();
+            if named.is_empty() {
+                continue;
+            }
+            let held = socket_inodes(pid);
+            if let Some(s) = named.into_iter().find(|s| held.contains(&s.inode)) {
+                found.push(FoundSocket { pid, socket: s.clone() });
+            }
+        }
+    }
+    found.sort_by_key(|f| f.pid);
+    found
+}
+
+/// `/proc/<pid>/net/unix` (the sockets of `pid`'s network namespace), at most
+/// [`MAX_NET_UNIX_BYTES`].
+fn read_net_unix(pid: u32) -> Option<Vec<u8>> {
+    let file = fs::File::open(Path::new(PROC).join(pid.to_string()).join("net/unix")).ok()?;
+    let mut text = Vec::new();
+    file.take(MAX_NET_UNIX_BYTES).read_to_end(&mut text).ok()?;
+    if text.len() as u64 == MAX_NET_UNIX_BYTES {
+        log::warn!(
+            "/proc/{pid}/net/unix exceeds {MAX_NET_UNIX_BYTES} bytes: diagnostic sockets past \
+             that are not scanned"
+        );
+    }
+    Some(text)
+}
+
+/// Inodes of the sockets `pid` holds open.
+pub fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(dir) = fs::read_dir(Path::new(PROC).join(pid.to_string()).join("fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let target = fs::read_link(e.ok()?.path()).ok()?;
+        parse_socket_link(target.as_os_str().as_encoded_bytes())
+    })
+    .collect()
 }
 
 /// `pid` is one of `targets` or has one as an ancestor in `parents` (child → parent).
@@ -56,10 +161,10 @@ fn is_descendant(pid: u32, targets: &[u32], parents: &HashMap<u32, u32>) -> bool
     false
 }
 
-/// Scans `/proc/*/maps` for memfds of interest. `include(pid)` selects processes.
-fn scan_memfd_mappings(include: impl Fn(u32) -> bool) -> std::io::Result<Vec<MemfdMapping>> {
+/// Scans `/proc/<pid>/maps` of `pids` for memfds of interest.
+fn scan_memfd_mappings(pids: &[u32]) -> Vec<MemfdMapping> {
     let mut out = Vec::new();
-    for pid in pids()?.into_iter().filter(|p| include(*p)) {
+    for &pid in pids {
         // Kernel threads have empty maps; processes may exit mid-scan.
         // Bytes, not UTF-8 text: a process can name files (or memfds) with any bytes, and one such
         // line must not hide its other mappings.
@@ -67,7 +172,7 @@ fn scan_memfd_mappings(include: impl Fn(u32) -> bool) -> std::io::Result<Vec<Mem
             out.extend(memfd_mappings(pid, &String::from_utf8_lossy(&maps)));
         }
     }
-    Ok(out)
+    out
 }
 
 /// What `/proc/<pid>/fd/<fd>` points to, if the process and fd still exist.
@@ -130,6 +235,31 @@ mod tests {
         assert!(!is_descendant(1, &[10], &parents), "parent");
         assert!(!is_descendant(30, &[10], &parents), "a cycle ends");
         assert!(!is_descendant(99, &[10], &parents), "unknown pid");
+    }
+
+    #[test]
+    fn scan_finds_a_listening_diagnostic_socket() {
+        let dir = std::env::temp_dir().join(format!("tracer-scan-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id();
+        let path = dir.join(format!("dotnet-diagnostic-{me}-1-socket"));
+        let _ = fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let found = scan_diagnostic_sockets(&[me]);
+        fs::remove_file(&path).unwrap();
+        let inode = fs::metadata(format!("/proc/self/fd/{}", {
+            use std::os::fd::AsRawFd as _;
+            listener.as_raw_fd()
+        }))
+        .unwrap()
+        .ino();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].pid, me);
+        assert_eq!(found[0].socket.inode, inode);
+        assert_eq!(found[0].socket.path, path.as_os_str().as_encoded_bytes());
+        assert_eq!(found[0].socket.name.pid, u64::from(me));
+        drop(listener);
+        assert_eq!(scan_diagnostic_sockets(&[me]), vec![]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use tracer_common::{EventKind, MemfdKind};
 use tracer_decode::bpf_event::{Captured, DetectionEvent, EventBody, Mapping, UserEventsOp};
 use tracer_decode::names;
 use tracer_decode::procfs::MemfdMapping;
+use tracer_decode::unix_socket::{DiagnosticSocketName, ListeningDiagnosticSocket};
 
 use super::{Kind, Line, Pid, Source};
 use crate::kernel::procfs::ProcessIdentity;
@@ -146,8 +147,48 @@ fn detection_body(event: &DetectionEvent, user_events_data: Option<bool>) -> Fie
             line.push("old_tid", *old_tid);
         }
         EventBody::ProcessExit => {}
+        EventBody::DotnetIpcSocket(socket) => {
+            line.push("fd", socket.fd);
+            push_socket(&mut line, &socket.path, socket.abstract_name, socket.name);
+        }
     }
     line
+}
+
+/// `path`, `abstract`, and the pid and key the name carries (the pid as the runtime saw it).
+fn push_socket(line: &mut FieldMap, path: &[u8], abstract_name: bool, name: DiagnosticSocketName) {
+    line.push("path", text(path))
+        .push("abstract", abstract_name)
+        .push("socket_pid", name.pid)
+        .push("key", name.key);
+}
+
+/// The line of a listening diagnostic socket found by the start-up scan (or `--pid`), stamped
+/// now: fields only the kernel path knows are null, and the socket's inode is added.
+pub fn procfs_socket_line(
+    pid: u32,
+    socket: &ListeningDiagnosticSocket,
+    clock: &Clock,
+    id: Option<ProcessIdentity>,
+) -> Line<FieldMap> {
+    let id = id.unwrap_or_default();
+    let mut line = FieldMap::default();
+    line.push("tid", Value::Null)
+        .push("comm", id.comm)
+        .push("uid", id.uid)
+        .push("cgroup_id", id.cgroup_id)
+        .push("cpu", Value::Null)
+        .push("seq", Value::Null)
+        .push("fd", Value::Null);
+    // procfs shows an abstract name's leading NUL as `@`.
+    let (path, abstract_name) = match socket.path.strip_prefix(b"@") {
+        Some(rest) => (rest, true),
+        None => (&socket.path[..], false),
+    };
+    push_socket(&mut line, path, abstract_name, socket.name);
+    line.push("inode", socket.inode);
+    let kind = Kind::Detection(EventKind::DotnetIpcSocket);
+    Line::new(clock, monotonic_ns(), kind, Source::Procfs, Pid::Known(pid), line)
 }
 
 fn push_mapping(line: &mut FieldMap, map: &Mapping) {

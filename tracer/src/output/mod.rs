@@ -12,7 +12,7 @@ use tracer_common::EventKind;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
 use tracer_decode::nettrace::DecodedEvent;
 
-pub use self::detection::{FieldMap, detection_line, procfs_mapping_line};
+pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
 pub use self::writer::{JsonLines, RenderedLine, ReopenRequest};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;

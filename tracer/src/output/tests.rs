@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracer_common::{DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EventKind, MemfdKind};
+use tracer_decode::bpf_event::IpcSocket;
 use tracer_decode::bpf_event::{
     DetectionEvent, EventBody, EventMeta, Mapping, MemfdCreate, UserEventsIoctl, UserEventsOp,
     UserReg, UserUnreg,
 };
 use tracer_decode::procfs::parse_maps_line;
+use tracer_decode::unix_socket::{DiagnosticSocketName, listening_diagnostic_sockets};
 
 use super::*;
 
@@ -55,6 +57,38 @@ fn ipc_mapping() -> Mapping {
 
 fn json_of<B: Serialize>(line: &Line<B>) -> Value {
     serde_json::to_value(line).unwrap()
+}
+
+#[test]
+fn ipc_socket_lines() {
+    let clock = Clock::with_offset(0);
+    let ev = DetectionEvent {
+        meta: meta(EventKind::DotnetIpcSocket),
+        body: EventBody::DotnetIpcSocket(IpcSocket {
+            fd: 7,
+            addrlen: 41,
+            abstract_name: false,
+            path: b"/tmp/dotnet-diagnostic-5-6-socket".to_vec(),
+            name: DiagnosticSocketName { pid: 5, key: 6 },
+        }),
+    };
+    let v = json_of(&detection_line(&ev, &clock, None));
+    assert_eq!(v["kind"], "dotnet_ipc_socket");
+    assert_eq!(v["source"], "kernel");
+    assert_eq!(v["fd"], 7);
+    assert_eq!(v["path"], "/tmp/dotnet-diagnostic-5-6-socket");
+    assert_eq!(v["abstract"], false);
+    assert_eq!((v["socket_pid"].as_u64(), v["key"].as_u64()), (Some(5), Some(6)));
+    let text =
+        b"0000000000000000: 00000002 00000000 00010000 0001 01 51234 @dotnet-diagnostic-5-6-socket";
+    let socket = &listening_diagnostic_sockets(text)[0];
+    let v = json_of(&procfs_socket_line(9, socket, &clock, None));
+    assert_eq!(v["source"], "procfs");
+    assert_eq!(v["pid"], 9);
+    assert_eq!(v["fd"], Value::Null);
+    assert_eq!(v["path"], "dotnet-diagnostic-5-6-socket");
+    assert_eq!(v["abstract"], true);
+    assert_eq!(v["inode"], 51234);
 }
 
 #[test]
@@ -259,7 +293,22 @@ fn one_of_each_kind() -> Vec<Value> {
             EventBody::ProcessExec { old_tid: 1, filename: Err(-14) },
         ),
         detection(EventKind::ProcessExit, EventBody::ProcessExit),
+        detection(
+            EventKind::DotnetIpcSocket,
+            EventBody::DotnetIpcSocket(IpcSocket {
+                fd: 7,
+                addrlen: 110,
+                abstract_name: false,
+                path: b"/tmp/dotnet-diagnostic-5-6-socket".to_vec(),
+                name: DiagnosticSocketName { pid: 5, key: 6 },
+            }),
+        ),
     ];
+    let net_unix =
+        b"0000000000000000: 00000002 00000000 00010000 0001 01 51234 @dotnet-diagnostic-5-6-socket";
+    for socket in listening_diagnostic_sockets(net_unix) {
+        lines.push(json_of(&procfs_socket_line(9, &socket, &clock, None)));
+    }
     // Lines about a process with its labels: all of them, or only what is known.
     let all = ProcessLabels {
         cgroup: Some("/kubepods/pod0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f/c".into()),

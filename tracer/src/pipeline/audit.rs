@@ -177,23 +177,34 @@ pub async fn run(
     let mut table = RegistrationTable::new();
     let mut tracker = ProcessTracker::new(config.filter.clone());
 
-    let mappings = procfs::scan_targets(&config.target_pids)
-        .context("scanning /proc for existing .NET mappings")?;
-    for m in &mappings {
-        let tracked = tracker.lookup(m.pid, None);
+    let scan = procfs::scan_targets(&config.target_pids)
+        .context("scanning /proc for existing .NET mappings and diagnostic sockets")?;
+    let found = scan
+        .mappings
+        .iter()
+        .map(|m| (m.pid, output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))));
+    let sockets = scan.sockets.iter().map(|f| {
+        (
+            f.pid,
+            output::procfs_socket_line(f.pid, &f.socket, &clock, procfs::process_identity(f.pid)),
+        )
+    });
+    for (pid, line) in found.chain(sockets) {
+        let tracked = tracker.lookup(pid, None);
         if !tracked.included {
             summary.filtered_out += 1;
             continue;
         }
-        let line = output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))
-            .with_labels(tracked.labels);
+        let line = line.with_labels(tracked.labels);
         *summary.procfs_events.entry(line.kind().name()).or_default() += 1;
         sink.emit(&line);
     }
     log::info!(
-        "attached {} detection programs; {} existing .NET mapping(s) found in /proc",
+        "attached {} detection programs; {} existing .NET mapping(s) and {} listening \
+         diagnostic socket(s) found in /proc",
         crate::kernel::detect::PROGRAMS.len(),
-        mappings.len()
+        scan.mappings.len(),
+        scan.sockets.len()
     );
     metrics.set_health(Health::Running);
     super::signal_ready(ready);

@@ -15,6 +15,7 @@ pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("syscalls", "sys_enter_ioctl"),
     ("syscalls", "sys_exit_ioctl"),
     ("syscalls", "sys_enter_close"),
+    ("syscalls", "sys_enter_bind"),
     ("sched", "sched_process_fork"),
     ("sched", "sched_process_exec"),
     ("sched", "sched_process_exit"),

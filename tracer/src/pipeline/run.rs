@@ -320,22 +320,45 @@ pub async fn run(
         Some(tracked.labels)
     };
 
-    let existing = procfs::scan_targets(&config.target_pids)
+    let scan = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for running .NET processes")?;
-    for m in &existing {
-        let Some(process_labels) = detected(m.pid, None, &mut summary) else { continue };
-        let identity = procfs::process_identity(m.pid);
-        let uid = identity.as_ref().map_or(0, |id| id.uid);
-        let line = output::procfs_mapping_line(m, &clock, identity).with_labels(process_labels);
+    let mappings = scan
+        .mappings
+        .iter()
+        .map(|m| (m.pid, output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))));
+    let sockets = scan.sockets.iter().map(|f| {
+        (
+            f.pid,
+            output::procfs_socket_line(f.pid, &f.socket, &clock, procfs::process_identity(f.pid)),
+        )
+    });
+    for (pid, line) in mappings.chain(sockets) {
+        let Some(process_labels) = detected(pid, None, &mut summary) else { continue };
+        let uid = procfs::process_identity(pid).map_or(0, |id| id.uid);
+        let line = line.with_labels(process_labels);
         *summary.detections.entry(("procfs", line.kind().name())).or_default() += 1;
         sink.emit(&line);
-        if let Some(c) = start_session(m.pid, uid, &mut admission, &mut summary) {
+        if let Some(c) = start_session(pid, uid, &mut admission, &mut summary) {
+            spawn(c, &mut tasks, &mut slot_uids);
+        }
+    }
+    // `--pid P` traces P whatever it showed (dotnet-trace's `-p`): a target the scan did not find
+    // gets its session too, which looks for its socket through the locate window and says why
+    // when there is none.
+    let found = scan.pids();
+    for &pid in config.target_pids.iter().filter(|pid| !found.contains(pid)) {
+        if detected(pid, None, &mut summary).is_none() {
+            continue;
+        }
+        let uid = procfs::process_identity(pid).map_or(0, |id| id.uid);
+        log::info!("pid {pid} (--pid): no .NET mapping or listening diagnostic socket yet");
+        if let Some(c) = start_session(pid, uid, &mut admission, &mut summary) {
             spawn(c, &mut tasks, &mut slot_uids);
         }
     }
     log::info!(
         "watching for .NET processes ({} already running); providers: {}",
-        existing.iter().map(|m| m.pid).collect::<HashSet<_>>().len(),
+        found.len(),
         config.providers.iter().map(|p| p.provider.name.as_str()).collect::<Vec<_>>().join(", ")
     );
     metrics.set_health(Health::Running);
@@ -353,7 +376,10 @@ pub async fn run(
             res = detector.read(&mut batch) => {
                 res.context("reading the BPF ring buffer")?;
                 for event in batch.drain(..) {
-                    if let EventBody::DotnetIpcReady(_) | EventBody::DotnetRuntimeSeen(_) = event.body {
+                    if let EventBody::DotnetIpcReady(_)
+                    | EventBody::DotnetRuntimeSeen(_)
+                    | EventBody::DotnetIpcSocket(_) = event.body
+                    {
                         let (pid, uid) = (event.meta.pid, event.meta.uid);
                         let Some(process_labels) =
                             detected(pid, Some(event.meta.cgroup_id), &mut summary)

@@ -249,7 +249,16 @@ where
         match attempt {
             Ok((client, RuntimeInfo::Known { info, .. })) => return Ok((client, Some(info))),
             Ok((client, RuntimeInfo::PreNet5)) => return Ok((client, None)),
-            Err(e) if retry_locating(&e, exact_key) && Instant::now() < give_up => {
+            Err(e) if retry_locating(&e, exact_key) => {
+                if Instant::now() >= give_up {
+                    if matches!(&e, ClientError::Socket(s) if s.refusal().is_some()) {
+                        return Err(e);
+                    }
+                    return Err(ClientError::NotReady {
+                        waited: config.locate_for,
+                        source: Box::new(e),
+                    });
+                }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(500));
             }
@@ -279,23 +288,78 @@ async fn locate_off_the_workers(
 }
 
 /// Whether to keep looking for the socket (within the locate window): there is none yet (a
-/// runtime seen through its `doublemapper` mapping may not have bound it yet,
-/// docs/protocol/diagnostic-ipc.md §1.5); the name found belongs to another uid (planted in a
-/// shared temp dir); or the fallback name (not the exact key) could not be used — the runtime
-/// may still bind its exact name. A refusal of the exact name owned by the target's uid is final.
+/// runtime seen through its `doublemapper` mapping or its `bind()` may not have bound it yet,
+/// docs/protocol/diagnostic-ipc.md §1.5), or it is there but not listening yet (`ECONNREFUSED`:
+/// the socket file exists between `bind()` and `listen()`; `ENOENT`: it was removed and is being
+/// bound again); the name found belongs to another uid (planted in a shared temp dir); or the
+/// fallback name (not the exact key) could not be used — the runtime may still bind its exact
+/// name. A safety refusal of the exact name owned by the target's uid is final.
 fn retry_locating(e: &ClientError, exact_key: bool) -> bool {
     let ClientError::Socket(e) = e else { return false };
     match e {
         SocketError::NotFound { .. } => true,
         SocketError::Refused { refusal: Refusal::OwnerMismatch { .. }, .. } => true,
+        SocketError::Connect { source, .. } | SocketError::Open { source, .. }
+            if not_ready(source) =>
+        {
+            true
+        }
         SocketError::Refused { .. }
         | SocketError::Connect { .. }
         | SocketError::ConnectTimeout { .. } => !exact_key,
         _ => false,
     }
 }
+
+/// A socket that is not ready yet: not listening (`ECONNREFUSED`), or not (again) there
+/// (`ENOENT`).
+fn not_ready(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOENT))
+}
+
 /// Resolves once the pipeline asks sessions to stop (or is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard returned by wait_for is dropped here, before the caller's next await.
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connect(errno: i32) -> ClientError {
+        ClientError::Socket(SocketError::Connect {
+            pid: 1,
+            path: PathBuf::from("/tmp/s"),
+            source: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    #[test]
+    fn not_ready_sockets_are_retried_and_unsafe_ones_refused_for_good() {
+        // Between bind() and listen(), or removed and bound again: not ready yet.
+        assert!(retry_locating(&connect(libc::ECONNREFUSED), true));
+        assert!(retry_locating(&connect(libc::ENOENT), true));
+        let gone = ClientError::Socket(SocketError::NotFound {
+            pid: 1,
+            ns_pid: 1,
+            dir: PathBuf::from("/tmp"),
+        });
+        assert!(retry_locating(&gone, true));
+        // Any other connect failure of the exact name is final; of a fallback name, not.
+        assert!(!retry_locating(&connect(libc::EACCES), true));
+        assert!(retry_locating(&connect(libc::EACCES), false));
+        let unsafe_peer = ClientError::Socket(SocketError::Refused {
+            pid: 1,
+            path: PathBuf::from("/tmp/s"),
+            refusal: Refusal::PeerPidMismatch { expected: 1, actual: 2 },
+        });
+        assert!(!retry_locating(&unsafe_peer, true));
+        let not_ready =
+            ClientError::NotReady { waited: Duration::from_secs(10), source: Box::new(gone) };
+        assert!(
+            not_ready.to_string().ends_with("(still so after the 10s locate window)"),
+            "{not_ready}"
+        );
+    }
 }

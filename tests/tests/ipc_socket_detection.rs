@@ -1,0 +1,180 @@
+//! Runtimes found through their diagnostic server socket (issue 12): live at `bind()` (a real
+//! CoreCLR 8.0.4 with W^X off, which maps no `doublemapper`), by the start-up scan of
+//! `/proc/<pid>/net/unix`, through `--pid`, and between `bind()` and `listen()`. Real kernel,
+//! root; other tests run in parallel, so every assertion is about the processes started here.
+use std::time::Duration;
+
+use serde_json::Value;
+use tests::coreclr::CoreclrHost;
+use tests::double::Dotnet10Double;
+use tests::pipeline::{Running, run_config, start_run, u64_field};
+use tests::scratch::ScratchDir;
+use tracer::pipeline::run::{RunConfig, RunSummary};
+use tracer::session::SessionMode;
+
+const READY: Duration = Duration::from_secs(60);
+/// CoreCLR start-up and first flush on a loaded 2-core machine.
+const SESSION: Duration = Duration::from_secs(120);
+const EVENTS: Duration = Duration::from_secs(30);
+const LOCATE: Duration = Duration::from_secs(10);
+/// Locate window of the `--pid` test whose target never gets a socket.
+const SHORT_LOCATE: Duration = Duration::from_secs(1);
+
+fn config(providers: &str, locate_for: Duration) -> RunConfig {
+    run_config(providers, SessionMode::Streaming, locate_for, 1024)
+}
+
+fn start(config: RunConfig) -> Running<RunSummary> {
+    start_run(READY, config)
+}
+
+fn is(line: &Value, kind: &str, pid: u32) -> bool {
+    line["kind"] == kind && line["pid"] == pid
+}
+
+fn is_event(line: &Value, pid: u32, event: &str) -> bool {
+    is(line, "dotnet_event", pid) && line["event"] == event
+}
+
+fn count(lines: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
+    lines.iter().filter(|l| pred(l)).count()
+}
+
+/// The double's session: started once, `n` GCs traced exactly, stopped once.
+fn trace_double_gcs(
+    tracer: &mut Running<RunSummary>,
+    double: &mut Dotnet10Double,
+    n: u32,
+) -> String {
+    let pid = double.pid();
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert_eq!(started["runtime_version"], "10.0.0+test-double");
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(double.expect_session_started(&id).expect("double saw the session"), "streaming");
+    assert_eq!(double.gc(n).expect("gc"), u64::from(n));
+    tracer.wait_for_count("GCStart", EVENTS, n as usize, |l| is_event(l, pid, "GCStart"));
+    id
+}
+
+fn assert_one_clean_session(lines: &[Value], pid: u32, gcs: usize) {
+    assert_eq!(count(lines, |l| is_event(l, pid, "GCStart")), gcs);
+    assert_eq!(count(lines, |l| is(l, "session_started", pid)), 1);
+    assert_eq!(count(lines, |l| is(l, "session_failed", pid)), 0);
+    assert_eq!(count(lines, |l| is(l, "socket_refused", pid)), 0);
+    let ended: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", pid)).collect();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0]["reason"], "stopped");
+}
+
+#[test]
+fn real_coreclr_without_wx_is_detected_by_its_socket_and_traced() {
+    const N: u32 = 4;
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4", LOCATE));
+    let tmp = ScratchDir::new("ipcsock-coreclr");
+    let mut host = CoreclrHost::spawn_with(tmp.path(), &[("DOTNET_EnableWriteXorExecute", "0")])
+        .expect("CoreCLR host");
+    let pid = host.host_pid;
+    assert!(host.version.starts_with("8.0.4"), "{}", host.version);
+
+    let seen = tracer.wait_for("socket detection", SESSION, |l| is(l, "dotnet_ipc_socket", pid));
+    assert_eq!(seen["source"], "kernel");
+    assert_eq!(seen["abstract"], false);
+    assert_eq!(seen["socket_pid"], pid);
+    let path = seen["path"].as_str().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    assert_eq!(path, format!("{dir}/dotnet-diagnostic-{pid}-{}-socket", seen["key"]));
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert!(started["runtime_version"].as_str().unwrap().starts_with("8.0.4"), "{started}");
+
+    let before = host.gc(0).expect("gc 0");
+    let after = host.gc(N).expect("induce GCs");
+    assert_eq!(after, before + u64::from(N));
+    tracer.wait_for_count("induced GCStart", EVENTS, N as usize, |l| {
+        is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced"
+    });
+    let (lines, _) = tracer.stop();
+    let starts: Vec<&Value> = lines.iter().filter(|l| is_event(l, pid, "GCStart")).collect();
+    let counts: Vec<u64> = starts.iter().map(|l| u64_field(&l["fields"], "Count")).collect();
+    assert_eq!(counts, (before + 1..=after).collect::<Vec<_>>(), "exactly the induced GCs");
+    // W^X off: no doublemapper, so the socket was the only signal.
+    assert_eq!(count(&lines, |l| is(l, "dotnet_runtime_seen", pid)), 0);
+    assert_eq!(count(&lines, |l| is(l, "dotnet_ipc_socket", pid)), 1, "once per process");
+    assert_eq!(count(&lines, |l| is(l, "session_started", pid)), 1);
+    assert_eq!(count(&lines, |l| is(l, "session_failed", pid)), 0);
+    assert_eq!(host.ping().expect("the runtime still runs managed code"), after);
+}
+
+#[test]
+fn listening_runtime_is_found_by_the_startup_scan() {
+    let tmp = ScratchDir::new("ipcsock-scan");
+    let mut double =
+        Dotnet10Double::spawn_with(tmp.path(), &[("DOUBLE_IPC_MEMFD", "0")]).expect("double");
+    let pid = double.pid();
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4", LOCATE));
+    let found = tracer.wait_for("scan", SESSION, |l| is(l, "dotnet_ipc_socket", pid));
+    assert_eq!(found["source"], "procfs");
+    assert_eq!(found["path"], double.socket);
+    assert_eq!(found["socket_pid"], pid);
+    assert_eq!(found["fd"], Value::Null);
+    assert!(found["inode"].as_u64().unwrap() > 0);
+    let id = trace_double_gcs(&mut tracer, &mut double, 3);
+    let (lines, _) = tracer.stop();
+    assert_one_clean_session(&lines, pid, 3);
+    assert_eq!(count(&lines, |l| is(l, "dotnet_ipc_socket", pid)), 1);
+    assert_eq!(count(&lines, |l| is(l, "dotnet_ipc_ready", pid)), 0);
+    double.expect_session_ended(&id).expect("double saw StopTracing");
+}
+
+#[test]
+fn pid_option_traces_its_process_and_says_why_not() {
+    let tmp = ScratchDir::new("ipcsock-pid");
+    let mut double =
+        Dotnet10Double::spawn_with(tmp.path(), &[("DOUBLE_IPC_MEMFD", "0")]).expect("double");
+    let other =
+        Dotnet10Double::spawn_with(tmp.path(), &[("DOUBLE_IPC_MEMFD", "0")]).expect("other");
+    let pid = double.pid();
+    // A process that never has a diagnostic socket.
+    let mut plain = std::process::Command::new("sleep").arg("600").spawn().expect("sleep");
+    let plain_pid = plain.id();
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4", SHORT_LOCATE);
+    cfg.target_pids = vec![pid, plain_pid];
+    let mut tracer = start(cfg);
+    let id = trace_double_gcs(&mut tracer, &mut double, 2);
+    let failed =
+        tracer.wait_for("plain pid fails", SESSION, |l| is(l, "session_failed", plain_pid));
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("has no diagnostic socket"), "{error}");
+    assert!(error.contains("locate window"), "{error}");
+    assert_eq!(failed["refused"], false);
+    let (lines, summary) = tracer.stop();
+    plain.kill().expect("kill sleep");
+    plain.wait().expect("reap sleep");
+    assert_one_clean_session(&lines, pid, 2);
+    assert_eq!(count(&lines, |l| l["pid"] == other.pid()), 0, "not a target");
+    assert_eq!(count(&lines, |l| l["pid"] == plain_pid), 1, "only its session_failed");
+    assert_eq!(summary.processes, 2);
+    assert_eq!(summary.sessions_failed, 1);
+    double.expect_session_ended(&id).expect("double saw StopTracing");
+}
+
+#[test]
+fn runtime_between_bind_and_listen_is_traced_not_refused() {
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4", LOCATE));
+    let tmp = ScratchDir::new("ipcsock-bound");
+    let mut double =
+        Dotnet10Double::spawn_bound(tmp.path(), &[("DOUBLE_IPC_MEMFD", "0")]).expect("double");
+    let pid = double.pid();
+    let seen = tracer.wait_for("bind detection", SESSION, |l| is(l, "dotnet_ipc_socket", pid));
+    assert_eq!(seen["source"], "kernel");
+    assert_eq!(seen["path"], double.socket);
+    // The socket file exists and refuses connections: the session is looking at a runtime
+    // between bind() and listen().
+    let refused = std::os::unix::net::UnixStream::connect(&double.socket).unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::ECONNREFUSED));
+    double.listen().expect("listen");
+    let id = trace_double_gcs(&mut tracer, &mut double, 2);
+    let (lines, summary) = tracer.stop();
+    assert_one_clean_session(&lines, pid, 2);
+    assert_eq!(summary.sessions_refused, 0);
+    double.expect_session_ended(&id).expect("double saw StopTracing");
+}
