@@ -13,7 +13,8 @@ use tracer::identity::ProcessFilter;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
-const TIMEOUT: Duration = Duration::from_secs(20);
+/// Generous: under a loaded full run a helper sequence and its exit lines can take a while.
+const TIMEOUT: Duration = Duration::from_secs(60);
 const POD_UID: &str = "0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f";
 /// The environment variable `--require-env` looks for; only the docker helper has it.
 const ENV: &str = "TRACER_IDENTITY_TEST";
