@@ -86,7 +86,18 @@ impl Tracer {
         while let Ok(line) = self.stderr.recv_timeout(TIMEOUT) {
             self.seen.push(line);
         }
-        (status.code(), self.seen.join("\n"))
+        (status.code(), std::mem::take(&mut self.seen).join("\n"))
+    }
+}
+
+/// A test that fails midway must not leave its tracer running (it would trace every other
+/// test's processes).
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if self.child.try_wait().is_ok_and(|status| status.is_none()) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
