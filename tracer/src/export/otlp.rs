@@ -358,8 +358,7 @@ enum Failure {
 impl Sender {
     async fn send(&mut self, lines: Vec<Vec<u8>>) {
         let n = lines.len() as u64;
-        let observed =
-            u64::try_from(Clock::new().wall_ns(crate::time::monotonic_ns())).unwrap_or(0);
+        let observed = u64::try_from(crate::time::realtime_ns()).unwrap_or(0);
         let records = lines.iter().map(|l| log_record(l, &self.clock, observed)).collect();
         let request = ExportLogsServiceRequest {
             resource_logs: vec![ResourceLogs {
