@@ -240,6 +240,7 @@ pub fn run_config(
         buffer_size_kb,
         filter: Default::default(),
         metrics: None,
+        otlp: None,
     }
 }
 

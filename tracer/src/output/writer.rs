@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use super::Line;
+use crate::export::otlp::LineExport;
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
 pub const OUTPUT_FILE_MODE: u32 = 0o600;
@@ -30,6 +31,8 @@ pub struct JsonLines {
     failure: Option<io::Error>,
     /// Lines not written because of `failure` (the failed one included).
     unwritten: u64,
+    /// `--otlp-endpoint`: every line is also offered to the exporter (never waits).
+    export: Option<LineExport>,
 }
 
 /// Set (by the SIGHUP handler) to make the writer reopen its file before the next line.
@@ -94,6 +97,7 @@ impl JsonLines {
             reopen: ReopenRequest::default(),
             failure: None,
             unwritten: 0,
+            export: None,
         }
     }
 
@@ -108,6 +112,9 @@ impl JsonLines {
     }
 
     pub fn emit_rendered(&mut self, line: &RenderedLine) {
+        if let Some(export) = &self.export {
+            export.offer(line.as_bytes());
+        }
         if self.failure.is_some() {
             self.unwritten += 1;
             return;
@@ -121,6 +128,16 @@ impl JsonLines {
             self.failure = Some(e);
             self.unwritten += 1;
         }
+    }
+
+    /// From now on every line is also offered to `export` (`--otlp-endpoint`).
+    pub fn export_to(&mut self, export: LineExport) {
+        self.export = Some(export);
+    }
+
+    /// Lets go of the exporter's queue, so that it can finish.
+    pub fn stop_export(&mut self) {
+        self.export = None;
     }
 
     /// The first write error, once the output has failed.

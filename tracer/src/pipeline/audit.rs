@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tracer_common::EventKind;
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 
+use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{ProcessFilter, ProcessTracker};
 use crate::kernel::detect::{DetectOptions, Detector, Loss, ProgramStats};
 use crate::kernel::procfs;
@@ -29,6 +30,8 @@ pub struct AuditConfig {
     pub filter: ProcessFilter,
     /// `--metrics-addr`: counters and health published for the metrics endpoint.
     pub metrics: Option<Publisher>,
+    /// `--otlp-endpoint`: every line also as an OTLP log record.
+    pub otlp: Option<OtlpConfig>,
 }
 
 /// What happened during a run; `Display` is the stderr summary.
@@ -55,6 +58,8 @@ pub struct AuditSummary {
     pub unwritten_lines: u64,
     /// Lines not written because the process filters do not select their process.
     pub filtered_out: u64,
+    /// `--otlp-endpoint`: records sent and lost.
+    pub otlp: Option<ExportStats>,
 }
 
 impl AuditSummary {
@@ -80,6 +85,9 @@ impl AuditSummary {
             LossCount { source: "kernel", reason: "corrupt_record", count: self.decode_errors },
             LossCount { source: "output", reason: "write_failed", count: self.unwritten_lines },
         ]);
+        if let Some(otlp) = &self.otlp {
+            all.extend(otlp.losses());
+        }
         all
     }
 }
@@ -142,6 +150,11 @@ impl fmt::Display for AuditSummary {
                 writeln!(f, "    {prog}: runs={} avg_ns={avg:.1}", s.run_cnt)?;
             }
         }
+        if let Some(otlp) = &self.otlp {
+            writeln!(f, "  OTLP records sent: {}", otlp.exported)?;
+            let lost = otlp.losses().map(|l| format!("{}={}", l.reason, l.count));
+            writeln!(f, "  OTLP records lost: {}", lost.join(" "))?;
+        }
         if let Some(table) = &self.registrations {
             writeln!(f, "user_events registrations at exit:")?;
             write!(f, "{}", table.render())?;
@@ -173,6 +186,7 @@ pub async fn run(
     let mut detector =
         Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
     let clock = Clock::new();
+    let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
     let mut summary = AuditSummary::default();
     let mut table = RegistrationTable::new();
     let mut tracker = ProcessTracker::new(config.filter.clone());
@@ -219,6 +233,7 @@ pub async fn run(
             res = detector.read(&mut batch) => res.context("reading the BPF ring buffer")?,
             _ = publish.tick() => {
                 read_losses(&detector, &mut summary)?;
+                summary.otlp = export.stats();
                 metrics.publish_audit(&summary);
                 continue;
             }
@@ -237,7 +252,10 @@ pub async fn run(
         summary.registrations = Some(table);
     }
     let events = summary.kernel_events.values().chain(summary.procfs_events.values()).sum();
+    let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
+    summary.otlp = export.flush(export_deadline).await;
     sink.emit(&output::summary_line(&clock, "audit", events, &summary.loss_counts()));
+    summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();
     metrics.publish_audit(&summary);

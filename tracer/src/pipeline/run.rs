@@ -17,6 +17,7 @@ use tracer_decode::diagnostic_ipc::FilteredProvider;
 use tracer_decode::text::escape_control;
 
 use super::admission::{Admission, AdmissionLimits, Admitted};
+use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
@@ -50,6 +51,8 @@ pub struct RunConfig {
     pub filter: ProcessFilter,
     /// `--metrics-addr`: counters and health published for the metrics endpoint.
     pub metrics: Option<Publisher>,
+    /// `--otlp-endpoint`: every line also as an OTLP log record.
+    pub otlp: Option<OtlpConfig>,
 }
 
 /// How long a session keeps looking for the socket of a process whose runtime was seen before
@@ -103,6 +106,8 @@ pub struct RunSummary {
     pub events_by_source: BTreeMap<&'static str, u64>,
     /// .NET processes the filters did not select (no session, no lines).
     pub filtered_out: u64,
+    /// `--otlp-endpoint`: records sent and lost.
+    pub otlp: Option<ExportStats>,
 }
 
 impl RunSummary {
@@ -131,6 +136,9 @@ impl RunSummary {
         ]);
         if let Some(stats) = &self.user_events_reader {
             all.extend(output::ftrace_losses("user_events", stats));
+        }
+        if let Some(otlp) = &self.otlp {
+            all.extend(otlp.losses());
         }
         all
     }
@@ -177,6 +185,9 @@ impl RunSummary {
         eprintln!("  events: {}", self.events());
         for (provider, n) in &self.events_by_provider {
             eprintln!("    {}: {n}", escape_control(provider));
+        }
+        if let Some(otlp) = &self.otlp {
+            eprintln!("  OTLP records sent: {}, lost: {}", otlp.exported, otlp.lost());
         }
         let losses = self.losses();
         eprintln!("  losses: {}", losses.iter().map(|l| l.count).sum::<u64>());
@@ -252,6 +263,7 @@ pub async fn run(
         hub.set_labels(labels.clone());
     }
     let clock = Clock::new();
+    let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
     let mut summary = RunSummary::default();
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -412,6 +424,7 @@ pub async fn run(
                 if let Some(reader) = &user_events {
                     summary.record_user_events_stats(reader);
                 }
+                summary.otlp = export.stats();
                 metrics.publish_run(&summary);
             }
             _ = tick.tick(), if status.enabled => {
@@ -458,8 +471,11 @@ pub async fn run(
     summary.detection_decode_errors = detector.decode_errors();
     summary.detection_recursion_misses =
         detector.program_stats()?.iter().map(|(_, s)| s.recursion_misses).sum();
+    let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
+    summary.otlp = export.flush(export_deadline).await;
     let losses = summary.losses();
     sink.emit(&output::summary_line(&clock, "run", summary.events(), &losses));
+    summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();
     metrics.publish_run(&summary);

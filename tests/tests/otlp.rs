@@ -1,0 +1,200 @@
+//! `--otlp-endpoint` on the real kernel (root): `tracer audit` sends its lines to a real OTLP/HTTP
+//! receiver (tests/fixtures/otlp_receiver.py, decoding with the reference protobuf bindings from
+//! PyPI `opentelemetry-proto`); the records are checked against the JSON lines field by field;
+//! then the receiver stops mid-run, tracing goes on, and every record not received is counted.
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tests::pipeline::Running;
+use tests::process::LineProcess;
+use tracer::export::otlp::{ExportStats, OtlpConfig};
+use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+
+const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
+const RECEIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/otlp_receiver.py");
+const TIMEOUT: Duration = Duration::from_secs(20);
+const NODE: &str = "node-under-test";
+
+struct Receiver(LineProcess);
+
+impl Receiver {
+    fn start() -> (Receiver, u16) {
+        let mut command = Command::new("python3");
+        command.arg(RECEIVER);
+        let mut process = LineProcess::spawn("otlp receiver", command).unwrap();
+        let first: Value = serde_json::from_str(&process.next_line(TIMEOUT).unwrap()).unwrap();
+        let port = first["port"].as_u64().expect("the receiver's port") as u16;
+        (Receiver(process), port)
+    }
+
+    fn next(&mut self) -> Value {
+        let v: Value = serde_json::from_str(&self.0.next_line(TIMEOUT).unwrap()).unwrap();
+        assert!(v.get("error").is_none(), "receiver: {v}");
+        v
+    }
+
+    /// Records until (and with) the first that matches `pred`.
+    fn until(&mut self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut records = Vec::new();
+        loop {
+            let r = self.next();
+            let done = pred(&r);
+            records.push(r);
+            if done {
+                return records;
+            }
+        }
+    }
+}
+
+/// `detect_helper sequence` to its end; its pid once tracer reported its exit.
+fn helper_sequence(audit: &mut Running<AuditSummary>) -> u32 {
+    let mut helper = LineProcess::spawn(HELPER, {
+        let mut c = Command::new(HELPER);
+        c.arg("sequence");
+        c
+    })
+    .unwrap();
+    for phase in ["started", "registered", "done"] {
+        let v: Value = serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap();
+        assert_eq!(v["phase"], phase);
+        if phase != "done" {
+            helper.send_line("go").unwrap();
+        }
+    }
+    let pid = helper.pid();
+    helper.close_stdin();
+    helper.wait_exit(TIMEOUT).unwrap();
+    audit
+        .wait_for("the helper's exit", TIMEOUT, |v| v["kind"] == "process_exit" && v["pid"] == pid);
+    pid
+}
+
+/// `2026-12-01T11:33:16.123456789Z` → nanoseconds since the epoch.
+fn epoch_ns(ts: &str) -> u64 {
+    let n = |r: std::ops::Range<usize>| ts[r].parse::<i64>().unwrap();
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    let secs = days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19);
+    (secs * 1_000_000_000 + n(20..29)) as u64
+}
+
+/// What the record of `line` must be: every field but `ts` as an attribute (identity fields
+/// under their OpenTelemetry names, nulls left out), the line as the body.
+fn expected_attributes(line: &Value) -> Value {
+    let mut attrs = Map::new();
+    for (k, v) in line.as_object().unwrap() {
+        let key = match k.as_str() {
+            "ts" => continue,
+            "pid" => "process.pid",
+            "container_id" => "container.id",
+            "pod_uid" => "k8s.pod.uid",
+            other => other,
+        };
+        if !v.is_null() {
+            attrs.insert(key.to_owned(), v.clone());
+        }
+    }
+    Value::Object(attrs)
+}
+
+fn otlp_losses(summary_line: &Value) -> Vec<(String, u64)> {
+    summary_line["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["source"] == "otlp")
+        .map(|l| (l["reason"].as_str().unwrap().to_owned(), l["count"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn audit_lines_arrive_as_log_records_and_a_stopped_collector_costs_counted_records() {
+    let (mut receiver, port) = Receiver::start();
+    let mut otlp = OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    otlp.node_name = Some(NODE.into());
+    let host_name = otlp.host_name.clone().expect("a host name");
+    let config = AuditConfig { otlp: Some(otlp), ..Default::default() };
+    let mut audit = Running::start(TIMEOUT, move |sink, stop, ready| async move {
+        audit::run(config, sink, stop, Some(ready)).await
+    });
+
+    // Collector up: the helper's lines arrive as records.
+    let pid = helper_sequence(&mut audit);
+    let is_exit =
+        |r: &Value| r["event_name"] == "process_exit" && r["attributes"]["process.pid"] == pid;
+    let mut received = receiver.until(is_exit);
+    for kind in ["dotnet_ipc_ready", "process_exit"] {
+        let line = audit.wait_for(kind, TIMEOUT, |v| v["kind"] == kind && v["pid"] == pid);
+        let record = received
+            .iter()
+            .find(|r| r["event_name"] == kind && r["attributes"]["process.pid"] == pid)
+            .unwrap_or_else(|| panic!("no {kind} record of {pid} in {received:#?}"));
+        assert_eq!(
+            record["resource"],
+            json!({
+                "service.name": "tracer",
+                "service.version": env!("CARGO_PKG_VERSION"),
+                "host.name": host_name,
+                "k8s.node.name": NODE,
+            })
+        );
+        assert_eq!(
+            record["scope"],
+            json!({"name": "tracer", "version": env!("CARGO_PKG_VERSION")})
+        );
+        assert_eq!(record["time_unix_nano"], epoch_ns(line["ts"].as_str().unwrap()), "{line}");
+        assert!(
+            record["observed_time_unix_nano"].as_u64().unwrap()
+                >= record["time_unix_nano"].as_u64().unwrap()
+        );
+        assert_eq!(
+            (&record["severity_number"], &record["severity_text"]),
+            (&json!(9), &json!("INFO"))
+        );
+        assert_eq!(record["attributes"], expected_attributes(&line), "{line}");
+        let body: Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body, line);
+    }
+
+    // Collector gone: tracing goes on, and what is not received is counted.
+    receiver.0.send_line("stop").unwrap();
+    loop {
+        let r = receiver.next();
+        if r.get("stopped").is_some() {
+            break;
+        }
+        received.push(r);
+    }
+    let after = helper_sequence(&mut audit);
+    let (lines, summary) = audit.stop();
+    receiver.0.wait_exit(TIMEOUT).unwrap();
+
+    let total = lines.len() as u64;
+    let got = received.len() as u64;
+    assert!(received.iter().all(|r| r["attributes"]["process.pid"] != after), "{received:#?}");
+    // The second helper's lines (at least its dotnet_ipc_ready and process_exit) are lost.
+    assert!(lines.iter().filter(|l| l["pid"] == after).count() >= 2);
+    // Every line was received or counted as lost, the summary record included.
+    assert_eq!(
+        summary.otlp,
+        Some(ExportStats { exported: got, send_failed: total - got, ..Default::default() })
+    );
+    // The summary line counts what was lost before it.
+    let summary_line = lines.last().unwrap();
+    assert_eq!(summary_line["kind"], "summary");
+    assert_eq!(otlp_losses(summary_line), vec![("send_failed".to_owned(), total - 1 - got)]);
+    let all = summary.all_loss_counts();
+    let otlp: Vec<_> =
+        all.iter().filter(|l| l.source == "otlp").map(|l| (l.reason, l.count)).collect();
+    assert_eq!(
+        otlp,
+        [("queue_full", 0), ("send_failed", total - got), ("rejected", 0), ("shutdown_timeout", 0)]
+    );
+}

@@ -1,0 +1,3 @@
+//! Exports of the output lines to other systems: `--otlp-endpoint` ([`otlp`]).
+pub mod otlp;
+mod proto;
