@@ -26,6 +26,12 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
             1 000 U+0001 characters, then E empty-payload EmptyFields events and N
             empty-payload events of the long-named one (2 bytes each after the first)
             → `AMPLIFIED <events> <bytes sent on the session's stream so far>`
+  `forge N`  HOSTILE (issue 9 §2): through the fd of each of its user_events sessions, N
+            `Tick` records (Message `forged <k>`, with metadata) into every write index 0..63,
+            enabled or not, whoever they belong to → `FORGED <writes that succeeded>`
+  `fork_write N` HOSTILE: a forked child (another process, kept alive until exit) writes N
+            `Tick` records (Message `foreign <k>`) into each session's TestDouble tracepoint
+            through the inherited fd → `FORK_WROTE <writes> <child pid>`
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
   DOUBLE_LISTEN_ON_LINE=1  after bind(), prints `BOUND <pid> <path>` and listens only once a
                            stdin line arrives (a runtime between bind and listen).
@@ -161,8 +167,22 @@ def gc_end_payload(count):
     return struct.pack("<IIH", count, 2, 0)
 
 
-def tick_payload(seq):
-    return struct.pack("<i", seq) + utf16z(f"tick {seq}")
+def tick_payload(seq, message=None):
+    return struct.pack("<i", seq) + utf16z(message or f"tick {seq}")
+
+
+def tick_record(write_index, seq, message):
+    """A Tracepoint Format V1 Tick record with its metadata, as writev parts."""
+    payload = tick_payload(seq, message)
+    meta = TICK.body()
+    ext = b"\x01" + struct.pack("<I", len(meta)) + meta
+    head = struct.pack("<IBHII", write_index, 1, TICK.event_id, (len(ext) << 16) | 4,
+                       (len(payload) << 16) | len(ext))
+    return [head, ext, payload]
+
+
+FORGE_INDICES = 64
+children = []
 
 
 class Provider:
@@ -689,7 +709,48 @@ def main():
                     except OSError:
                         pass
                 say("AMPLIFIED", events, target.offset if target else 0)
-            elif cmd[0] == "sessions":
+            elif cmd[0] == "forge":
+                n = int(cmd[1])
+                with server.lock:
+                    fds = [s.fd for s in server.sessions.values()
+                           if isinstance(s, UserEventsSession)]
+                ok = 0
+                for fd in fds:
+                    for index in range(FORGE_INDICES):
+                        for k in range(n):
+                            try:
+                                os.writev(fd, tick_record(index, k + 1, f"forged {k + 1}"))
+                                ok += 1
+                            except OSError:
+                                pass
+                say("FORGED", ok)
+            elif cmd[0] == "fork_write":
+                n = int(cmd[1])
+                with server.lock:
+                    targets = [(s.fd, s.tracepoints[p.tracepoint_default].write_index)
+                               for s in server.sessions.values()
+                               if isinstance(s, UserEventsSession)
+                               for p in s.providers
+                               if p.name == DOUBLE_PROVIDER and p.tracepoint_default]
+                r, w = os.pipe()
+                child = os.fork()
+                if child == 0:
+                    ok = 0
+                    for fd, index in targets:
+                        for k in range(n):
+                            try:
+                                os.writev(fd, tick_record(index, k + 1, f"foreign {k + 1}"))
+                                ok += 1
+                            except OSError:
+                                pass
+                    os.write(w, f"{ok}\n".encode())
+                    time.sleep(300)
+                    os._exit(0)
+                os.close(w)
+                ok = int(os.read(r, 64).decode().strip())
+                os.close(r)
+                children.append(child)
+                say("FORK_WROTE", ok, child)
                 with server.lock:
                     say("SESSIONS", len(server.sessions))
             elif cmd[0] == "exit":
@@ -697,6 +758,9 @@ def main():
             else:
                 say("ERROR unknown command", cmd[0])
     finally:
+        for child in children:
+            os.kill(child, 9)
+            os.waitpid(child, 0)
         os.unlink(path)
 
 

@@ -124,6 +124,23 @@ impl Dotnet10Double {
         Ok((f[0], f[1]))
     }
 
+    /// `forge n` (hostile): `n` records into every write index 0..63 of each of its
+    /// user_events sessions' fds; returns the writes that succeeded.
+    pub fn forge(&mut self, n: u32) -> Result<u64> {
+        self.process.send_line(&format!("forge {n}"))?;
+        let reply = self.process.wait_line("FORGED", TIMEOUT)?;
+        reply.trim().parse().context("FORGED <writes>")
+    }
+
+    /// `fork_write n` (hostile): a forked child writes `n` Tick records into each session's
+    /// TestDouble tracepoint; returns (writes, child pid).
+    pub fn fork_write(&mut self, n: u32) -> Result<(u64, u32)> {
+        self.process.send_line(&format!("fork_write {n}"))?;
+        let reply = self.process.wait_line("FORK_WROTE", TIMEOUT)?;
+        let (writes, child) = reply.split_once(' ').context("FORK_WROTE <writes> <pid>")?;
+        Ok((writes.parse()?, child.trim().parse()?))
+    }
+
     /// Asks the double to exit and waits for it.
     pub fn exit(&mut self) -> Result<()> {
         self.process.send_line("exit")?;

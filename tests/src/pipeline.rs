@@ -233,6 +233,7 @@ pub fn run_config(
             timeouts: tracer::ipc::client::Timeouts::default(),
             locate_for,
             drain_timeout: Duration::from_secs(10),
+            user_events_grant: Default::default(),
         },
         providers,
         target_pids: Vec::new(),

@@ -297,6 +297,7 @@ async fn names_planted_by_another_user_do_not_block_the_owners_socket() -> Resul
         timeouts: timeouts(),
         locate_for: Duration::from_secs(20),
         drain_timeout: TIMEOUT,
+        user_events_grant: Default::default(),
     };
     let (refused_tx, mut refused_rx) = tokio::sync::mpsc::unbounded_channel();
     let session = tokio::spawn(async move {

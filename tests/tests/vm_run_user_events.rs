@@ -35,6 +35,133 @@ fn is_event(line: &Value, pid: u32, event: &str) -> bool {
     is(line, "dotnet_event", pid) && line["event"] == event
 }
 
+/// `tracer_<16 hex>_<pid>_<provider>`: a tracepoint tracer registered for `pid`.
+fn is_tracer_name(name: &str, pid: u32) -> bool {
+    let Some(rest) = name.strip_prefix("tracer_") else { return false };
+    let Some((nonce, rest)) = rest.split_once('_') else { return false };
+    nonce.len() == 16
+        && nonce.bytes().all(|b| b.is_ascii_hexdigit())
+        && rest.strip_prefix(&format!("{pid}_")).is_some_and(|p| !p.is_empty())
+}
+
+/// The `tracer_*` events in `events/user_events/` (the directory goes when its last event does).
+fn tracer_events(tracefs: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let Ok(dir) = std::fs::read_dir(tracefs.join("events/user_events")) else {
+        return Default::default();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("tracer_"))
+        .collect()
+}
+
+fn message(line: &Value) -> &str {
+    line["fields"]["Message"].as_str().unwrap_or("")
+}
+
+/// Issue 9 §2: the `user_events_data` fd is private to its session. A hostile runtime writing
+/// every write index of its fd reaches only its own tracepoints (with one shared fd it wrote
+/// into the other target's), and records written into its tracepoints by another process (its
+/// forked child, through the inherited fd) are dropped and counted as `foreign_writer`.
+#[test]
+fn a_runtime_cannot_write_into_another_targets_session() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    const N: u32 = 20;
+    const FOREIGN: u32 = 7;
+    tracefs_with_user_events();
+    let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
+    let tmp = ScratchDir::new("vm-run-ue-forge");
+    let mut hostile = Dotnet10Double::spawn(tmp.path()).expect("hostile double");
+    let mut victim = Dotnet10Double::spawn(tmp.path()).expect("victim double");
+    for d in [&mut hostile, &mut victim] {
+        let pid = d.pid();
+        let started =
+            tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+        assert_eq!(started["session"], "user_events", "{started}");
+        d.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
+    }
+    let (hostile_pid, victim_pid) = (hostile.pid(), victim.pid());
+
+    assert!(hostile.forge(2).expect("forge") > 0, "the hostile double wrote nothing");
+    let (foreign, child) = hostile.fork_write(FOREIGN).expect("fork_write");
+    assert_eq!(foreign, u64::from(FOREIGN), "the child wrote through the inherited fd");
+    assert_ne!(child, hostile_pid);
+    assert_eq!(victim.emit(N).expect("emit"), (u64::from(N), 0));
+    tracer.wait_for_count("victim Tick", TIMEOUT, N as usize, |l| is_event(l, victim_pid, "Tick"));
+    // The hostile double's own (forged) records come after its child's: once they are read,
+    // so are the child's.
+    tracer.wait_for("hostile forged Tick", TIMEOUT, |l| {
+        is_event(l, hostile_pid, "Tick") && message(l).starts_with("forged")
+    });
+
+    let (lines, summary) = tracer.stop();
+    let victim_ticks: Vec<&str> =
+        lines.iter().filter(|l| is_event(l, victim_pid, "Tick")).map(message).collect();
+    let expected: Vec<String> = (1..=N).map(|k| format!("tick {k}")).collect();
+    assert_eq!(victim_ticks, expected, "exactly the victim's own events");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["pid"] == victim_pid && l["kind"] == "dotnet_event" && l["event"] != "Tick"),
+        "nothing else attributed to the victim"
+    );
+    let foreign_lines: Vec<&Value> =
+        lines.iter().filter(|l| message(l).starts_with("foreign")).collect();
+    assert!(foreign_lines.is_empty(), "records of another process written: {foreign_lines:?}");
+    assert_eq!(summary.user_events_foreign_writer, u64::from(FOREIGN));
+    assert!(summary.losses().iter().any(|l| l.source == "user_events"
+        && l.reason == "foreign_writer"
+        && l.count == u64::from(FOREIGN)));
+    hostile.exit().expect("hostile exits (and kills its child)");
+}
+
+/// Issue 9 §2: tracepoint names are unpredictable (two tracers of one process get different
+/// names, none derived from tracer's pid), and once a target's sessions end, tracefs is back to
+/// where it was — while the tracers keep running (a shared `user_events_data` kept every event
+/// referenced until tracer exited).
+#[test]
+fn names_are_unpredictable_and_finished_sessions_leave_no_tracepoints() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    let tracefs = tracefs_with_user_events();
+    let baseline = tracer_events(&tracefs);
+    let providers = "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble";
+    let mut tracers = [start(providers, SessionMode::Auto), start(providers, SessionMode::Auto)];
+    let tmp = ScratchDir::new("vm-run-ue-names");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    for t in &mut tracers {
+        let started = t.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+        assert_eq!(started["session"], "user_events", "{started}");
+    }
+    let names: Vec<String> = tracer_events(&tracefs).difference(&baseline).cloned().collect();
+    assert_eq!(names.len(), 4, "2 providers x 2 tracers, all distinct: {names:?}");
+    assert!(names.iter().all(|n| is_tracer_name(n, pid)), "{names:?}");
+    let predictable = format!("tracer_{}_{pid}_", std::process::id());
+    assert!(!names.iter().any(|n| n.starts_with(&predictable)), "{names:?}");
+
+    double.exit().expect("double exits");
+    for t in &mut tracers {
+        let ended = t.wait_for("session_ended", TIMEOUT, |l| is(l, "session_ended", pid));
+        assert_eq!(ended["reason"], "process_exited", "{ended}");
+    }
+    // The kernel deletes unreferenced events from a workqueue: poll.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = tracer_events(&tracefs);
+        if now == baseline {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tracepoints left after the sessions ended: {:?}",
+            now.difference(&baseline).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for t in tracers {
+        t.stop();
+    }
+}
+
 #[test]
 fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
     let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
@@ -86,12 +213,11 @@ fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
     // Closing the connection ended the session in the runtime, which unregistered its
     // tracepoints; with tracer's registrations gone too, the kernel deletes the events.
     double.expect_session_ended(&id).expect("the double saw its session end");
-    let prefix = format!("tracer_{}_{pid}_", std::process::id());
     let status = tracefs.join("user_events_status");
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let text = std::fs::read_to_string(&status).expect("user_events_status");
-        if !text.lines().any(|l| l.starts_with(&prefix)) {
+        if !text.lines().any(|l| is_tracer_name(l.split(' ').next().unwrap_or(""), pid)) {
             break;
         }
         // The kernel deletes unreferenced events from a workqueue: poll its status file.

@@ -239,3 +239,21 @@ fn close_keeps_the_enabler_until_unregister() {
     let data = open_data(&tracefs);
     assert_eq!(unregister(&data, addr, ENABLE_BIT), Ok(()));
 }
+
+/// Issue 9 §2: registering a name again through tracer's `UserEventsData` would replace (and
+/// free) the enable word the kernel still writes: it is refused, and the first word keeps
+/// working until it is unregistered.
+#[test]
+fn tracer_refuses_a_second_registration_of_one_name() {
+    use tracer::kernel::tracefs::Tracefs;
+    use tracer::kernel::user_events::UserEventsData;
+    let tracefs = Tracefs::at(tracefs_with_user_events());
+    let data = UserEventsData::open(&tracefs).expect("user_events_data");
+    let name = format!("tracer_vm_dup_{}", std::process::id());
+    data.register(&name, "u32 a").expect("first registration");
+    let again = data.register(&name, "u32 a").expect_err("a second registration of one name");
+    assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists, "{again}");
+    data.unregister(&name).expect("unregistering the first");
+    data.register(&name, "u32 a").expect("registering again after unregistering");
+    data.unregister(&name).expect("unregistering");
+}

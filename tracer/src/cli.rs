@@ -240,6 +240,12 @@ pub struct RunArgs {
     /// Per-CPU ftrace buffer of the user_events instance, in KiB.
     #[arg(long, default_value_t = 4096)]
     pub buffer_size_kb: u64,
+    /// Which processes may be granted a `user_events_data` fd (user_events sessions):
+    /// `all`, or comma-separated uids that a process's real, effective, saved and filesystem
+    /// uids must all be in. Default: root and tracer's own uid (processes that could open the
+    /// file themselves); every other process gets a streaming session. See docs/security.md.
+    #[arg(long, value_name = "UIDS|all")]
+    pub user_events_uids: Option<crate::session::UserEventsGrant>,
     /// Most sessions at once. Processes beyond a cap wait for a slot (see
     /// --max-waiting-sessions): any local process can pose as a .NET runtime.
     #[arg(long, default_value_t = AdmissionLimits::default().max_sessions)]
@@ -382,6 +388,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
             timeouts,
             locate_for: run::LOCATE_WINDOW,
             drain_timeout: args.ipc_timeout,
+            user_events_grant: args.user_events_uids.clone().unwrap_or_default(),
         },
         providers,
         target_pids: args.pids.clone(),

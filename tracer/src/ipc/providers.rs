@@ -39,11 +39,20 @@ pub enum ProviderSpecError {
     BadLevel { provider: String, value: String },
     #[error("unknown profile {name:?}: known profiles are gc, default")]
     UnknownProfile { name: String },
+    #[error(
+        "providers {first:?} and {second:?} are the same provider (names compare ignoring case, \
+         and user_events tracepoint names map every character but ASCII letters and digits to \
+         '_'): list each provider once"
+    )]
+    Duplicate { first: String, second: String },
 }
 
-/// Parses a `--providers` value into providers without event filters.
+/// Parses a `--providers` value into providers without event filters. A provider listed twice
+/// (also as names that differ only in case or in characters other than ASCII letters and digits,
+/// e.g. `A-B` and `A.B`, which would share a user_events tracepoint) is refused.
 pub fn parse_providers(spec: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
-    spec.split(',')
+    let providers = spec
+        .split(',')
         .enumerate()
         .map(|(index, entry)| {
             let entry = entry.trim();
@@ -52,7 +61,32 @@ pub fn parse_providers(spec: &str) -> Result<Vec<FilteredProvider>, ProviderSpec
             }
             parse_entry(entry).map(|provider| FilteredProvider { provider, filter: None })
         })
+        .collect::<Result<Vec<_>, _>>()?;
+    refuse_duplicates(&providers)?;
+    Ok(providers)
+}
+
+/// The form under which two provider names are the same provider: case folded, and every
+/// character but ASCII letters and digits as `_` (as in user_events tracepoint names).
+pub fn provider_key(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
         .collect()
+}
+
+/// Refuses a list naming one provider twice (see [`provider_key`]), naming both entries.
+pub fn refuse_duplicates(providers: &[FilteredProvider]) -> Result<(), ProviderSpecError> {
+    let mut seen: std::collections::HashMap<String, &str> = Default::default();
+    for p in providers {
+        let name = p.provider.name.as_str();
+        if let Some(first) = seen.insert(provider_key(name), name) {
+            return Err(ProviderSpecError::Duplicate {
+                first: first.to_owned(),
+                second: name.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn parse_entry(entry: &str) -> Result<ProviderConfig, ProviderSpecError> {
@@ -171,6 +205,22 @@ mod tests {
                 value: "10000000000000000".into()
             })
         );
+    }
+
+    #[test]
+    fn duplicate_providers_are_refused_naming_both() {
+        let dup = |first: &str, second: &str| {
+            Err(ProviderSpecError::Duplicate { first: first.into(), second: second.into() })
+        };
+        assert_eq!(parse_providers("A,A").map(|_| ()), dup("A", "A"));
+        assert_eq!(parse_providers("A-B:1,A.B:2").map(|_| ()), dup("A-B", "A.B"));
+        assert_eq!(
+            parse_providers("X,my-provider,My_Provider").map(|_| ()),
+            dup("my-provider", "My_Provider")
+        );
+        let message = parse_providers("A-B,A.B").unwrap_err().to_string();
+        assert!(message.contains("\"A-B\"") && message.contains("\"A.B\""), "{message}");
+        assert!(parse_providers("A-B,A-C,AB").is_ok());
     }
 
     #[test]

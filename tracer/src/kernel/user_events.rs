@@ -1,13 +1,17 @@
-//! tracer's own `user_events_data` fd: registering tracepoints with the exact field list the
+//! tracer's `user_events_data` fds: registering tracepoints with the exact field list the
 //! .NET runtime uses, so they exist in tracefs (and can be enabled) before a runtime is asked to
 //! write to them, and passing the fd to runtimes (CollectTracing5 user_events sessions).
+//!
+//! The fd is a privilege (docs/security.md, "user_events grant"): every session gets its own
+//! `open()` (its write indices are private to that open file), and the file is closed when the
+//! session ends, so the kernel can delete the session's events.
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use tracer_common::{DIAG_IOCSREG, DIAG_IOCSUNREG, UserReg, UserUnreg};
@@ -22,6 +26,15 @@ pub const DOTNET_TRACEPOINT_FIELDS: &str =
 
 /// The bit the kernel sets in our enable word while any consumer enables the event.
 const ENABLE_BIT: u8 = 31;
+
+/// Enable words deliberately leaked (process-wide): `DIAG_IOCSUNREG` failed, so the kernel may
+/// still set bits in them, and freeing them would let it write into reused heap.
+static LEAKED_ENABLE_WORDS: AtomicU64 = AtomicU64::new(0);
+
+/// Enable words leaked so far because unregistering them failed (see [`LEAKED_ENABLE_WORDS`]).
+pub fn leaked_enable_words() -> u64 {
+    LEAKED_ENABLE_WORDS.load(Ordering::Relaxed)
+}
 
 /// An open `user_events_data` and the events registered through it.
 pub struct UserEventsData {
@@ -51,7 +64,18 @@ impl UserEventsData {
 
     /// Registers `<name> <fields>` (DIAG_IOCSREG, enable bit 31 of a 4-byte word); returns the
     /// write index. The event then exists under `events/user_events/<name>/`.
+    ///
+    /// A name already registered through this file is refused (`AlreadyExists`): replacing its
+    /// enable word would free a word the kernel still writes.
     pub fn register(&self, name: &str, fields: &str) -> io::Result<u32> {
+        // Held across the ioctl so a concurrent registration of the same name cannot race.
+        let mut registered = self.registered.lock().expect("not poisoned");
+        if registered.contains_key(name) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("user_events tracepoint {name} is already registered through this fd"),
+            ));
+        }
         let name_args = std::ffi::CString::new(format!("{name} {fields}"))
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let word = Box::new(AtomicU32::new(0));
@@ -70,17 +94,22 @@ impl UserEventsData {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        self.registered.lock().expect("not poisoned").insert(name.to_string(), word);
+        registered.insert(name.to_string(), word);
         Ok(reg.write_index)
     }
 
     /// Removes our registration of `name` (DIAG_IOCSUNREG). The event itself is deleted by the
-    /// kernel once no process references it.
+    /// kernel once no process references it. If the kernel refuses, the enable word is leaked
+    /// (and counted): it may still be written.
     pub fn unregister(&self, name: &str) -> io::Result<()> {
         let Some(word) = self.registered.lock().expect("not poisoned").remove(name) else {
             return Ok(());
         };
-        self.unregister_word(&word)
+        let result = self.unregister_word(&word);
+        if result.is_err() {
+            leak(word);
+        }
+        result
     }
 
     fn unregister_word(&self, word: &AtomicU32) -> io::Result<()> {
@@ -113,9 +142,15 @@ impl Drop for UserEventsData {
         for (name, word) in registered {
             if let Err(e) = self.unregister_word(&word) {
                 log::warn!("unregistering user_events tracepoint {name}: {e}");
-                // Leak the word rather than let the kernel write into freed memory.
-                std::mem::forget(word);
+                leak(word);
             }
         }
     }
+}
+
+/// Leaks an enable word the kernel may still write, rather than let it write into freed memory.
+fn leak(word: Box<AtomicU32>) {
+    LEAKED_ENABLE_WORDS.fetch_add(1, Ordering::Relaxed);
+    log::warn!("leaking a user_events enable word (4 bytes) the kernel may still write");
+    Box::leak(word);
 }

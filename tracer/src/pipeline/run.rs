@@ -96,6 +96,11 @@ pub struct RunSummary {
     pub user_events_over_budget: u64,
     /// user_events event metadata the cache refused (full): those events keep raw payloads.
     pub user_events_metadata_refused: u64,
+    /// user_events records written by a process that is not (verifiably) a thread of the
+    /// session's process: dropped.
+    pub user_events_foreign_writer: u64,
+    /// user_events enable words leaked because the kernel refused to unregister them.
+    pub user_events_leaked_words: u64,
     /// Why the output stopped taking lines (`EPIPE`, `ENOSPC`, …), when it did.
     pub output_error: Option<String>,
     /// Lines not written because the output failed.
@@ -132,6 +137,7 @@ impl RunSummary {
             loss("user_events", "undecodable_record", self.user_events_decode_errors),
             loss("user_events", "budget_exceeded", self.user_events_over_budget),
             loss("user_events", "metadata_cache_full", self.user_events_metadata_refused),
+            loss("user_events", "foreign_writer", self.user_events_foreign_writer),
             loss("output", "write_failed", self.unwritten_lines),
         ]);
         if let Some(stats) = &self.user_events_reader {
@@ -154,6 +160,8 @@ impl RunSummary {
         self.user_events_decode_errors = hub.decode_errors();
         self.user_events_over_budget = hub.over_budget();
         self.user_events_metadata_refused = hub.metadata_refused();
+        self.user_events_foreign_writer = hub.foreign_writer();
+        self.user_events_leaked_words = crate::kernel::user_events::leaked_enable_words();
     }
 
     /// The summary on stderr.
@@ -201,6 +209,12 @@ impl RunSummary {
                 l.kind.name(),
                 l.reason.name(),
                 l.count
+            );
+        }
+        if self.user_events_leaked_words > 0 {
+            eprintln!(
+                "  user_events enable words leaked (unregister failed): {}",
+                self.user_events_leaked_words
             );
         }
         if let Some(error) = &self.output_error {

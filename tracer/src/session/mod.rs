@@ -51,6 +51,71 @@ pub struct SessionConfig {
     pub locate_for: Duration,
     /// After StopTracing, how long to wait for the rest of the stream (rundown, end tag).
     pub drain_timeout: Duration,
+    /// Which processes may be granted a `user_events_data` fd (the rest stream).
+    pub user_events_grant: UserEventsGrant,
+}
+
+/// Which processes may get a user_events session, i.e. a `user_events_data` fd
+/// (docs/security.md, "user_events grant"); the others get streaming sessions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UserEventsGrant {
+    /// Every process.
+    All,
+    /// Processes whose real, effective, saved and filesystem uids are all in the list.
+    Uids(Vec<u32>),
+}
+
+impl Default for UserEventsGrant {
+    /// root and tracer's own effective uid: processes that could open `user_events_data`
+    /// themselves, so the fd gives them nothing new.
+    fn default() -> Self {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        let mut uids = vec![0, euid];
+        uids.dedup();
+        UserEventsGrant::Uids(uids)
+    }
+}
+
+impl std::str::FromStr for UserEventsGrant {
+    type Err = String;
+
+    /// `all`, or a comma-separated list of uids.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("all") {
+            return Ok(UserEventsGrant::All);
+        }
+        s.split(',')
+            .map(|uid| {
+                uid.trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("{uid:?} in {s:?} is not a uid (a number) or `all`"))
+            })
+            .collect::<Result<Vec<u32>, String>>()
+            .map(UserEventsGrant::Uids)
+    }
+}
+
+impl UserEventsGrant {
+    /// Whether a process with these (real, effective, saved, filesystem) uids gets the fd.
+    pub fn allows(&self, uids: [u32; 4]) -> bool {
+        match self {
+            UserEventsGrant::All => true,
+            UserEventsGrant::Uids(list) => uids.iter().all(|u| list.contains(u)),
+        }
+    }
+
+    /// Whether process `pid` gets the fd (its uids read from `/proc/<pid>/status`; unreadable:
+    /// no).
+    fn allows_pid(&self, pid: u32) -> bool {
+        if *self == UserEventsGrant::All {
+            return true;
+        }
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| tracer_decode::procfs::parse_status_uids(&s))
+            .is_some_and(|uids| self.allows(uids))
+    }
 }
 
 /// How a session ended.
@@ -201,6 +266,16 @@ pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: Session
             }
         }
     };
+    let hub = hub.filter(|_| {
+        let granted = ctx.config.user_events_grant.allows_pid(pid);
+        if !granted {
+            log::info!(
+                "pid {pid}: its uids are not granted user_events sessions \
+                 (--user-events-uids): streaming"
+            );
+        }
+        granted
+    });
     match hub {
         Some(hub) => user_events::run(pid, client, runtime, ctx, hub).await,
         None => streaming::run(pid, client, runtime, ctx).await,
@@ -361,5 +436,29 @@ mod tests {
             not_ready.to_string().ends_with("(still so after the 10s locate window)"),
             "{not_ready}"
         );
+    }
+
+    #[test]
+    fn user_events_grant_policy() {
+        let grant: UserEventsGrant = "0, 1000".parse().unwrap();
+        assert_eq!(grant, UserEventsGrant::Uids(vec![0, 1000]));
+        assert!(grant.allows([1000, 1000, 1000, 1000]));
+        assert!(grant.allows([0, 1000, 0, 0]));
+        // Every uid must be granted: a setuid-root program run by uid 65534 is not root's.
+        assert!(!grant.allows([65534, 0, 0, 0]));
+        assert!(!grant.allows([0, 0, 0, 65534]));
+        assert_eq!("ALL".parse::<UserEventsGrant>(), Ok(UserEventsGrant::All));
+        assert!(UserEventsGrant::All.allows([65534; 4]));
+        assert!("0,root".parse::<UserEventsGrant>().unwrap_err().contains("\"root\""));
+        // The default: root and tracer's own uid.
+        // SAFETY: geteuid has no preconditions.
+        let own = unsafe { libc::geteuid() };
+        let default = UserEventsGrant::default();
+        assert!(default.allows([0; 4]) && default.allows([own; 4]));
+        if own == 0 {
+            assert!(!default.allows([65534; 4]));
+        }
+        assert!(default.allows_pid(std::process::id()), "tracer's own processes");
+        assert!(!default.allows_pid(u32::MAX), "an unreadable process gets no grant");
     }
 }

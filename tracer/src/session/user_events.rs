@@ -13,6 +13,12 @@
 //!
 //! The ftrace reader has one owner, the pipeline's [`Hub`]; session tasks reach it through
 //! their [`HubHandle`].
+//!
+//! The fd is a privilege (docs/security.md, "user_events grant"): each session gets its own
+//! `open()` of `user_events_data`, closed when the session ends; its tracepoint names carry 64
+//! random bits (nobody can pre-register or guess them); and a record written by a process that is
+//! not the session's target (an fd passed on, a guessed name) is dropped and counted
+//! (`foreign_writer`).
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::sync::Arc;
@@ -43,6 +49,10 @@ const MAX_TRACEPOINT_NAME: usize = 63;
 /// bytes are bounded too (`tracer_decode::user_events::CACHE_MAX_BYTES`, in total and per
 /// process).
 const METADATA_CACHE_ENTRIES: usize = 64 * 1024;
+/// Threads per session whose process (tgid) is remembered; beyond it the cache starts over.
+const MAX_CACHED_THREADS: usize = 4096;
+/// Random bytes in each session's tracepoint names (hex: twice as many characters).
+const NAME_NONCE_BYTES: usize = 8;
 /// Records the ftrace reader holds in its reorder window (each at most a page): beyond it the
 /// oldest are released early, so a batch holds at most this many records plus one drain.
 pub const MAX_HELD_RECORDS: usize = 16 * 1024;
@@ -55,16 +65,22 @@ pub enum Request {
         pid: u32,
         providers: Vec<String>,
         pointer_size: u32,
-        reply: oneshot::Sender<anyhow::Result<Vec<String>>>,
+        reply: oneshot::Sender<anyhow::Result<Prepared>>,
     },
     /// Read what is buffered, then disable and unregister `pid`'s tracepoints.
     Release { pid: u32, reply: oneshot::Sender<()> },
 }
 
+/// What [`Request::Prepare`] yields: the tracepoint names in provider order and the session's
+/// own `user_events_data` (to pass to the runtime).
+pub struct Prepared {
+    names: Vec<String>,
+    data: Arc<UserEventsData>,
+}
+
 /// A session task's handle on the pipeline's [`Hub`].
 #[derive(Clone)]
 pub struct HubHandle {
-    data: Arc<UserEventsData>,
     requests: mpsc::Sender<Request>,
 }
 
@@ -88,8 +104,8 @@ pub(super) async fn run(
     if hub.requests.send(prepare).await.is_err() {
         return;
     }
-    let names = match prepared.await {
-        Ok(Ok(names)) => names,
+    let Prepared { names, data } = match prepared.await {
+        Ok(Ok(prepared)) => prepared,
         Ok(Err(e)) => {
             let error = format!("preparing user_events tracepoints: {e:#}");
             let _ = out.send(SessionMessage::Failed { pid, error, refused: false }).await;
@@ -109,12 +125,10 @@ pub(super) async fn run(
         })
         .collect();
     let started = client
-        .start_user_events_session(
-            config.request.rundown_keyword,
-            &session_providers,
-            hub.data.as_fd(),
-        )
+        .start_user_events_session(config.request.rundown_keyword, &session_providers, data.as_fd())
         .await;
+    // The runtime has its copy now; the hub holds the session's file until the session ends.
+    drop(data);
     let session = match started {
         Ok(s) => s,
         Err(e) => {
@@ -167,17 +181,30 @@ struct TracepointInfo {
     id: u16,
 }
 
-/// The pipeline's side: tracer's `user_events_data`, its private ftrace instance and reader,
-/// and what it needs to decode the records of every session's tracepoints.
-pub struct Hub {
+/// One session's grant: its own open `user_events_data`, its tracepoints, and which threads are
+/// known to belong (or not) to its process.
+struct Grant {
+    /// Closed (after unregistering every tracepoint) when the grant is dropped.
     data: Arc<UserEventsData>,
+    nonce: String,
+    names: Vec<String>,
+    /// Thread id → whether it is a thread of the session's process; bounded.
+    threads: HashMap<u32, bool>,
+}
+
+/// The pipeline's side: the sessions' `user_events_data` files, tracer's private ftrace instance
+/// and reader, and what it needs to decode the records of every session's tracepoints.
+pub struct Hub {
+    tracefs: Tracefs,
     reader: FtraceReader,
     tracepoints: HashMap<String, TracepointInfo>,
-    by_pid: HashMap<u32, Vec<String>>,
+    grants: HashMap<u32, Grant>,
     cache: MetadataCache,
     requests: mpsc::Receiver<Request>,
     sender: mpsc::Sender<Request>,
     decode_errors: u64,
+    /// Records whose writer was not (verifiably) a thread of the session's process.
+    foreign_writer: u64,
     /// Per traced process: output bytes earned by its record bytes (see
     /// `tracer_decode::budget`).
     budgets: HashMap<u32, OutputBudget>,
@@ -187,10 +214,11 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Opens `user_events_data` and a private instance (trace_clock mono, so record timestamps
-    /// are CLOCK_MONOTONIC like every other source) with its mapped reader.
+    /// Checks that `user_events_data` opens and creates a private instance (trace_clock mono, so
+    /// record timestamps are CLOCK_MONOTONIC like every other source) with its mapped reader.
     pub fn start(tracefs: &Tracefs, buffer_size_kb: u64) -> anyhow::Result<Hub> {
-        let data = UserEventsData::open(tracefs)?;
+        // Each session opens its own; this one only proves it can be opened.
+        drop(UserEventsData::open(tracefs)?);
         // Several pipelines may run in one process (tests): each gets its own instance.
         static INSTANCES: AtomicU64 = AtomicU64::new(0);
         let suffix = format!("run{}", INSTANCES.fetch_add(1, Ordering::Relaxed));
@@ -205,14 +233,15 @@ impl Hub {
         reader.instance().set_tracing_on(true)?;
         let (sender, requests) = mpsc::channel(64);
         Ok(Hub {
-            data: Arc::new(data),
+            tracefs: tracefs.clone(),
             reader,
             tracepoints: HashMap::new(),
-            by_pid: HashMap::new(),
+            grants: HashMap::new(),
             cache: MetadataCache::new(METADATA_CACHE_ENTRIES),
             requests,
             sender,
             decode_errors: 0,
+            foreign_writer: 0,
             budgets: HashMap::new(),
             over_budget: 0,
             labels: Default::default(),
@@ -225,7 +254,7 @@ impl Hub {
     }
 
     pub fn handle(&self) -> HubHandle {
-        HubHandle { data: self.data.clone(), requests: self.sender.clone() }
+        HubHandle { requests: self.sender.clone() }
     }
 
     /// Waits for a request or buffered records; returns the decoded event lines (possibly none).
@@ -261,6 +290,11 @@ impl Hub {
         self.decode_errors
     }
 
+    /// Records dropped because their writer was not a thread of the session's process.
+    pub fn foreign_writer(&self) -> u64 {
+        self.foreign_writer
+    }
+
     /// Records decoded but not written: their process's output budget was spent.
     pub fn over_budget(&self) -> u64 {
         self.over_budget
@@ -274,10 +308,14 @@ impl Hub {
     fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
         match request {
             Request::Prepare { pid, providers, pointer_size, reply } => {
-                let result = providers
-                    .iter()
-                    .map(|provider| self.prepare(pid, provider, pointer_size))
-                    .collect::<anyhow::Result<Vec<String>>>();
+                let result = self.grant(pid).and_then(|()| {
+                    let names = providers
+                        .iter()
+                        .map(|provider| self.prepare(pid, provider, pointer_size))
+                        .collect::<anyhow::Result<Vec<String>>>()?;
+                    let data = self.grants[&pid].data.clone();
+                    Ok(Prepared { names, data })
+                });
                 if result.is_err() {
                     self.release(pid);
                 }
@@ -294,12 +332,26 @@ impl Hub {
         }
     }
 
+    /// Opens `pid`'s own `user_events_data` and draws its tracepoint names' random part.
+    fn grant(&mut self, pid: u32) -> anyhow::Result<()> {
+        if self.grants.contains_key(&pid) {
+            anyhow::bail!("pid {pid} already has a user_events session");
+        }
+        let data = Arc::new(UserEventsData::open(&self.tracefs)?);
+        let nonce = name_nonce()?;
+        let grant = Grant { data, nonce, names: Vec::new(), threads: HashMap::new() };
+        self.grants.insert(pid, grant);
+        Ok(())
+    }
+
     fn prepare(&mut self, pid: u32, provider: &str, pointer_size: u32) -> anyhow::Result<String> {
-        let name = tracepoint_name(std::process::id(), pid, provider);
-        self.data
+        let grant = self.grants.get_mut(&pid).context("no user_events grant")?;
+        let name = tracepoint_name(&grant.nonce, pid, provider);
+        grant
+            .data
             .register(&name, DOTNET_TRACEPOINT_FIELDS)
             .with_context(|| format!("registering user_events tracepoint {name}"))?;
-        self.by_pid.entry(pid).or_default().push(name.clone());
+        grant.names.push(name.clone());
         self.budgets.entry(pid).or_default();
         let tracepoint = self.reader.instance().tracepoint("user_events", &name)?;
         let layout = RecordLayout::from_format(&tracepoint.format).ok_or_else(|| {
@@ -317,18 +369,26 @@ impl Hub {
         Ok(name)
     }
 
+    /// Disables, stops decoding and unregisters `pid`'s tracepoints, then closes its
+    /// `user_events_data` (the kernel deletes the events once the runtime lets go of them too).
     fn release(&mut self, pid: u32) {
-        for name in self.by_pid.remove(&pid).unwrap_or_default() {
-            if let Err(e) = self.reader.instance().disable("user_events", &name) {
+        let Some(grant) = self.grants.remove(&pid) else { return };
+        for name in &grant.names {
+            if let Err(e) = self.reader.instance().disable("user_events", name) {
                 log::warn!("disabling user_events:{name}: {e:#}");
             }
-            if let Some(info) = self.tracepoints.remove(&name) {
+            if let Some(info) = self.tracepoints.remove(name) {
                 self.reader.remove_tracepoint(info.id);
             }
-            if let Err(e) = self.data.unregister(&name) {
+            if let Err(e) = grant.data.unregister(name) {
                 log::warn!("unregistering user_events tracepoint {name}: {e}");
             }
         }
+        if Arc::strong_count(&grant.data) > 1 {
+            // Only while a session task has not yet handed the fd on; it drops it right after.
+            log::debug!("pid {pid}: user_events_data still referenced by its session task");
+        }
+        drop(grant);
         self.cache.forget_process(pid);
         self.budgets.remove(&pid);
     }
@@ -339,6 +399,20 @@ impl Hub {
         for ev in events {
             let name = &ev.tracepoint.name;
             let Some(info) = self.tracepoints.get(name) else { continue };
+            let writer = ev.common.pid as u32;
+            if let Some(grant) = self.grants.get_mut(&info.pid)
+                && !is_thread_of(&mut grant.threads, writer, info.pid)
+            {
+                self.foreign_writer += 1;
+                if self.foreign_writer.is_power_of_two() {
+                    log::warn!(
+                        "pid {}: user_events:{name} record written by pid {writer}, not one of \
+                         its threads: dropped",
+                        info.pid
+                    );
+                }
+                continue;
+            }
             let mut record = match parse_record(&info.layout, &ev.record, &info.provider, &limits) {
                 Ok(r) => r,
                 Err(e) => {
@@ -378,10 +452,45 @@ impl Hub {
     }
 }
 
-/// `tracer_<tracer pid>_<target pid>_<provider>`: unique per tracer and target (two tracers
-/// tracing one runtime must not share a tracepoint), characters tracefs accepts, bounded length.
-pub fn tracepoint_name(tracer_pid: u32, pid: u32, provider: &str) -> String {
-    let prefix = format!("tracer_{tracer_pid}_{pid}_");
+/// Whether thread `tid` (ftrace's `common_pid`) belongs to process `pid`: the process itself, or
+/// a thread whose `/proc/<tid>/status` says `Tgid: <pid>`. A thread that cannot be checked (gone
+/// already) does not count as the process's. Answers are cached in `threads` (bounded).
+fn is_thread_of(threads: &mut HashMap<u32, bool>, tid: u32, pid: u32) -> bool {
+    if tid == pid {
+        return true;
+    }
+    if let Some(&known) = threads.get(&tid) {
+        return known;
+    }
+    let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| tracer_decode::procfs::parse_status_tgid(&s));
+    let ours = tgid.is_some_and(|t| t == pid as i32);
+    if threads.len() >= MAX_CACHED_THREADS {
+        threads.clear();
+    }
+    threads.insert(tid, ours);
+    ours
+}
+
+/// The random part of one session's tracepoint names: [`NAME_NONCE_BYTES`] from the kernel's
+/// CSPRNG, in hex.
+fn name_nonce() -> anyhow::Result<String> {
+    let mut bytes = [0u8; NAME_NONCE_BYTES];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the valid buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        return Err(std::io::Error::last_os_error())
+            .context("getrandom for user_events tracepoint names");
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `tracer_<nonce>_<target pid>_<provider>`: unpredictable (the nonce is random per session, so
+/// nobody can pre-register tracer's names or guess another session's), unique per session,
+/// characters tracefs accepts, bounded length.
+pub fn tracepoint_name(nonce: &str, pid: u32, provider: &str) -> String {
+    let prefix = format!("tracer_{nonce}_{pid}_");
     let clean: String =
         provider.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     if prefix.len() + clean.len() <= MAX_TRACEPOINT_NAME {
@@ -402,14 +511,50 @@ mod tests {
     #[test]
     fn tracepoint_names_are_tracefs_safe_unique_and_bounded() {
         assert_eq!(
-            tracepoint_name(7, 1234, "Microsoft-Windows-DotNETRuntime"),
-            "tracer_7_1234_Microsoft_Windows_DotNETRuntime"
+            tracepoint_name("0123456789abcdef", 1234, "Microsoft-Windows-DotNETRuntime"),
+            "tracer_0123456789abcdef_1234_Microsoft_Windows_DotNETRuntime"
         );
         let long = "My.Company/Product?Events*With-A-Really-Long-Name-That-Goes-On";
-        let a = tracepoint_name(4_000_000, 4_000_001, long);
-        let b = tracepoint_name(4_000_000, 4_000_001, &format!("{long}2"));
+        let nonce = name_nonce().unwrap();
+        // pid_max is at most 2^22: 7 digits.
+        let a = tracepoint_name(&nonce, 4_194_304, long);
+        let b = tracepoint_name(&nonce, 4_194_304, &format!("{long}2"));
         assert!(a.len() <= MAX_TRACEPOINT_NAME && b.len() <= MAX_TRACEPOINT_NAME, "{a} {b}");
         assert_ne!(a, b);
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{a}");
+        let runtime = tracepoint_name(&nonce, 4_194_304, "Microsoft-Windows-DotNETRuntime");
+        assert!(runtime.ends_with("_Microsoft_Windows_DotNETRuntime"), "not truncated: {runtime}");
+    }
+
+    #[test]
+    fn name_nonces_are_random() {
+        let (a, b) = (name_nonce().unwrap(), name_nonce().unwrap());
+        assert_eq!(a.len(), 2 * NAME_NONCE_BYTES);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn only_threads_of_the_process_write_its_records() {
+        let mut threads = HashMap::new();
+        let me = std::process::id();
+        assert!(is_thread_of(&mut threads, me, me));
+        // SAFETY: gettid has no preconditions.
+        let thread = std::thread::spawn(|| unsafe { libc::gettid() } as u32).join().unwrap();
+        // An exited thread cannot be checked: not counted as ours.
+        assert!(!is_thread_of(&mut threads, thread, me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let live = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        assert!(is_thread_of(&mut threads, tid, me));
+        // (The cache is per session, i.e. per process.)
+        assert!(!is_thread_of(&mut HashMap::new(), tid, 1), "a thread of another process");
+        assert!(!is_thread_of(&mut threads, 1, me), "init is not one of ours");
+        done_tx.send(()).unwrap();
+        live.join().unwrap();
     }
 }
