@@ -1,6 +1,7 @@
 //! nettrace parser on arbitrary bytes, fed in arbitrary chunks: it must never panic, must give
 //! the same events and the same outcome however the input is split, and every event it yields
-//! must decode (to fields or to a reported error) without panicking.
+//! must decode (to fields or to a reported error) without panicking, and any runtime counter
+//! sample it carries must be fit for the metrics exposition as it is.
 //!
 //! Work and output are bounded by input bytes (issue 9 §1): each event's JSON is within the
 //! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
@@ -10,6 +11,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
+use tracer_decode::counters::{
+    CounterSample, MAX_HELP, MAX_METRIC_NAME, RESERVED_PREFIX, counter_sample,
+};
 use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
 
@@ -24,6 +28,20 @@ fn event_json_bound(meta: &EventMetadata, payload_len: usize) -> usize {
     6 * (meta.provider.len() + meta.event_name.len() + 16)
         + (9 * cost_budget(payload_len)).max(2 * payload_len + field_name + 256)
         + 512
+}
+
+/// A counter sample from peer bytes can go into the exposition as it is: a valid metric name
+/// of bounded length outside tracer's own prefix, HELP without characters needing escapes, and
+/// a finite value.
+fn assert_sample_is_exposable(sample: &CounterSample) {
+    let name = sample.metric.as_bytes();
+    assert!(!name.is_empty() && name.len() <= MAX_METRIC_NAME, "{sample:?}");
+    assert!(name[0].is_ascii_alphabetic() || name[0] == b'_', "{sample:?}");
+    assert!(name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_'), "{sample:?}");
+    assert!(!sample.metric.starts_with(RESERVED_PREFIX), "{sample:?}");
+    assert!(sample.help.len() <= MAX_HELP, "{sample:?}");
+    assert!(sample.help.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\' && b != b'"'));
+    assert!(sample.value.is_finite(), "{sample:?}");
 }
 
 /// Parses `data` in chunks whose sizes (each + 1) cycle through `chunks`, or in one piece when
@@ -47,7 +65,11 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
         result = parser.feed(&data[at..at + n], |e| {
             // An event (header at `offset`, then its payload) lies inside the bytes fed so far.
             assert!(e.offset + e.payload.len() as u64 <= fed, "event at {} beyond {fed}", e.offset);
-            let json = serde_json::to_string(&e.decode()).unwrap();
+            let decoded = e.decode();
+            if let Some(Ok(sample)) = counter_sample(&decoded) {
+                assert_sample_is_exposable(&sample);
+            }
+            let json = serde_json::to_string(&decoded).unwrap();
             let bound = event_json_bound(e.metadata, e.payload.len());
             assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
             over_budget |= budget.spend(json.len() as u64 + ENVELOPE).is_err();

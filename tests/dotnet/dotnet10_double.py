@@ -19,6 +19,10 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
   `gc N`    one GCStart (reason Induced) + GCEnd per GC into every session → `GC_DONE N <total>`
   `emit N`  N `TestDouble/Tick` EventSource events (fields: Int32 Sequence, String Message)
             → `EMITTED N <written> <skipped_disabled>`
+  `counters N` N `TestDouble/EventCounters` events shaped like the runtime's (one object field
+            `Payload` {String Name, Double Mean, String DisplayUnits}) for N distinct counters
+            `c0`..`c<N-1>` with Mean k and no units — as many series as a hostile peer likes
+            → `COUNTERS N <written>`
   `sessions` → `SESSIONS <active>`;  `exit` / EOF → exit 0.
   `amplify ID E N` HOSTILE (issue 9 §1): into streaming session ID (hex), whatever it requested,
             metadata for `Amplifier/EmptyFields` (V1: 1 024 fields, each an object without
@@ -153,9 +157,28 @@ class Metadata:
         return b
 
 
+class ObjectFieldMetadata(Metadata):
+    """Metadata whose only field is an object of (type code, name) fields (EventCounters)."""
+
+    def __init__(self, provider, event_id, name, object_name, object_fields):
+        super().__init__(provider, event_id, name, 0x0, 0, 0, [])
+        self.object_name, self.object_fields = object_name, object_fields
+
+    def body(self):
+        # The field count (0) is replaced by 1: an Object (type code 1) with its own fields.
+        b = super().body()[:-4] + struct.pack("<I", 1)
+        b += struct.pack("<II", 1, len(self.object_fields))
+        for type_code, field_name in self.object_fields:
+            b += struct.pack("<I", type_code) + utf16z(field_name)
+        return b + utf16z(self.object_name)
+
+
 GC_START = Metadata(RUNTIME_PROVIDER, 1, "", 0x1, 2, 4, [])
 GC_END = Metadata(RUNTIME_PROVIDER, 2, "", 0x1, 1, 4, [])
 TICK = Metadata(DOUBLE_PROVIDER, 1, "Tick", 0x0, 0, 4, [(9, "Sequence"), (18, "Message")])
+# String = 18, Double = 14 (TypeCode).
+COUNTERS = ObjectFieldMetadata(DOUBLE_PROVIDER, 2, "EventCounters", "Payload",
+                               [(18, "Name"), (14, "Mean"), (18, "DisplayUnits")])
 
 
 def gc_start_payload(count):
@@ -169,6 +192,10 @@ def gc_end_payload(count):
 
 def tick_payload(seq, message=None):
     return struct.pack("<i", seq) + utf16z(message or f"tick {seq}")
+
+
+def counter_payload(name, mean):
+    return utf16z(name) + struct.pack("<d", mean) + utf16z("")
 
 
 def tick_record(write_index, seq, message):
@@ -699,6 +726,11 @@ def main():
                     items.append((TICK, tick_payload(server.tick_seq)))
                 written, skipped = server.broadcast(items)
                 say("EMITTED", n, written, skipped)
+            elif cmd[0] == "counters":
+                n = int(cmd[1])
+                items = [(COUNTERS, counter_payload(f"c{k}", float(k))) for k in range(n)]
+                written, _ = server.broadcast(items)
+                say("COUNTERS", n, written)
             elif cmd[0] == "amplify":
                 with server.lock:
                     target = server.sessions.get(int(cmd[1], 16))

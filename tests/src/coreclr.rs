@@ -41,6 +41,24 @@ impl CoreclrHost {
         Ok(CoreclrHost { process, host_pid, ns_pid, version })
     }
 
+    /// [`spawn`](Self::spawn) inside `cgroup` of `tree`: the process is moved there before the
+    /// runtime loads (so tracer sees it in its container from the first detection).
+    pub fn spawn_in_cgroup(
+        tmpdir: &Path,
+        tree: &crate::cgroups::CgroupTree,
+        cgroup: &str,
+    ) -> Result<CoreclrHost> {
+        let mut command = Command::new("sh");
+        command.args(["-c", r#"read go && exec python3 "$0""#, SCRIPT]).env("TMPDIR", tmpdir);
+        let mut process = LineProcess::spawn("coreclr_host in a cgroup", command)?;
+        let host_pid = process.pid();
+        tree.enter(cgroup, host_pid)?;
+        process.send_line("go")?;
+        let (ns_pid, version) = wait_ready(&mut process)?;
+        ensure!(ns_pid == host_pid, "READY pid {ns_pid} is not the child's pid {host_pid}");
+        Ok(CoreclrHost { process, host_pid, ns_pid, version })
+    }
+
     /// Starts the runtime as a container would: new pid and mount namespaces
     /// (`unshare --pid --mount --fork`), a private tmpfs on `/tmp`, and `TMPDIR=inner_tmpdir`
     /// (a path inside that tmpfs). `own_proc` mounts a /proc of the new pid namespace, as
@@ -77,6 +95,12 @@ impl CoreclrHost {
         let mut fields = reply.split_whitespace();
         ensure!(fields.next() == Some(&n.to_string()[..]), "GC_DONE for another count: {reply}");
         fields.next().context("GC_DONE without a count")?.parse().context("GC count")
+    }
+
+    /// Asks the runtime to exit and waits until it has.
+    pub fn exit(&mut self) -> Result<()> {
+        self.process.send_line("exit")?;
+        self.process.wait_exit(REPLY_TIMEOUT)
     }
 
     /// Proves the runtime still runs managed code; returns `GC.CollectionCount(0)`.

@@ -108,6 +108,16 @@ impl Dotnet10Double {
         Ok((f[1], f[2]))
     }
 
+    /// `counters n` (hostile): `EventCounters` events for n distinct counters `c0`..; returns
+    /// the events written, summed over its sessions.
+    pub fn counters(&mut self, n: u32) -> Result<u64> {
+        self.process.send_line(&format!("counters {n}"))?;
+        let reply = self.process.wait_line("COUNTERS", TIMEOUT)?;
+        let f: Vec<u64> = reply.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+        ensure!(f.len() == 2 && f[0] == u64::from(n), "unexpected reply COUNTERS {reply}");
+        Ok(f[1])
+    }
+
     /// `amplify <id> e n` (hostile): the amplifying stream into streaming session `id` (as
     /// tracer printed it); returns (events written, bytes the double sent on that session's
     /// stream so far).

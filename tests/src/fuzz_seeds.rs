@@ -282,7 +282,9 @@ fn nettrace_events(stream: &[u8], chunks: &[u8], event_id: u32) -> Vec<Vec<u8>> 
 fn nettrace_seeds() -> Vec<Seed> {
     // The target reads a count byte, that many chunk sizes, then the stream.
     let mut seeds = Vec::new();
-    for name in ["coreclr8_gc_induced5", "coreclr8_threadpool", "coreclr8_verbose"] {
+    for name in
+        ["coreclr8_gc_induced5", "coreclr8_threadpool", "coreclr8_verbose", "coreclr8_counters"]
+    {
         let stream = fixture(&format!("nettrace/{name}.nettrace"));
         nettrace_events(&stream, &[u8::MAX], GC_START);
         seeds.push(seed("nettrace", name, [&[0u8][..], &stream].concat()));

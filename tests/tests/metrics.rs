@@ -1,6 +1,7 @@
 //! `--metrics-addr` on the real kernel (root): the endpoint while `tracer audit` runs, its
-//! numbers against the summary at exit, `promtool check metrics` on the exposition, and a real
-//! Prometheus server (Debian `prometheus`) scraping tracer.
+//! numbers against the summary at exit, `promtool check metrics` on the exposition, a real
+//! Prometheus server (Debian `prometheus`) scraping tracer, and `tracer run`'s runtime counters
+//! of a real CoreCLR 8 (and of a hostile peer making up counters) as series per process.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -8,18 +9,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tests::cgroups::{CgroupTree, container_id};
+use tests::coreclr::CoreclrHost;
+use tests::double::Dotnet10Double;
 use tests::http::{free_port, get};
-use tests::pipeline::Running;
+use tests::pipeline::{Running, run_config};
 use tests::process::LineProcess;
 use tests::scratch::ScratchDir;
+use tracer::metrics::runtime::MAX_SERIES_PER_PROCESS;
 use tracer::metrics::{Health, Publisher, Shared};
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+use tracer::pipeline::run::{self, RunSummary};
+use tracer::session::SessionMode;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// Prometheus start-up plus a few 1 s scrapes on a loaded 2-core machine.
 const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(90);
 const OPENMETRICS: &str = "Accept: application/openmetrics-text; version=1.0.0";
+/// CoreCLR start-up and its first counters on a loaded 2-core machine.
+const SESSION: Duration = Duration::from_secs(120);
 
 /// `tracer audit` with its metrics endpoint on a free loopback port.
 fn start_audit() -> (Running<AuditSummary>, SocketAddr, Arc<Shared>) {
@@ -69,7 +78,15 @@ fn samples(exposition: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// `promtool check metrics`: the exposition parses and passes every lint.
 fn promtool_check(exposition: &str) {
+    let (code, problems) = promtool(exposition);
+    assert!(code == Some(0), "promtool check metrics: {problems}\n{exposition}");
+}
+
+/// promtool's exit status and its report. It exits 1 when the exposition does not parse, 3 when
+/// it parses but breaks a naming lint.
+fn promtool(exposition: &str) -> (Option<i32>, String) {
     use std::io::Write as _;
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
@@ -80,12 +97,9 @@ fn promtool_check(exposition: &str) {
         .expect("promtool (Debian prometheus; `cargo xtask setup` installs it)");
     child.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{exposition}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let report =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), report)
 }
 
 #[test]
@@ -211,9 +225,9 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn a_prometheus_server_scrapes_tracer() {
-    let (mut audit, tracer_addr, _) = start_audit();
+/// A Prometheus server scraping `tracer_addr` every second, up and scraping; killed (and its
+/// data removed) when the returned guard drops.
+fn start_prometheus(tracer_addr: SocketAddr) -> (SocketAddr, (Killed, ScratchDir)) {
     let dir = ScratchDir::new("prometheus");
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
@@ -224,7 +238,7 @@ fn a_prometheus_server_scrapes_tracer() {
     )
     .unwrap();
     let prometheus = free_port();
-    let _server = Killed(
+    let server = Killed(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
@@ -236,6 +250,13 @@ fn a_prometheus_server_scrapes_tracer() {
     );
     let up = await_query(prometheus, "up", |r| r.iter().any(|(_, v)| *v == 1.0));
     assert_eq!(up[0].0["instance"], tracer_addr.to_string());
+    (prometheus, (server, dir))
+}
+
+#[test]
+fn a_prometheus_server_scrapes_tracer() {
+    let (mut audit, tracer_addr, _) = start_audit();
+    let (prometheus, _server) = start_prometheus(tracer_addr);
     helper_sequence(&mut audit);
     // Every kernel loss reason is a series from the start (0 until it happens).
     let lost =
@@ -261,4 +282,170 @@ fn a_prometheus_server_scrapes_tracer() {
     assert_eq!(info[0].1, 1.0);
     let (_, summary) = audit.stop();
     assert!(summary.kernel_events["process_exit"] >= exits[0].1 as u64);
+}
+
+/// `tracer run` with `providers` (a profile's, or dotnet-trace syntax), streaming sessions and
+/// its metrics endpoint on a free loopback port.
+fn start_run_with_metrics(
+    providers: Vec<tracer_decode::diagnostic_ipc::FilteredProvider>,
+) -> (Running<RunSummary>, SocketAddr, Arc<Shared>) {
+    let addr = free_port();
+    let shared = Shared::new();
+    let mut config = run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024);
+    config.session.request.providers = providers.clone();
+    config.providers = providers;
+    config.metrics = Some(Publisher::new(shared.clone()));
+    let endpoint = shared.clone();
+    let run = Running::start(TIMEOUT, move |sink, stop, ready| async move {
+        tracer::metrics::serve(addr, endpoint).await?;
+        run::run(config, sink, stop, Some(ready)).await
+    });
+    (run, addr, shared)
+}
+
+/// The `EventCounters` line of `pid` for counter `name`.
+fn is_counter(line: &Value, pid: u32, name: &str) -> bool {
+    line["kind"] == "dotnet_event"
+        && line["pid"] == pid
+        && line["event"] == "EventCounters"
+        && line["fields"][""]["Payload"]["Name"] == name
+}
+
+/// Polls tracer's own endpoint (published every second; no event to wait on) until its
+/// exposition satisfies `done`.
+fn await_exposition(addr: SocketAddr, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + PROMETHEUS_TIMEOUT;
+    loop {
+        let body = get(addr, "/metrics", &[]).unwrap().body;
+        if done(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "exposition never as expected:\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `--profile counters` against a real CoreCLR 8.0.4 in a docker-named cgroup: every counter
+/// the runtime sends is a series with its pid and container id, Prometheus stores the value
+/// the runtime sent (in bytes for an MB counter), and the series go when the process exits.
+#[test]
+fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
+    let mut tree = CgroupTree::new("counters").expect("cgroup tree");
+    let id = container_id("d0cce7", 9);
+    let cgroup = tree.create(&format!("system.slice/docker-{id}.scope")).unwrap();
+    let (mut run, addr, shared) =
+        start_run_with_metrics(tracer::ipc::providers::profile("counters").unwrap());
+    let (prometheus, _server) = start_prometheus(addr);
+    let tmp = ScratchDir::new("counters-coreclr");
+    let mut host = CoreclrHost::spawn_in_cgroup(tmp.path(), &tree, &cgroup).expect("CoreCLR");
+    let pid = host.host_pid;
+
+    let heap = run.wait_for("gc-heap-size", SESSION, |l| is_counter(l, pid, "gc-heap-size"));
+    assert_eq!(heap["provider"], "System.Runtime");
+    assert_eq!(heap["container_id"], id.as_str());
+    assert_eq!(heap["fields"][""]["Payload"]["DisplayUnits"], "MB");
+    let promql = format!(r#"systemruntime_gc_heap_size_bytes{{pid="{pid}"}}"#);
+    let series = await_query(prometheus, &promql, |r| r.len() == 1);
+    let (labels, stored) = &series[0];
+    let names: Vec<&str> = labels.keys().map(String::as_str).collect();
+    assert_eq!(names, ["__name__", "container_id", "instance", "job", "pid"], "{labels:?}");
+    assert_eq!(labels["container_id"], id);
+    assert_eq!(labels["pid"], pid.to_string());
+
+    // The classic text with runtime series parses. promtool's naming lints object to exactly
+    // what dotnet-monitor's names do (`…_count` gauges, `…_ms`); tracer's own families pass.
+    let classic = get(addr, "/metrics", &[]).unwrap().body;
+    let (code, report) = promtool(&classic);
+    assert_eq!(code, Some(3), "parses, with lint problems only: {report}");
+    for problem in report.lines() {
+        let (metric, lint) = problem.split_once(' ').unwrap();
+        assert!(metric.starts_with("systemruntime_"), "{problem}");
+        assert!(
+            lint == r#"non-histogram and non-summary metrics should not have "_count" suffix"#
+                || lint == "metric names should not contain abbreviated units",
+            "{problem}"
+        );
+    }
+    let of_pid = format!(r#"{{pid="{pid}",container_id="{id}"}}"#);
+    let exposed: Vec<&str> =
+        classic.lines().filter_map(|l| l.split_once(' ')?.0.strip_suffix(&of_pid)).collect();
+    assert!(exposed.contains(&"systemruntime_cpu_usage_ratio"), "{exposed:?}");
+    assert!(exposed.contains(&"systemruntime_gen_0_gc_count"), "{exposed:?}");
+
+    host.exit().expect("the runtime exits");
+    run.wait_for("session_ended", SESSION, |l| l["kind"] == "session_ended" && l["pid"] == pid);
+    // Gone from the exposition, so Prometheus marks them stale at its next scrape.
+    await_query(prometheus, &promql, |r| r.is_empty());
+    let (lines, summary) = run.stop();
+
+    // Prometheus stored a value the runtime sent, converted from MB to bytes.
+    let sent: Vec<f64> = lines
+        .iter()
+        .filter(|l| is_counter(l, pid, "gc-heap-size"))
+        .map(|l| l["fields"][""]["Payload"]["Mean"].as_f64().unwrap() * 1e6)
+        .collect();
+    assert!(sent.contains(stored), "{stored} not among {sent:?}");
+    // Every counter the runtime named was exposed: none refused, none malformed.
+    let named: std::collections::BTreeSet<&str> = lines
+        .iter()
+        .filter(|l| l["pid"] == pid && l["event"] == "EventCounters")
+        .map(|l| l["fields"][""]["Payload"]["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(named.len(), 27, "the counters of System.Runtime in 8.0.4: {named:?}");
+    let counters = summary.runtime_counters.expect("metrics on");
+    assert_eq!((counters.len(), counters.refused, counters.bad_samples), (0, 0, 0));
+    assert!(!shared.exposition().unwrap().contains(&format!(r#"pid="{pid}""#)));
+}
+
+/// A peer naming a new counter in every event gets at most MAX_SERIES_PER_PROCESS series; the
+/// rest are refused and counted as a `metrics` loss, and its series go with its session.
+#[test]
+fn a_peer_making_up_counters_is_capped_and_counted() {
+    const EXTRA: usize = 72;
+    let providers =
+        tracer::ipc::providers::parse_providers("TestDouble:0:5:EventCounterIntervalSec=1")
+            .unwrap();
+    let (mut run, addr, _) = start_run_with_metrics(providers);
+    let tmp = ScratchDir::new("counters-hostile");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    run.wait_for("session_started", SESSION, |l| l["kind"] == "session_started" && l["pid"] == pid);
+    let n = (MAX_SERIES_PER_PROCESS + EXTRA) as u32;
+    assert_eq!(double.counters(n).expect("counters"), u64::from(n));
+    run.wait_for_count("EventCounters", TIMEOUT, n as usize, |l| {
+        l["kind"] == "dotnet_event" && l["pid"] == pid && l["event"] == "EventCounters"
+    });
+    let limit = r#"tracer_lost_events_total{source="metrics",reason="series_limit"}"#;
+    let body = await_exposition(addr, |b| samples(b).get(limit) == Some(&(EXTRA as f64)));
+    let s = samples(&body);
+    let of_pid = format!(r#"pid="{pid}""#);
+    let got: BTreeMap<String, f64> = s
+        .iter()
+        .filter_map(|(k, v)| {
+            let (name, labels) = k.split_once('{')?;
+            labels.starts_with(&of_pid).then(|| (name.to_owned(), *v))
+        })
+        .collect();
+    let expected: BTreeMap<String, f64> =
+        (0..MAX_SERIES_PER_PROCESS).map(|k| (format!("testdouble_c{k}"), k as f64)).collect();
+    assert_eq!(got, expected, "the first {MAX_SERIES_PER_PROCESS} counters");
+    assert_eq!(s[r#"tracer_lost_events_total{source="metrics",reason="bad_counter"}"#], 0.0);
+
+    double.exit().expect("double exits");
+    run.wait_for("session_ended", TIMEOUT, |l| l["kind"] == "session_ended" && l["pid"] == pid);
+    let (lines, summary) = run.stop();
+    let counters = summary.runtime_counters.expect("metrics on");
+    assert_eq!((counters.len(), counters.refused), (0, EXTRA as u64));
+    let last = lines.last().unwrap();
+    assert_eq!(last["kind"], "summary");
+    let loss = last["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["source"] == "metrics")
+        .expect("a metrics loss in the summary line");
+    assert_eq!(
+        *loss,
+        serde_json::json!({"source":"metrics","reason":"series_limit","count":EXTRA})
+    );
 }

@@ -3,6 +3,7 @@
 pub mod bpf_event;
 pub mod budget;
 pub mod container;
+pub mod counters;
 pub mod ftrace;
 pub mod names;
 

@@ -209,8 +209,10 @@ pub struct RunArgs {
     /// e.g. 'Microsoft-Windows-DotNETRuntime:0x1:4,MyEventSource'. Overrides --profile.
     #[arg(long)]
     pub providers: Option<String>,
-    /// Named provider set used when --providers is absent: `gc` (GC events at Informational) or
-    /// `default` (dotnet-trace's default: CPU sampling + runtime events).
+    /// Named provider set used when --providers is absent: `gc` (GC events at Informational),
+    /// `default` (dotnet-trace's default: CPU sampling + runtime events) or `counters` (the
+    /// System.Runtime counters every second; with --metrics-addr also Prometheus series per
+    /// process, e.g. systemruntime_gc_heap_size_bytes{pid,container_id,pod_uid}).
     #[arg(long, default_value = "default", value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
     pub profile: String,
     /// Trace these processes (repeatable; dotnet-trace's `-p`) and their children; default:
@@ -307,7 +309,9 @@ pub struct MetricsArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics and a health check on /healthz (200
     /// while the probes are attached and read, 503 with the reason otherwise). Off by default.
     /// Bind to loopback (127.0.0.1:9464) unless the endpoint must be reachable from elsewhere,
-    /// e.g. by a Prometheus outside the host: it is unauthenticated.
+    /// e.g. by a Prometheus outside the host: it is unauthenticated. `run` also serves every
+    /// runtime counter its sessions receive (`--profile counters`, or any provider with
+    /// EventCounterIntervalSec=N) as a gauge per process, named as dotnet-monitor names them.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
 }

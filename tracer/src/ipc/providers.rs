@@ -13,6 +13,9 @@
 //!   on learn.microsoft.com for dotnet-trace ≤ 9 and printed by the tool itself):
 //!   `Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4` and
 //!   `Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:4`.
+//! * `counters`: the runtime's counters (GC heap size, CPU usage, thread pool, …) every second,
+//!   as dotnet-counters asks for them: `System.Runtime:0xFFFFFFFF:5:EventCounterIntervalSec=1`.
+//!   With `--metrics-addr` each counter is also a Prometheus series per process.
 
 use thiserror::Error;
 
@@ -20,9 +23,13 @@ use tracer_decode::diagnostic_ipc::{EventLevel, FilteredProvider, ProviderConfig
 
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 pub const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler";
+/// The runtime's EventSource of counters.
+pub const SYSTEM_RUNTIME_PROVIDER: &str = "System.Runtime";
+/// How often the `counters` profile asks for every counter's value (seconds).
+pub const COUNTER_INTERVAL_SECS: u32 = 1;
 
 /// Names accepted by [`profile`], for `--help` and error messages.
-pub const PROFILE_NAMES: [&str; 2] = ["gc", "default"];
+pub const PROFILE_NAMES: [&str; 3] = ["gc", "default", "counters"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ProviderSpecError {
@@ -37,7 +44,7 @@ pub enum ProviderSpecError {
          Error, Warning, Informational, Verbose"
     )]
     BadLevel { provider: String, value: String },
-    #[error("unknown profile {name:?}: known profiles are gc, default")]
+    #[error("unknown profile {name:?}: known profiles are gc, default, counters")]
     UnknownProfile { name: String },
     #[error(
         "providers {first:?} and {second:?} are the same provider (names compare ignoring case, \
@@ -133,16 +140,24 @@ fn parse_level(value: &str) -> Option<EventLevel> {
 
 /// The providers of a named profile.
 pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
-    let provider = |name: &str, keywords, level| FilteredProvider {
-        provider: ProviderConfig { name: name.to_owned(), keywords, level, arguments: None },
-        filter: None,
-    };
+    let with_arguments =
+        |name: &str, keywords, level, arguments: Option<String>| FilteredProvider {
+            provider: ProviderConfig { name: name.to_owned(), keywords, level, arguments },
+            filter: None,
+        };
+    let provider = |name: &str, keywords, level| with_arguments(name, keywords, level, None);
     match name {
         "gc" => Ok(vec![provider(RUNTIME_PROVIDER, 0x1, EventLevel::Informational)]),
         "default" => Ok(vec![
             provider(SAMPLE_PROFILER_PROVIDER, 0xF000_0000_0000, EventLevel::Informational),
             provider(RUNTIME_PROVIDER, 0x14_C14F_CCBD, EventLevel::Informational),
         ]),
+        "counters" => Ok(vec![with_arguments(
+            SYSTEM_RUNTIME_PROVIDER,
+            0xFFFF_FFFF,
+            EventLevel::Verbose,
+            Some(format!("EventCounterIntervalSec={COUNTER_INTERVAL_SECS}")),
+        )]),
         _ => Err(ProviderSpecError::UnknownProfile { name: name.to_owned() }),
     }
 }
@@ -235,7 +250,10 @@ mod tests {
                  Microsoft-Windows-DotNETRuntime:0x00000014C14FCCBD:4"
             )
         );
+        let counters: Vec<_> =
+            profile("counters").unwrap().into_iter().map(|p| p.provider).collect();
+        assert_eq!(counters, parsed("System.Runtime:0xFFFFFFFF:5:EventCounterIntervalSec=1"));
         assert_eq!(profile("cpu"), Err(ProviderSpecError::UnknownProfile { name: "cpu".into() }));
-        assert_eq!(PROFILE_NAMES.map(|n| profile(n).is_ok()), [true, true]);
+        assert_eq!(PROFILE_NAMES.map(|n| profile(n).is_ok()), [true, true, true]);
     }
 }

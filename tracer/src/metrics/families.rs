@@ -2,13 +2,14 @@
 //! which summary counter becomes which series.
 use std::collections::BTreeMap;
 
+use super::runtime::{RuntimeCounters, RuntimeFamilies};
 use crate::output::LossCount;
 use crate::pipeline::audit::AuditSummary;
 use crate::pipeline::ftrace::FtraceSummary;
 use crate::pipeline::run::RunSummary;
 
 /// Every series value, by family and labels.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Families {
     /// `tracer_events_total{source,kind}`
     pub events: BTreeMap<(String, String), u64>,
@@ -20,6 +21,8 @@ pub struct Families {
     pub sessions: BTreeMap<String, u64>,
     /// `tracer_sessions_failed_total{reason}`
     pub sessions_failed: BTreeMap<String, u64>,
+    /// `run`: the traced processes' runtime counters, one family per counter metric name.
+    pub runtime: RuntimeFamilies,
 }
 
 impl Families {
@@ -68,6 +71,7 @@ impl Families {
         f.sessions.insert("ended".into(), ended);
         f.sessions_failed.insert("refused".into(), s.sessions_refused);
         f.sessions_failed.insert("error".into(), s.sessions_failed);
+        f.runtime = s.runtime_counters.as_ref().map(RuntimeCounters::families).unwrap_or_default();
         f
     }
 

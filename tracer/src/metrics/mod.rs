@@ -10,8 +10,10 @@
 //! `tracer_lost_events_total{source,reason}`, `tracer_detections_total{kind}`,
 //! `tracer_sessions{state}`, `tracer_sessions_failed_total{reason}`,
 //! `tracer_build_info{version,kernel}`. Label values come from fixed sets (kinds, sources, loss
-//! reasons): no process can add series.
+//! reasons): no process can add series to them. `run` adds the traced processes' runtime
+//! counters (`runtime.rs`), capped per process and in all.
 mod families;
+pub mod runtime;
 mod server;
 
 use std::collections::BTreeMap;
@@ -263,6 +265,18 @@ impl Collector for Shared {
                 .iter()
                 .map(|(k, v)| (vec![("reason", k.as_str())], ConstCounter::new(*v))),
         )?;
+        for (name, family) in &f.runtime {
+            encode_family(
+                &mut encoder,
+                name,
+                &family.help,
+                MetricType::Gauge,
+                family.series.iter().map(|(labels, value)| {
+                    let labels = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    (labels, ConstGauge::new(*value))
+                }),
+            )?;
+        }
         let version = env!("CARGO_PKG_VERSION");
         encode_family(
             &mut encoder,

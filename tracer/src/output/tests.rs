@@ -529,3 +529,35 @@ fn kind_and_source_names() {
     assert_eq!(serde_json::to_string(&SessionId(0xabc)).unwrap(), r#""0xabc""#);
     assert_eq!(serde_json::to_string(&Pid::Unknown).unwrap(), "null");
 }
+
+/// Every loss `run` and `audit` count (zero or not) has its row in the README's table of
+/// losses, so a consumer of the `summary` line knows what each means.
+#[test]
+fn readme_lists_every_loss() {
+    let readme = include_str!("../../../README.md");
+    let table = readme
+        .split("| `source` | `reason` | what was lost |")
+        .nth(1)
+        .expect("README has the table of losses");
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    let run = crate::pipeline::run::RunSummary {
+        otlp: Some(Default::default()),
+        runtime_counters: Some(Default::default()),
+        ..Default::default()
+    };
+    let mut losses = run.all_losses();
+    losses.extend(crate::pipeline::audit::AuditSummary::default().all_loss_counts());
+    assert!(losses.len() > 20, "{losses:?}");
+    for l in losses {
+        let (source, reason) = (format!("`{}`", l.source), format!("`{}`", l.reason));
+        assert!(
+            rows.iter().any(|r| r[1].contains(&source) && r[2].contains(&reason)),
+            "the README's table of losses lacks {source} {reason}"
+        );
+    }
+}

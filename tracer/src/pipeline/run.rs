@@ -26,6 +26,7 @@ use crate::kernel::ftrace_reader::ReaderStats;
 use crate::kernel::procfs;
 use crate::kernel::tracefs::Tracefs;
 use crate::kernel::user_events::UserEventsData;
+use crate::metrics::runtime::RuntimeCounters;
 use crate::metrics::{Health, Publisher};
 use crate::output::{
     self, JsonLines, Kind, LossCount, SessionEnded, SessionFailed, SessionId, SessionStarted,
@@ -113,6 +114,8 @@ pub struct RunSummary {
     pub filtered_out: u64,
     /// `--otlp-endpoint`: records sent and lost.
     pub otlp: Option<ExportStats>,
+    /// `--metrics-addr`: the traced processes' runtime counters (`EventCounters` events).
+    pub runtime_counters: Option<RuntimeCounters>,
 }
 
 impl RunSummary {
@@ -145,6 +148,12 @@ impl RunSummary {
         }
         if let Some(otlp) = &self.otlp {
             all.extend(otlp.losses());
+        }
+        if let Some(counters) = &self.runtime_counters {
+            all.extend([
+                loss("metrics", "series_limit", counters.refused),
+                loss("metrics", "bad_counter", counters.bad_samples),
+            ]);
         }
         all
     }
@@ -278,7 +287,10 @@ pub async fn run(
     }
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
-    let mut summary = RunSummary::default();
+    let mut summary = RunSummary {
+        runtime_counters: metrics.is_enabled().then(RuntimeCounters::default),
+        ..RunSummary::default()
+    };
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -431,7 +443,7 @@ pub async fn run(
                 }
             }
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
+                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
             }
             _ = publish.tick() => {
                 summary.detection_losses = detector.losses()?;
@@ -467,7 +479,7 @@ pub async fn run(
             },
             // Session tasks wait on the user_events reader (release) while they finish.
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
+                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
             }
         }
     }
@@ -475,7 +487,7 @@ pub async fn run(
     status.clear();
     if let Some(mut ue) = user_events {
         let lines = ue.flush(&clock);
-        emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid);
+        emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
         summary.record_user_events_stats(&ue);
     }
     summary.sessions_waited = admission.waited;
@@ -542,21 +554,27 @@ fn emit_user_events(
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
+    labels: &LabelRegistry,
 ) {
     *summary.events_by_source.entry("user_events").or_default() += lines.len() as u64;
-    lines.into_iter().for_each(|event| emit_event(event, sink, summary, events_by_pid))
+    lines.into_iter().for_each(|event| emit_event(event, sink, summary, events_by_pid, labels))
 }
 
-/// The one path of every runtime event: counted, then written.
+/// The one path of every runtime event: counted, written, and (with metrics on) its counter
+/// value kept for the exposition.
 fn emit_event(
     event: EventLine,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
+    labels: &LabelRegistry,
 ) {
     *summary.events_by_provider.entry(event.provider).or_default() += 1;
     *events_by_pid.entry(event.pid).or_default() += 1;
     sink.emit_rendered(&event.line);
+    if let (Some(counters), Some(sample)) = (&mut summary.runtime_counters, event.counter) {
+        counters.record(event.pid, labels.get(event.pid).as_deref(), sample);
+    }
 }
 
 fn handle_message(
@@ -570,7 +588,7 @@ fn handle_message(
     match msg {
         SessionMessage::Event(event) => {
             *summary.events_by_source.entry("nettrace").or_default() += 1;
-            emit_event(event, sink, summary, events_by_pid);
+            emit_event(event, sink, summary, events_by_pid, labels);
         }
         SessionMessage::Started { pid, session_id, command, mode, runtime } => {
             summary.sessions_started += 1;
@@ -621,7 +639,7 @@ fn handle_message(
             };
             let line = output::session_line(clock, Kind::SessionEnded, pid, body);
             sink.emit(&line.with_labels(labels.get(pid)));
-            labels.remove(pid);
+            forget_process(pid, summary, labels);
         }
         SessionMessage::Refused { pid, path, refusal } => {
             *summary.sockets_refused.entry(refusal.name()).or_default() += 1;
@@ -648,8 +666,16 @@ fn handle_message(
                 SessionFailed { refused, error: &error },
             );
             sink.emit(&line.with_labels(labels.get(pid)));
-            labels.remove(pid);
+            forget_process(pid, summary, labels);
         }
+    }
+}
+
+/// A process's session is over: its labels and its counter series go.
+fn forget_process(pid: u32, summary: &mut RunSummary, labels: &LabelRegistry) {
+    labels.remove(pid);
+    if let Some(counters) = &mut summary.runtime_counters {
+        counters.remove(pid);
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tracer_decode::counters::{CounterError, CounterSample};
 use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, TracingRequest};
 use tracer_decode::nettrace::NettraceStats;
 
@@ -162,6 +163,8 @@ pub struct EventLine {
     pub pid: u32,
     pub provider: String,
     pub line: RenderedLine,
+    /// The runtime counter value an `EventCounters` event carries (for `--metrics-addr`).
+    pub counter: Option<Result<CounterSample, CounterError>>,
 }
 
 /// What a session task reports to the pipeline, in order: `Started`, any number of `Event`s,

@@ -21,6 +21,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
 use tracer_decode::budget::OutputBudget;
+use tracer_decode::counters::counter_sample;
 use tracer_decode::diagnostic_ipc::{ProcessInfo, oldest_collect_tracing};
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
@@ -162,6 +163,7 @@ pub(super) async fn run(
             }
             let decoded = ev.decode();
             let provider = decoded.provider.to_string();
+            let counter = counter_sample(&decoded);
             let mono_ns = ev.timestamp as u64;
             let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded)
                 .with_labels(labels.clone())
@@ -173,7 +175,7 @@ pub(super) async fn run(
                 not_written += 1;
                 return;
             }
-            let mut event = EventLine { pid, provider, line };
+            let mut event = EventLine { pid, provider, line, counter };
             // Handed on at once unless the pipeline is behind (then in order, after the held).
             if pending.is_empty() {
                 match out.try_send(SessionMessage::Event(event)) {

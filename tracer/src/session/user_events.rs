@@ -29,6 +29,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::{mpsc, oneshot};
 
 use tracer_decode::budget::OutputBudget;
+use tracer_decode::counters::counter_sample;
 use tracer_decode::diagnostic_ipc::{
     CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider,
 };
@@ -434,6 +435,7 @@ impl Hub {
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
             };
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
+            let counter = counter_sample(&decoded);
             let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded)
                 .with_labels(self.labels.get(info.pid))
                 .render();
@@ -446,7 +448,8 @@ impl Hub {
                 }
                 continue;
             }
-            lines.push(EventLine { pid: info.pid, provider: info.provider.clone(), line });
+            let provider = info.provider.clone();
+            lines.push(EventLine { pid: info.pid, provider, line, counter });
         }
         lines
     }

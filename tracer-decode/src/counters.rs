@@ -1,0 +1,394 @@
+//! Runtime counters in decoded events, named as Prometheus metrics (docs/protocol/counters.md).
+//!
+//! An EventSource with counters, enabled with the argument `EventCounterIntervalSec=N`, writes
+//! one `EventCounters` event per counter every N seconds. Its payload is an object, `Payload`
+//! (CoreCLR 8 wraps it in one unnamed object field), whose fields say which counter it is (`Name`, `DisplayName`, `DisplayUnits`), how
+//! it aggregates (`CounterType`: `Mean` for gauges, `Sum` for rates) and its value (`Mean`, or
+//! `Increment` over the interval). Every string in it comes from the traced process: the names
+//! built here contain only `[A-Za-z0-9_]`, are bounded in length and never take the `tracer_`
+//! prefix of tracer's own families.
+use thiserror::Error;
+
+use crate::nettrace::DecodedEvent;
+use crate::nettrace::payload::{Fields, Value};
+
+/// The event every EventCounters sample is.
+pub const EVENT_COUNTERS: &str = "EventCounters";
+/// Longest metric name built from a counter (bytes); longer ones are refused.
+pub const MAX_METRIC_NAME: usize = 200;
+/// Longest HELP text kept from a counter's display name and units (bytes); longer is cut.
+pub const MAX_HELP: usize = 200;
+/// The prefix of tracer's own metric families; a counter cannot take it.
+pub const RESERVED_PREFIX: &str = "tracer_";
+
+/// One counter value, ready to be a series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterSample {
+    /// The Prometheus metric name (dotnet-monitor's naming: `systemruntime_gc_heap_size_bytes`).
+    pub metric: String,
+    /// The display name and units: printable ASCII, no `\` or `"`, at most [`MAX_HELP`] bytes.
+    pub help: String,
+    /// In the metric's base unit (`MB` counters in bytes).
+    pub value: f64,
+}
+
+/// Why an `EventCounters` event gives no sample.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CounterError {
+    #[error("EventCounters event without a `Payload` object")]
+    NoPayload,
+    #[error("EventCounters payload without a string `{0}` field")]
+    MissingName(&'static str),
+    #[error("EventCounters payload of counter {counter:?} without a numeric `{field}` field")]
+    MissingValue { counter: String, field: &'static str },
+    #[error("counter {counter:?} has a value that is not a finite number")]
+    NotFinite { counter: String },
+    #[error("metric name of counter {counter:?} is {len} bytes (at most {MAX_METRIC_NAME})")]
+    NameTooLong { counter: String, len: usize },
+    #[error("metric name {metric:?} takes the {RESERVED_PREFIX:?} prefix of tracer's own metrics")]
+    Reserved { metric: String },
+}
+
+/// The counter sample `event` carries: `None` when it is not an `EventCounters` event.
+pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, CounterError>> {
+    (event.event == EVENT_COUNTERS).then(|| sample(event.provider, &event.fields))
+}
+
+fn sample(provider: &str, fields: &Fields) -> Result<CounterSample, CounterError> {
+    // CoreCLR writes the payload object inside one unnamed object field; accept it bare too.
+    let payload = match (fields.get("Payload"), fields.get("")) {
+        (Some(Value::Object(payload)), _) => payload,
+        (None, Some(Value::Object(wrapper))) => match wrapper.get("Payload") {
+            Some(Value::Object(payload)) => payload,
+            _ => return Err(CounterError::NoPayload),
+        },
+        _ => return Err(CounterError::NoPayload),
+    };
+    let text = |field: &'static str| match payload.get(field) {
+        Some(Value::Str(s)) => Ok(s.as_str()),
+        _ => Err(CounterError::MissingName(field)),
+    };
+    let name = text("Name")?;
+    let units = text("DisplayUnits").unwrap_or("");
+    let display = text("DisplayName").unwrap_or(name);
+    // `Sum` counters report what was added during the interval; the others are gauges.
+    let sum = text("CounterType") == Ok("Sum") || payload.get("Mean").is_none();
+    let field = if sum { "Increment" } else { "Mean" };
+    let raw = payload
+        .get(field)
+        .and_then(number)
+        .ok_or_else(|| CounterError::MissingValue { counter: name.to_owned(), field })?;
+    let value = raw * unit_scale(units);
+    if !value.is_finite() {
+        return Err(CounterError::NotFinite { counter: name.to_owned() });
+    }
+    let metric = metric_name(provider, name, units);
+    if metric.len() > MAX_METRIC_NAME {
+        return Err(CounterError::NameTooLong { counter: name.to_owned(), len: metric.len() });
+    }
+    if metric.starts_with(RESERVED_PREFIX) {
+        return Err(CounterError::Reserved { metric });
+    }
+    let help = if units.is_empty() { display.to_owned() } else { format!("{display} ({units})") };
+    Ok(CounterSample { metric, help: help_text(&help), value })
+}
+
+fn number(value: &Value) -> Option<f64> {
+    match *value {
+        Value::F64(v) => Some(v),
+        Value::I64(v) => Some(v as f64),
+        Value::U64(v) => Some(v as f64),
+        _ => None,
+    }
+}
+
+/// EventCounters' `MB` is 10^6 bytes; the metric is in bytes.
+fn unit_scale(units: &str) -> f64 {
+    if units.eq_ignore_ascii_case("MB") { 1e6 } else { 1.0 }
+}
+
+/// The suffix a counter's units give its metric name (`None`: no suffix).
+fn unit_suffix(units: &str) -> Option<&str> {
+    let known = [("", None), ("count", None), ("B", Some("bytes")), ("MB", Some("bytes"))];
+    match known.iter().find(|(u, _)| u.eq_ignore_ascii_case(units)) {
+        Some((_, suffix)) => *suffix,
+        None if units == "%" => Some("ratio"),
+        None => Some(units),
+    }
+}
+
+/// dotnet-monitor's metric name for a counter: `<provider>_<counter>[_<unit>]`. The provider
+/// keeps only its valid characters, lowercased (`System.Runtime` → `systemruntime`; none valid →
+/// `_`); the counter and unit keep their case and turn every invalid character into `_`. Valid
+/// is an ASCII letter or `_`, and after the first character also a digit. (dotnet-monitor judges
+/// the provider's first character by its position, so `1.2` would start the name with a digit,
+/// which Prometheus refuses; here it is the first character kept.)
+pub fn metric_name(provider: &str, counter: &str, units: &str) -> String {
+    let mut out = String::with_capacity(provider.len() + counter.len() + units.len() + 2);
+    let before = out.len();
+    for c in provider.chars() {
+        if valid(c, out.len() == before) {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    if out.len() == before {
+        out.push('_');
+    }
+    out.push('_');
+    push_normalized(&mut out, counter);
+    if let Some(suffix) = unit_suffix(units).filter(|s| !s.is_empty()) {
+        out.push('_');
+        push_normalized(&mut out, suffix);
+    }
+    out
+}
+
+fn push_normalized(out: &mut String, part: &str) {
+    for (i, c) in part.chars().enumerate() {
+        out.push(if valid(c, i == 0) { c } else { '_' });
+    }
+}
+
+fn valid(c: char, first: bool) -> bool {
+    c == '_' || if first { c.is_ascii_alphabetic() } else { c.is_ascii_alphanumeric() }
+}
+
+/// Printable ASCII without `\` and `"` (which the exposition would have to escape), cut to
+/// [`MAX_HELP`] bytes.
+fn help_text(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_graphic() && c != '\\' && c != '"' || c == ' ' { c } else { '_' })
+        .take(MAX_HELP)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    fn event<'a>(provider: &'a str, name: &'a str, fields: Fields<'a>) -> DecodedEvent<'a> {
+        DecodedEvent {
+            provider,
+            event: Cow::Borrowed(name),
+            id: 0,
+            version: None,
+            level: 0,
+            keywords: "0x0".into(),
+            thread: 1,
+            sequence: None,
+            timestamp: 0,
+            activity_id: None,
+            related_activity_id: None,
+            fields,
+            decode_error: None,
+        }
+    }
+
+    /// As CoreCLR 8.0.4 writes it: `{"": {"Payload": {...}}}`.
+    fn payload(fields: Vec<(&'static str, Value<'static>)>) -> Fields<'static> {
+        let wrapped = Fields(vec![("Payload", Value::Object(Fields(fields)))]);
+        Fields(vec![("", Value::Object(wrapped))])
+    }
+
+    fn s(v: &str) -> Value<'static> {
+        Value::Str(v.into())
+    }
+
+    /// The fields of a `Mean` counter as CoreCLR 8 writes them.
+    fn mean(name: &str, display: &str, units: &str, mean: f64) -> Fields<'static> {
+        payload(vec![
+            ("Name", s(name)),
+            ("DisplayName", s(display)),
+            ("Mean", Value::F64(mean)),
+            ("StandardDeviation", Value::F64(0.0)),
+            ("Count", Value::I64(1)),
+            ("Min", Value::F64(mean)),
+            ("Max", Value::F64(mean)),
+            ("IntervalSec", Value::F64(1.0)),
+            ("Series", s("Interval=1000")),
+            ("CounterType", s("Mean")),
+            ("Metadata", s("")),
+            ("DisplayUnits", s(units)),
+        ])
+    }
+
+    fn sum(name: &str, display: &str, units: &str, increment: f64) -> Fields<'static> {
+        payload(vec![
+            ("Name", s(name)),
+            ("DisplayName", s(display)),
+            ("DisplayRateTimeScale", s("00:01:00")),
+            ("Increment", Value::F64(increment)),
+            ("IntervalSec", Value::F64(1.0)),
+            ("Metadata", s("")),
+            ("Series", s("Interval=1000")),
+            ("CounterType", s("Sum")),
+            ("DisplayUnits", s(units)),
+        ])
+    }
+
+    fn sample_of(provider: &str, fields: Fields) -> Result<CounterSample, CounterError> {
+        counter_sample(&event(provider, EVENT_COUNTERS, fields)).expect("an EventCounters event")
+    }
+
+    #[test]
+    fn names_follow_dotnet_monitor() {
+        let cases = [
+            ("System.Runtime", "cpu-usage", "%", "systemruntime_cpu_usage_ratio"),
+            ("System.Runtime", "working-set", "MB", "systemruntime_working_set_bytes"),
+            ("System.Runtime", "gc-heap-size", "MB", "systemruntime_gc_heap_size_bytes"),
+            ("System.Runtime", "gen-0-gc-count", "count", "systemruntime_gen_0_gc_count"),
+            ("System.Runtime", "alloc-rate", "B", "systemruntime_alloc_rate_bytes"),
+            (
+                "System.Runtime",
+                "threadpool-thread-count",
+                "",
+                "systemruntime_threadpool_thread_count",
+            ),
+            (
+                "Microsoft.AspNetCore.Hosting",
+                "requests-per-second",
+                "",
+                "microsoftaspnetcorehosting_requests_per_second",
+            ),
+            ("My-App", "Queue Length", "items", "myapp_Queue_Length_items"),
+            ("1.2", "9lives", "ms/op", "___lives_ms_op"),
+            ("Ünï", "é", "", "n__"),
+        ];
+        for (provider, counter, units, expected) in cases {
+            assert_eq!(metric_name(provider, counter, units), expected, "{provider} {counter}");
+        }
+    }
+
+    #[test]
+    fn mean_counters_are_their_mean_and_mb_is_bytes() {
+        let heap = sample_of("System.Runtime", mean("gc-heap-size", "GC Heap Size", "MB", 7.5));
+        assert_eq!(
+            heap,
+            Ok(CounterSample {
+                metric: "systemruntime_gc_heap_size_bytes".into(),
+                help: "GC Heap Size (MB)".into(),
+                value: 7_500_000.0,
+            })
+        );
+        let cpu = sample_of("System.Runtime", mean("cpu-usage", "CPU Usage", "%", 12.5)).unwrap();
+        assert_eq!((cpu.metric.as_str(), cpu.value), ("systemruntime_cpu_usage_ratio", 12.5));
+    }
+
+    #[test]
+    fn sum_counters_are_their_increment() {
+        let gcs = sample_of("System.Runtime", sum("gen-0-gc-count", "Gen 0 GC Count", "", 3.0));
+        assert_eq!(
+            gcs,
+            Ok(CounterSample {
+                metric: "systemruntime_gen_0_gc_count".into(),
+                help: "Gen 0 GC Count".into(),
+                value: 3.0,
+            })
+        );
+    }
+
+    #[test]
+    fn a_bare_payload_object_is_read_too() {
+        let Value::Object(wrapped) = &mean("c", "C", "", 2.0).0[0].1 else { unreachable!() };
+        let bare = sample_of("P", wrapped.clone()).unwrap();
+        assert_eq!((bare.metric.as_str(), bare.value), ("p_c", 2.0));
+    }
+
+    #[test]
+    fn other_events_carry_no_sample() {
+        let gc = event("System.Runtime", "GCStart", mean("x", "x", "", 1.0));
+        assert_eq!(counter_sample(&gc), None);
+    }
+
+    #[test]
+    fn malformed_payloads_say_what_is_missing() {
+        assert_eq!(sample_of("P", Fields::default()), Err(CounterError::NoPayload));
+        let empty_wrapper = Fields(vec![("", Value::Object(Fields::default()))]);
+        assert_eq!(sample_of("P", empty_wrapper), Err(CounterError::NoPayload));
+        let no_name = payload(vec![("Mean", Value::F64(1.0))]);
+        assert_eq!(sample_of("P", no_name), Err(CounterError::MissingName("Name")));
+        let no_value = payload(vec![("Name", s("c")), ("CounterType", s("Sum"))]);
+        assert_eq!(
+            sample_of("P", no_value),
+            Err(CounterError::MissingValue { counter: "c".into(), field: "Increment" })
+        );
+        let text_value = payload(vec![("Name", s("c")), ("Mean", s("1"))]);
+        assert_eq!(
+            sample_of("P", text_value),
+            Err(CounterError::MissingValue { counter: "c".into(), field: "Mean" })
+        );
+        assert_eq!(
+            sample_of("P", mean("c", "c", "", f64::NAN)),
+            Err(CounterError::NotFinite { counter: "c".into() })
+        );
+        // Finite, but not once scaled to bytes.
+        assert_eq!(
+            sample_of("P", mean("c", "c", "MB", f64::MAX)),
+            Err(CounterError::NotFinite { counter: "c".into() })
+        );
+    }
+
+    /// Every `EventCounters` event of the captured stream (System.Runtime of CoreCLR 8.0.4 at 1 s,
+    /// `gc 3` induced during the capture) with its sample.
+    fn captured_samples() -> Vec<(String, CounterSample)> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/nettrace/coreclr8_counters.nettrace"
+        );
+        let data = std::fs::read(path).unwrap();
+        let mut parser = crate::nettrace::NettraceParser::default();
+        let mut samples = Vec::new();
+        parser
+            .feed(&data, |e| {
+                let decoded = e.decode();
+                if let Some(sample) = counter_sample(&decoded) {
+                    let Value::Object(wrapper) = &decoded.fields.0[0].1 else { panic!() };
+                    let Some(Value::Object(payload)) = wrapper.get("Payload") else { panic!() };
+                    let Some(Value::Str(name)) = payload.get("Name") else { panic!() };
+                    samples.push((name.clone(), sample.unwrap()));
+                }
+            })
+            .unwrap();
+        parser.finish().unwrap();
+        samples
+    }
+
+    #[test]
+    fn a_real_runtimes_counters_all_give_samples() {
+        let samples = captured_samples();
+        let per_interval: std::collections::BTreeSet<&str> =
+            samples.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(per_interval.len(), 27, "{per_interval:?}");
+        assert_eq!(samples.len() % per_interval.len(), 0, "whole intervals: {}", samples.len());
+        let by_name = |name: &str| -> Vec<&CounterSample> {
+            samples.iter().filter(|(n, _)| n == name).map(|(_, s)| s).collect()
+        };
+        let heap = by_name("gc-heap-size");
+        assert!(heap.iter().all(|s| s.metric == "systemruntime_gc_heap_size_bytes"));
+        assert!(heap.iter().all(|s| s.value > 1e6 && s.help == "GC Heap Size (MB)"));
+        // `gc 3` during the capture: three gen-2 collections, counted once each over the intervals.
+        let gen2: f64 = by_name("gen-2-gc-count").iter().map(|s| s.value).sum();
+        assert_eq!(gen2, 3.0);
+    }
+
+    #[test]
+    fn peer_strings_cannot_break_the_exposition() {
+        let long = "x".repeat(MAX_METRIC_NAME);
+        assert_eq!(
+            sample_of("P", mean(&long, "d", "", 1.0)),
+            Err(CounterError::NameTooLong { counter: long.clone(), len: MAX_METRIC_NAME + 2 })
+        );
+        assert_eq!(
+            sample_of("tracer", mean("events", "d", "", 1.0)),
+            Err(CounterError::Reserved { metric: "tracer_events".into() })
+        );
+        let display = format!("a\"b\\c\nd\u{1b}[2J{}", "y".repeat(300));
+        let sample = sample_of("P", mean("c", &display, "", 1.0)).unwrap();
+        assert!(sample.help.starts_with("a_b_c_d_[2Jyyy"), "{}", sample.help);
+        assert_eq!(sample.help.len(), MAX_HELP);
+        let metric = sample_of("P", mean("a{b=\"c\"} 1\n#", "d", "", 1.0)).unwrap().metric;
+        assert_eq!(metric, "p_a_b__c___1__");
+    }
+}

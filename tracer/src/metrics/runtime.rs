@@ -1,0 +1,206 @@
+//! Runtime counters as metrics: the latest value of every counter of every traced process,
+//! labelled with the process (`pid`, and `container_id`, `pod_uid` where known). A process's
+//! series go when its session ends. Counter names come from the traced processes, so the
+//! number of series is capped per process and in all; what the caps refuse is counted.
+use std::collections::{BTreeMap, HashMap};
+
+use tracer_decode::counters::{CounterError, CounterSample};
+
+use crate::output::ProcessLabels;
+
+/// Series one process may have (the runtime's own `System.Runtime` counters are ~20).
+pub const MAX_SERIES_PER_PROCESS: usize = 128;
+/// Series of all processes together.
+pub const MAX_SERIES: usize = 16_384;
+
+#[derive(Debug, Clone, PartialEq)]
+struct Latest {
+    help: String,
+    value: f64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct ProcessSeries {
+    labels: Vec<(&'static str, String)>,
+    latest: BTreeMap<String, Latest>,
+}
+
+/// Every counter family, by metric name: its HELP text and its series.
+pub type RuntimeFamilies = BTreeMap<String, RuntimeFamily>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeFamily {
+    /// The HELP of the first series seen (processes may disagree).
+    pub help: String,
+    /// (labels, value), one per process.
+    pub series: Vec<(Vec<(&'static str, String)>, f64)>,
+}
+
+/// The counters of the traced processes, updated as their `EventCounters` events are written.
+#[derive(Debug, Default)]
+pub struct RuntimeCounters {
+    processes: HashMap<u32, ProcessSeries>,
+    series: usize,
+    /// New series the caps refused.
+    pub refused: u64,
+    /// `EventCounters` events that gave no sample (malformed, or a name tracer will not expose).
+    pub bad_samples: u64,
+}
+
+impl RuntimeCounters {
+    /// Records what one `EventCounters` event of `pid` said.
+    pub fn record(
+        &mut self,
+        pid: u32,
+        labels: Option<&ProcessLabels>,
+        sample: Result<CounterSample, CounterError>,
+    ) {
+        let sample = match sample {
+            Ok(s) => s,
+            Err(e) => {
+                self.bad_samples += 1;
+                if self.bad_samples.is_power_of_two() {
+                    log::warn!("pid {pid}: counter not exposed as a metric: {e}");
+                }
+                return;
+            }
+        };
+        let process = self.processes.entry(pid).or_insert_with(|| ProcessSeries {
+            labels: series_labels(pid, labels),
+            latest: BTreeMap::new(),
+        });
+        let latest = Latest { help: sample.help, value: sample.value };
+        if let Some(known) = process.latest.get_mut(&sample.metric) {
+            *known = latest;
+            return;
+        }
+        if process.latest.len() >= MAX_SERIES_PER_PROCESS || self.series >= MAX_SERIES {
+            self.refused += 1;
+            if self.refused.is_power_of_two() {
+                log::warn!(
+                    "pid {pid}: counter {} not exposed: at most {MAX_SERIES_PER_PROCESS} series \
+                     per process and {MAX_SERIES} in all",
+                    sample.metric
+                );
+            }
+            return;
+        }
+        process.latest.insert(sample.metric, latest);
+        self.series += 1;
+    }
+
+    /// Drops the series of `pid` (its session ended).
+    pub fn remove(&mut self, pid: u32) {
+        if let Some(process) = self.processes.remove(&pid) {
+            self.series -= process.latest.len();
+        }
+    }
+
+    /// Series in all.
+    pub fn len(&self) -> usize {
+        self.series
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.series == 0
+    }
+
+    /// The families for the exposition, each series labelled with its process.
+    pub fn families(&self) -> RuntimeFamilies {
+        let mut families = RuntimeFamilies::new();
+        for process in self.processes.values() {
+            for (metric, latest) in &process.latest {
+                families
+                    .entry(metric.clone())
+                    .or_insert_with(|| RuntimeFamily {
+                        help: latest.help.clone(),
+                        series: Vec::new(),
+                    })
+                    .series
+                    .push((process.labels.clone(), latest.value));
+            }
+        }
+        // Processes come from a hash map: order the series for a stable exposition.
+        for family in families.values_mut() {
+            family.series.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        families
+    }
+}
+
+fn series_labels(pid: u32, labels: Option<&ProcessLabels>) -> Vec<(&'static str, String)> {
+    let mut out = vec![("pid", pid.to_string())];
+    if let Some(l) = labels {
+        out.extend(l.container_id.clone().map(|id| ("container_id", id)));
+        out.extend(l.pod_uid.clone().map(|uid| ("pod_uid", uid)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(metric: &str, value: f64) -> Result<CounterSample, CounterError> {
+        Ok(CounterSample { metric: metric.into(), help: format!("{metric} help"), value })
+    }
+
+    fn labels(container: &str) -> ProcessLabels {
+        ProcessLabels {
+            cgroup: Some("/system.slice/x.scope".into()),
+            container_id: Some(container.into()),
+            pod_uid: None,
+        }
+    }
+
+    #[test]
+    fn latest_value_per_process_with_its_labels() {
+        let mut c = RuntimeCounters::default();
+        c.record(7, Some(&labels("c7")), sample("m_a", 1.0));
+        c.record(7, Some(&labels("c7")), sample("m_a", 2.0));
+        c.record(3, None, sample("m_a", 5.0));
+        c.record(3, None, sample("m_b", 6.0));
+        let families = c.families();
+        assert_eq!(families.keys().collect::<Vec<_>>(), ["m_a", "m_b"]);
+        assert_eq!(
+            families["m_a"],
+            RuntimeFamily {
+                help: "m_a help".into(),
+                series: vec![
+                    (vec![("pid", "3".into())], 5.0),
+                    (vec![("pid", "7".into()), ("container_id", "c7".into())], 2.0),
+                ],
+            }
+        );
+        assert_eq!(c.len(), 3);
+        c.remove(7);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.families()["m_a"].series, vec![(vec![("pid", "3".into())], 5.0)]);
+        c.remove(3);
+        assert!(c.is_empty() && c.families().is_empty());
+    }
+
+    #[test]
+    fn caps_refuse_new_series_and_count_them() {
+        let mut c = RuntimeCounters::default();
+        for i in 0..MAX_SERIES_PER_PROCESS + 10 {
+            c.record(1, None, sample(&format!("m_{i}"), 1.0));
+        }
+        assert_eq!((c.len(), c.refused), (MAX_SERIES_PER_PROCESS, 10));
+        // Known series still update at the cap.
+        c.record(1, None, sample("m_0", 9.0));
+        assert_eq!(c.families()["m_0"].series[0].1, 9.0);
+        assert_eq!(c.refused, 10);
+        // The total cap holds across processes.
+        let processes = MAX_SERIES / MAX_SERIES_PER_PROCESS;
+        for pid in 2..=processes as u32 + 1 {
+            for i in 0..MAX_SERIES_PER_PROCESS {
+                c.record(pid, None, sample(&format!("m_{i}"), 1.0));
+            }
+        }
+        assert_eq!(c.len(), MAX_SERIES);
+        assert_eq!(c.refused, 10 + MAX_SERIES_PER_PROCESS as u64);
+        c.record(1, None, Err(CounterError::NoPayload));
+        assert_eq!(c.bad_samples, 1);
+    }
+}
