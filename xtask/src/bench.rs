@@ -1,5 +1,6 @@
 //! Pieces shared by the benchmarks: a tracer process whose output lines are timestamped on
-//! arrival, percentiles, and the docs/benchmarks.md section writer.
+//! arrival, percentiles, the docs/benchmarks.md section writer, and the processes benchmarks
+//! start (killed on drop) with their resource usage.
 use std::fs;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -131,4 +132,44 @@ pub fn write_docs_section(section: &str, report: &str) -> anyhow::Result<()> {
     fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
     println!("(recorded in docs/benchmarks.md, section \"{section}\")");
     Ok(())
+}
+
+/// A process's resident memory, its peak, and its open files.
+pub struct Usage {
+    pub rss_kib: u64,
+    pub hwm_kib: u64,
+    pub fds: usize,
+}
+
+pub fn usage(pid: u32) -> anyhow::Result<Usage> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = |key: &str| -> anyhow::Result<u64> {
+        let line = status.lines().find(|l| l.starts_with(key)).context("status")?;
+        Ok(line.split_whitespace().nth(1).context("value")?.parse()?)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    Ok(Usage { rss_kib: kib("VmRSS:")?, hwm_kib: kib("VmHWM:")?, fds })
+}
+
+/// Killed on drop.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child whose first stdout line is `READY …`; the rest of its output is read and dropped.
+pub fn spawn_ready(mut command: Command) -> anyhow::Result<(Process, String)> {
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut ready = String::new();
+    stdout.read_line(&mut ready)?;
+    if !ready.starts_with("READY") {
+        bail!("expected READY, got {ready:?}");
+    }
+    std::thread::spawn(move || stdout.lines().map_while(Result::ok).for_each(drop));
+    Ok((Process(child), ready))
 }

@@ -6,14 +6,13 @@
 //! Measured: the time from its detection to its session starting, and tracer's resident memory
 //! and open files with every fake present (targets: the runtime is traced; RSS and fds bounded by
 //! the admission limits, not by the number of fakes).
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::bench::{TIMEOUT, Tracer, context_line, write_docs_section};
+use crate::bench::{TIMEOUT, Tracer, Usage, context_line, spawn_ready, usage, write_docs_section};
 use crate::util;
 
 const FAKES: usize = 2_000;
@@ -69,45 +68,6 @@ pub fn run() -> anyhow::Result<()> {
     );
     println!("{r}");
     write_docs_section("hostile", &r)
-}
-
-struct Usage {
-    rss_kib: u64,
-    hwm_kib: u64,
-    fds: usize,
-}
-
-fn usage(pid: u32) -> anyhow::Result<Usage> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |key: &str| -> anyhow::Result<u64> {
-        let line = status.lines().find(|l| l.starts_with(key)).context("status")?;
-        Ok(line.split_whitespace().nth(1).context("value")?.parse()?)
-    };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
-    Ok(Usage { rss_kib: kib("VmRSS:")?, hwm_kib: kib("VmHWM:")?, fds })
-}
-
-/// Killed on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A child whose first stdout line is `READY …`; the rest of its output is read and dropped.
-fn spawn_ready(mut command: Command) -> anyhow::Result<(Process, String)> {
-    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-    let mut ready = String::new();
-    stdout.read_line(&mut ready)?;
-    if !ready.starts_with("READY") {
-        bail!("expected READY, got {ready:?}");
-    }
-    std::thread::spawn(move || stdout.lines().map_while(Result::ok).for_each(drop));
-    Ok((Process(child), ready))
 }
 
 /// (ms from the double's detection to its session, usage before the fakes, usage with them).

@@ -7,6 +7,7 @@
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
 mod bench;
+mod bench_agent;
 mod bench_detect;
 mod bench_ftrace;
 mod bench_hostile;
@@ -71,7 +72,7 @@ enum Command {
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
-    /// `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`.
+    /// `agent`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`.
     Bench {
         name: String,
         /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run).
@@ -95,12 +96,13 @@ fn main() -> ExitCode {
             setup::run().and_then(|()| fuzz::run_checked(seconds, &targets))
         }
         Command::Bench { name, args } => match name.as_str() {
+            "agent" => bench_agent::run(),
             "detect" => bench_detect::run(),
             "ipc" => bench_ipc::run(),
             "hostile" => bench_hostile::run(),
             "ftrace" => bench_ftrace::run(&args),
             other => Err(anyhow::anyhow!(
-                "unknown benchmark {other:?} (known: detect, ipc, ftrace, hostile)"
+                "unknown benchmark {other:?} (known: agent, detect, ipc, ftrace, hostile)"
             )),
         },
     };

@@ -1,0 +1,381 @@
+//! `cargo xtask bench agent`: tracer as a node agent. `tracer run --profile counters` with its
+//! metrics endpoint and OTLP export on, next to 50 real CoreCLR 8 runtimes that each report
+//! their 27 `System.Runtime` counters every second; a scraper reads `/metrics` every 5 s and a
+//! loopback OTLP/HTTP collector takes every record. Measured over a fixed window once every
+//! runtime is traced: tracer's CPU (share of one core), resident memory and its peak, the
+//! series served, and the records exported per second (targets: RSS ≤ 32 MiB, CPU ≤ 2 %).
+//! Then the export's throughput: a .NET 10 test double emits a burst of events, and the
+//! collector counts the records that reach it and how fast.
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+use crate::bench::{
+    Process, TIMEOUT, Tracer, context_line, spawn_ready, usage, write_docs_section,
+};
+use crate::util;
+
+const RUNTIMES: usize = 50;
+const HOST: &str = "tests/dotnet/coreclr_host.py";
+const SCRAPE_INTERVAL: Duration = Duration::from_secs(5);
+/// Runtimes settle (JIT, first counters) before the window starts.
+const SETTLE: Duration = Duration::from_secs(10);
+const WINDOW: Duration = Duration::from_secs(60);
+/// Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ on Linux).
+const USER_HZ: f64 = 100.0;
+const DOUBLE: &str = "tests/dotnet/dotnet10_double.py";
+/// Events of the export throughput burst.
+const BURST: u64 = 100_000;
+
+pub fn run() -> anyhow::Result<()> {
+    util::require_root("the benchmark loads BPF programs")?;
+    util::cargo(&["build", "--release", "-p", "tracer", "--bins"])?;
+    let root = util::workspace_root();
+    let collector = Collector::start()?;
+    let metrics = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let bin = root.join("target/release/tracer");
+    let (metrics_arg, otlp_arg) = (metrics.to_string(), format!("http://{}", collector.addr));
+    let args = [
+        "run",
+        "--profile",
+        "counters",
+        "--session",
+        "streaming",
+        "--metrics-addr",
+        &metrics_arg,
+        "--otlp-endpoint",
+        &otlp_arg,
+    ];
+    let tracer = Tracer::start(&bin, &args, "watching for .NET processes")?;
+    let measured = measure(&tracer, metrics, &collector);
+    let summary = tracer.stop();
+    let m = measured?;
+    let summary = summary?;
+    let line = |key: &str| {
+        summary.lines().find(|l| l.contains(key)).map(str::trim).unwrap_or("?").to_string()
+    };
+
+    let burst = export_burst(&bin)?;
+
+    let mut r = context_line("cargo xtask bench agent");
+    r += &format!(
+        "`tracer run --profile counters --session streaming --metrics-addr … --otlp-endpoint …` \
+         with {RUNTIMES} real CoreCLR 8.0.4 runtimes (each its 27 System.Runtime counters every \
+         1 s), `/metrics` scraped every {} s, every line exported to a loopback OTLP/HTTP \
+         collector that answers 200 at once; measured over {} s once all were traced and had \
+         settled {} s:\n\n\
+         | tracer CPU (one core) | VmRSS | VmHWM | open fds | series served | scrape size | lines (= OTLP records) per second | OTLP requests per second |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|\n\
+         | {:.2} % | {:.1} MiB | {:.1} MiB | {} | {} | {:.0} KiB | {:.0} | {:.1} |\n\n\
+         Targets: RSS ≤ 32 MiB, CPU ≤ 2 % of one core. Summary at exit: {}; {}; {}.\n\n\
+         Export throughput: `tracer run --providers TestDouble --session streaming \
+         --otlp-endpoint …`, a .NET 10 test double emitting {BURST} events at once: {} of them \
+         reached the collector as records in {:.2} s ({:.0} records/s); tracer's summary: {}.\n",
+        SCRAPE_INTERVAL.as_secs(),
+        WINDOW.as_secs(),
+        SETTLE.as_secs(),
+        m.cpu_percent,
+        m.rss_kib as f64 / 1024.0,
+        m.hwm_kib as f64 / 1024.0,
+        m.fds,
+        m.series,
+        m.scrape_bytes as f64 / 1024.0,
+        m.lines_per_sec,
+        m.requests_per_sec,
+        line("sessions:"),
+        line("OTLP records sent"),
+        line("losses:"),
+        burst.records,
+        burst.secs,
+        burst.records as f64 / burst.secs,
+        burst.losses,
+    );
+    println!("{r}");
+    write_docs_section("agent", &r)
+}
+
+struct Measured {
+    cpu_percent: f64,
+    rss_kib: u64,
+    hwm_kib: u64,
+    fds: usize,
+    series: usize,
+    scrape_bytes: usize,
+    lines_per_sec: f64,
+    requests_per_sec: f64,
+}
+
+fn measure(
+    tracer: &Tracer,
+    metrics: SocketAddr,
+    collector: &Collector,
+) -> anyhow::Result<Measured> {
+    let host = util::workspace_root().join(HOST);
+    let mut runtimes: Vec<Process> = Vec::with_capacity(RUNTIMES);
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..RUNTIMES {
+        let mut command = Command::new("python3");
+        command.arg(&host);
+        let (process, ready) = spawn_ready(command)?;
+        pids.insert(ready.split_whitespace().nth(1).context("READY <pid>")?.parse::<u64>()?);
+        runtimes.push(process);
+    }
+    // Every runtime traced.
+    let mut traced = std::collections::HashSet::new();
+    while traced.len() < RUNTIMES {
+        let (_, line) = tracer.lines.recv_timeout(TIMEOUT).context("runtimes not all traced")?;
+        let v: Value = serde_json::from_str(&line)?;
+        let pid = v["pid"].as_u64().unwrap_or(0);
+        match v["kind"].as_str() {
+            Some("session_started") if pids.contains(&pid) => drop(traced.insert(pid)),
+            Some("session_failed") if pids.contains(&pid) => bail!("no session: {line}"),
+            _ => {}
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> anyhow::Result<(usize, usize)> {
+            let mut last = (0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let body = scrape(metrics)?;
+                let series = body.lines().filter(|l| l.starts_with("systemruntime_")).count();
+                last = (series, body.len());
+                std::thread::sleep(SCRAPE_INTERVAL);
+            }
+            Ok(last)
+        })
+    };
+    let drain = |until: Instant| {
+        let mut n = 0u64;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            if tracer.lines.recv_timeout(left).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    };
+    drain(Instant::now() + SETTLE);
+    let (cpu0, requests0) = (cpu_ticks(tracer.pid())?, collector.requests.load(Ordering::Relaxed));
+    let start = Instant::now();
+    let lines = drain(start + WINDOW);
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = (cpu_ticks(tracer.pid())? - cpu0) as f64 / USER_HZ;
+    let requests = collector.requests.load(Ordering::Relaxed) - requests0;
+    let u = usage(tracer.pid())?;
+    stop.store(true, Ordering::Relaxed);
+    let (series, scrape_bytes) = scraper.join().expect("the scraper does not panic")?;
+    drop(runtimes);
+    Ok(Measured {
+        cpu_percent: 100.0 * cpu / secs,
+        rss_kib: u.rss_kib,
+        hwm_kib: u.hwm_kib,
+        fds: u.fds,
+        series,
+        scrape_bytes,
+        lines_per_sec: lines as f64 / secs,
+        requests_per_sec: requests as f64 / secs,
+    })
+}
+
+struct Burst {
+    records: u64,
+    secs: f64,
+    losses: String,
+}
+
+/// A second tracer exporting a burst of [`BURST`] events of the test double: how many records
+/// reach the collector, how fast (first to last), and what tracer counted as lost.
+fn export_burst(bin: &std::path::Path) -> anyhow::Result<Burst> {
+    let collector = Collector::start()?;
+    let otlp = format!("http://{}", collector.addr);
+    let args =
+        ["run", "--providers", "TestDouble", "--session", "streaming", "--otlp-endpoint", &otlp];
+    let tracer = Tracer::start(bin, &args, "watching for .NET processes")?;
+    let mut command = Command::new("python3");
+    command.arg(util::workspace_root().join(DOUBLE));
+    let (mut double, ready) = spawn_ready(command)?;
+    let pid: u64 = ready.split_whitespace().nth(1).context("READY <pid>")?.parse()?;
+    loop {
+        let (_, line) = tracer.lines.recv_timeout(TIMEOUT).context("the double not traced")?;
+        let v: Value = serde_json::from_str(&line)?;
+        if v["kind"] == "session_started" && v["pid"].as_u64() == Some(pid) {
+            break;
+        }
+    }
+    let before = collector.records.load(Ordering::Relaxed);
+    let stdin = double.0.stdin.as_mut().context("the double's stdin")?;
+    writeln!(stdin, "emit {BURST}")?;
+    stdin.flush()?;
+    // Until the records stop coming (a second without one), at most a minute.
+    let deadline = Instant::now() + TIMEOUT;
+    let (mut last, mut last_at) = (before, Instant::now());
+    let start = Instant::now();
+    while Instant::now() < deadline && last_at.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = collector.records.load(Ordering::Relaxed);
+        if now != last {
+            (last, last_at) = (now, Instant::now());
+        }
+    }
+    let secs = last_at.duration_since(start).as_secs_f64();
+    // Other lines (detection, session) are records too: count only the burst's window.
+    let records = last - before;
+    drop(double);
+    let summary = tracer.stop()?;
+    let losses = ["OTLP records sent", "losses:", "otlp "]
+        .iter()
+        .flat_map(|key| summary.lines().filter(move |l| l.contains(key)))
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Ok(Burst { records, secs, losses })
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').context("/proc/<pid>/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+}
+
+/// `GET /metrics` (classic text), the body.
+fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: tracer\r\nConnection: close\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (_, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
+    Ok(body.to_string())
+}
+
+/// A loopback OTLP/HTTP collector that answers every request 200 with an empty
+/// ExportLogsServiceResponse (full success) and counts requests and log records.
+struct Collector {
+    addr: SocketAddr,
+    requests: Arc<AtomicU64>,
+    records: Arc<AtomicU64>,
+}
+
+impl Collector {
+    fn start() -> anyhow::Result<Collector> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let (requests, records) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let counters = (requests.clone(), records.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let counters = counters.clone();
+                std::thread::spawn(move || drop(serve(stream, &counters.0, &counters.1)));
+            }
+        });
+        Ok(Collector { addr, requests, records })
+    }
+}
+
+/// HTTP/1.1 keep-alive: headers, a `Content-Length` body, an empty 200; until the peer closes.
+fn serve(stream: TcpStream, requests: &AtomicU64, records: &AtomicU64) -> anyhow::Result<()> {
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut length = 0usize;
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse()?;
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body)?;
+        requests.fetch_add(1, Ordering::Relaxed);
+        records.fetch_add(log_records(&body), Ordering::Relaxed);
+        writer.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+        )?;
+    }
+}
+
+/// Log records in an ExportLogsServiceRequest: resource_logs (1) → scope_logs (2) →
+/// log_records (2), each a length-delimited protobuf field.
+fn log_records(request: &[u8]) -> u64 {
+    submessages(request, 1)
+        .flat_map(|resource| submessages(resource, 2))
+        .map(|scope| submessages(scope, 2).count() as u64)
+        .sum()
+}
+
+/// The length-delimited fields numbered `field` of a protobuf message (stops at malformed data).
+fn submessages(mut msg: &[u8], field: u64) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        loop {
+            let key = varint(&mut msg)?;
+            let len = match key & 7 {
+                0 => {
+                    varint(&mut msg)?;
+                    continue;
+                }
+                1 => 8,
+                5 => 4,
+                2 => usize::try_from(varint(&mut msg)?).ok()?,
+                _ => return None,
+            };
+            let (value, rest) = (msg.get(..len)?, msg.get(len..)?);
+            msg = rest;
+            if key & 7 == 2 && key >> 3 == field {
+                return Some(value);
+            }
+        }
+    })
+}
+
+fn varint(msg: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = msg.split_first()?;
+        *msg = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(number: u8, value: &[u8]) -> Vec<u8> {
+        [&[number << 3 | 2, value.len() as u8][..], value].concat()
+    }
+
+    #[test]
+    fn log_records_are_counted_through_resources_and_scopes() {
+        let record = field(9, b"body");
+        let scope = [field(1, b"scope"), field(2, &record), vec![0x08, 0x96, 0x01], field(2, &[])]
+            .concat();
+        let resource = [field(1, b"res"), field(2, &scope), field(2, &field(2, &record))].concat();
+        let request = [field(1, &resource), field(1, &field(2, &scope))].concat();
+        assert_eq!(log_records(&request), 5);
+        assert_eq!(log_records(&request[..request.len() - 1]), 3, "a cut message stops counting");
+    }
+}
