@@ -12,7 +12,8 @@
 use libfuzzer_sys::fuzz_target;
 use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
 use tracer_decode::counters::{
-    CounterSample, MAX_HELP, MAX_METRIC_NAME, RESERVED_PREFIX, counter_sample,
+    CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS, PROCESS_LABELS,
+    RESERVED_PREFIX, counter_sample,
 };
 use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
@@ -42,6 +43,15 @@ fn assert_sample_is_exposable(sample: &CounterSample) {
     assert!(sample.help.len() <= MAX_HELP, "{sample:?}");
     assert!(sample.help.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\' && b != b'"'));
     assert!(sample.value.is_finite(), "{sample:?}");
+    assert!(sample.labels.len() <= MAX_TAGS, "{sample:?}");
+    for (name, value) in &sample.labels {
+        let name = name.as_bytes();
+        assert!(!name.is_empty() && (name[0].is_ascii_alphabetic() || name[0] == b'_'));
+        assert!(name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_'), "{sample:?}");
+        assert!(!name.starts_with(b"__") && !PROCESS_LABELS.contains(&&*String::from_utf8_lossy(name)));
+        assert!(value.len() <= MAX_LABEL_VALUE, "{sample:?}");
+        assert!(value.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\' && b != b'"'));
+    }
 }
 
 /// Parses `data` in chunks whose sizes (each + 1) cycle through `chunks`, or in one piece when

@@ -12,6 +12,9 @@ Protocol, one line each way:
   stdin  `alloc N` → allocates N managed byte[100000] arrays (≈ one GCAllocationTick each) → `ALLOC_DONE N`
   stdin  `rent N`  → N × ArrayPool<byte>.Shared.Rent/Return (EventSource events with metadata) → `RENT_DONE N`
   stdin  `pool N`  → Parallel.For over N items on the thread pool (worker thread adjustments) → `POOL_DONE N`
+  stdin  `meter`   → creates Meter `TracerTest.App` with a Counter<int> `requests` and an
+                     ObservableGauge<double> `queue-length` (unit `items`, always 42.5) → `METER`
+  stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
   stdin  `exit` or EOF → exits 0
 """
 import os
@@ -41,6 +44,7 @@ _runtime_event_source = Type.GetType("System.Diagnostics.Tracing.RuntimeEventSou
 _runtime_event_source.GetMethod("Initialize", BindingFlags.Public | BindingFlags.Static).Invoke(None, None)
 
 print("READY", os.getpid(), Environment.Version, flush=True)
+requests = None
 for line in sys.stdin:
     cmd = line.split()
     if not cmd:
@@ -71,6 +75,19 @@ for line in sys.stdin:
         n = int(cmd[1])
         Parallel.For(0, n, Action[Int32](lambda i: sum(range(2000))))
         print("POOL_DONE", n, flush=True)
+    elif cmd[0] == "meter":
+        clr.AddReference("System.Diagnostics.DiagnosticSource")
+        from System import Double, Func, Object, String  # noqa: E402
+        from System.Collections.Generic import KeyValuePair  # noqa: E402
+        from System.Diagnostics.Metrics import Meter  # noqa: E402
+
+        meter = Meter("TracerTest.App", "1.0")
+        requests = meter.CreateCounter[Int32]("requests", "", "Requests served")
+        meter.CreateObservableGauge[Double]("queue-length", Func[Double](lambda: 42.5), "items")
+        print("METER", flush=True)
+    elif cmd[0] == "add":
+        requests.Add(int(cmd[1]), KeyValuePair[String, Object]("route", cmd[2]))
+        print("ADDED", cmd[1], cmd[2], flush=True)
     elif cmd[0] == "exit":
         break
     else:

@@ -97,6 +97,16 @@ impl CoreclrHost {
         fields.next().context("GC_DONE without a count")?.parse().context("GC count")
     }
 
+    /// Creates the Meter `TracerTest.App` (a counter `requests`, a gauge `queue-length` = 42.5).
+    pub fn meter(&mut self) -> Result<()> {
+        self.process.request("meter", "METER", REPLY_TIMEOUT).map(drop)
+    }
+
+    /// Adds `n` to the `requests` counter with the tag `route=<route>`.
+    pub fn add_requests(&mut self, n: u32, route: &str) -> Result<()> {
+        self.process.request(&format!("add {n} {route}"), "ADDED", REPLY_TIMEOUT).map(drop)
+    }
+
     /// Asks the runtime to exit and waits until it has.
     pub fn exit(&mut self) -> Result<()> {
         self.process.send_line("exit")?;

@@ -52,6 +52,7 @@ fn daemonset_arguments_are_accepted_by_tracer() {
         .collect();
     assert_eq!(args[0], "run", "{args:?}");
     assert!(args.iter().any(|a| a.starts_with("--metrics-addr=")), "{args:?}");
+    assert!(args.contains(&"--profile=counters"), "the agent serves runtime counters: {args:?}");
     assert!(text.contains("fieldPath: spec.nodeName"));
     assert!(text.contains("path: /healthz"));
     // tracer knows these flags and values (clap rejects unknown ones before it reaches --help).

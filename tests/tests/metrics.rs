@@ -397,6 +397,45 @@ fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
     assert!(!shared.exposition().unwrap().contains(&format!(r#"pid="{pid}""#)));
 }
 
+/// An application's own `System.Diagnostics.Metrics` instruments on a real CoreCLR 8: each
+/// instrument and tag set is a series of the process, with the tags as labels.
+#[test]
+fn a_real_applications_meter_instruments_are_series_with_their_tags() {
+    let providers = tracer::ipc::providers::parse_providers(
+        "System.Diagnostics.Metrics:0x2:5:SessionId=tracer-test;Metrics=TracerTest.App;\
+         RefreshInterval=1;MaxTimeSeries=100;MaxHistograms=0",
+    )
+    .unwrap();
+    let (mut run, addr, _) = start_run_with_metrics(providers);
+    let tmp = ScratchDir::new("meter-coreclr");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = host.host_pid;
+    run.wait_for("session_started", SESSION, |l| l["kind"] == "session_started" && l["pid"] == pid);
+    host.meter().expect("meter");
+    host.add_requests(5, "/a").expect("add");
+    let rate = run.wait_for("the requests rate", SESSION, |l| {
+        l["pid"] == pid && l["event"] == "CounterRateValuePublished" && l["fields"]["rate"] == "5"
+    });
+    assert_eq!(rate["fields"]["tags"], "route=/a");
+    let gauge = format!(r#"tracertestapp_queue_length_items{{pid="{pid}"}}"#);
+    let requests = format!(r#"tracertestapp_requests{{pid="{pid}",route="/a"}}"#);
+    let body = await_exposition(addr, |b| {
+        let s = samples(b);
+        s.get(&gauge) == Some(&42.5) && s.contains_key(&requests)
+    });
+    assert!(
+        body.contains(
+            "# HELP tracertestapp_queue_length_items queue-length of meter TracerTest.App (items)"
+        ),
+        "{body}"
+    );
+    host.exit().expect("the runtime exits");
+    run.wait_for("session_ended", SESSION, |l| l["kind"] == "session_ended" && l["pid"] == pid);
+    let (_, summary) = run.stop();
+    let counters = summary.runtime_counters.expect("metrics on");
+    assert_eq!((counters.len(), counters.refused, counters.bad_samples), (0, 0, 0));
+}
+
 /// A peer naming a new counter in every event gets at most MAX_SERIES_PER_PROCESS series; the
 /// rest are refused and counted as a `metrics` loss, and its series go with its session.
 #[test]

@@ -1,12 +1,20 @@
 //! Runtime counters in decoded events, named as Prometheus metrics (docs/protocol/counters.md).
 //!
-//! An EventSource with counters, enabled with the argument `EventCounterIntervalSec=N`, writes
-//! one `EventCounters` event per counter every N seconds. Its payload is an object, `Payload`
-//! (CoreCLR 8 wraps it in one unnamed object field), whose fields say which counter it is (`Name`, `DisplayName`, `DisplayUnits`), how
-//! it aggregates (`CounterType`: `Mean` for gauges, `Sum` for rates) and its value (`Mean`, or
-//! `Increment` over the interval). Every string in it comes from the traced process: the names
-//! built here contain only `[A-Za-z0-9_]`, are bounded in length and never take the `tracer_`
-//! prefix of tracer's own families.
+//! Two sources:
+//! * EventCounters: an EventSource with counters, enabled with the argument
+//!   `EventCounterIntervalSec=N`, writes one `EventCounters` event per counter every N seconds.
+//!   Its payload is an object, `Payload` (CoreCLR 8 wraps it in one unnamed object field), whose
+//!   fields say which counter it is (`Name`, `DisplayName`, `DisplayUnits`), how it aggregates
+//!   (`CounterType`: `Mean` for gauges, `Sum` for rates) and its value (`Mean`, or `Increment`
+//!   over the interval).
+//! * `System.Diagnostics.Metrics` (the `Meter` API): per instrument and tag set,
+//!   `GaugeValuePublished` (`lastValue`), `CounterRateValuePublished` (`rate`) and
+//!   `UpDownCounterRateValuePublished` (`value`), each with `meterName`, `instrumentName`, `unit`
+//!   and `tags` (`k=v,k2=v2`), the value as text.
+//!
+//! Every string in them comes from the traced process: the names built here contain only
+//! `[A-Za-z0-9_]`, are bounded in length and never take the `tracer_` prefix of tracer's own
+//! families; tags become at most [`MAX_TAGS`] labels with bounded, printable values.
 use thiserror::Error;
 
 use crate::nettrace::DecodedEvent;
@@ -20,6 +28,14 @@ pub const MAX_METRIC_NAME: usize = 200;
 pub const MAX_HELP: usize = 200;
 /// The prefix of tracer's own metric families; a counter cannot take it.
 pub const RESERVED_PREFIX: &str = "tracer_";
+/// The EventSource of the `System.Diagnostics.Metrics` API.
+pub const METRICS_PROVIDER: &str = "System.Diagnostics.Metrics";
+/// Tags of one `System.Diagnostics.Metrics` value kept as labels; more: the sample is refused.
+pub const MAX_TAGS: usize = 8;
+/// Longest label value kept from a tag (bytes); longer is cut.
+pub const MAX_LABEL_VALUE: usize = 128;
+/// Labels tracer puts on every series itself: a tag of one of these names is `tag_<name>`.
+pub const PROCESS_LABELS: [&str; 3] = ["pid", "container_id", "pod_uid"];
 
 /// One counter value, ready to be a series.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +46,8 @@ pub struct CounterSample {
     pub help: String,
     /// In the metric's base unit (`MB` counters in bytes).
     pub value: f64,
+    /// Labels from the instrument's tags (`System.Diagnostics.Metrics`), in the order sent.
+    pub labels: Vec<(String, String)>,
 }
 
 /// Why an `EventCounters` event gives no sample.
@@ -47,14 +65,94 @@ pub enum CounterError {
     NameTooLong { counter: String, len: usize },
     #[error("metric name {metric:?} takes the {RESERVED_PREFIX:?} prefix of tracer's own metrics")]
     Reserved { metric: String },
+    #[error("{event} without a string `{field}` field")]
+    MissingField { event: &'static str, field: &'static str },
+    #[error("instrument {instrument:?} has the value {value:?}, not a finite number")]
+    BadValue { instrument: String, value: String },
+    #[error("instrument {instrument:?} has {tags} tags (at most {MAX_TAGS})")]
+    TooManyTags { instrument: String, tags: usize },
 }
 
-/// The counter sample `event` carries: `None` when it is not an `EventCounters` event.
+/// The `System.Diagnostics.Metrics` events that carry a value, with the field holding it.
+const METER_VALUES: [(&str, &str); 3] = [
+    ("GaugeValuePublished", "lastValue"),
+    ("CounterRateValuePublished", "rate"),
+    ("UpDownCounterRateValuePublished", "value"),
+];
+
+/// The counter sample `event` carries: `None` when it carries none (another event, or an
+/// instrument that has no value yet).
 pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, CounterError>> {
-    (event.event == EVENT_COUNTERS).then(|| sample(event.provider, &event.fields))
+    if event.event == EVENT_COUNTERS {
+        return Some(event_counter(event.provider, &event.fields));
+    }
+    if !event.provider.eq_ignore_ascii_case(METRICS_PROVIDER) {
+        return None;
+    }
+    let &(name, field) = METER_VALUES.iter().find(|(name, _)| event.event == *name)?;
+    meter_value(name, field, &event.fields)
 }
 
-fn sample(provider: &str, fields: &Fields) -> Result<CounterSample, CounterError> {
+/// A `System.Diagnostics.Metrics` value event: named `<meter>_<instrument>[_<unit>]`.
+fn meter_value(
+    event: &'static str,
+    field: &'static str,
+    fields: &Fields,
+) -> Option<Result<CounterSample, CounterError>> {
+    let text = |name: &'static str| match fields.get(name) {
+        Some(Value::Str(s)) => Ok(s.as_str()),
+        _ => Err(CounterError::MissingField { event, field: name }),
+    };
+    let sample = || -> Result<Option<CounterSample>, CounterError> {
+        let (meter, instrument, unit) =
+            (text("meterName")?, text("instrumentName")?, text("unit")?);
+        let raw = text(field)?;
+        // A gauge not observed yet, or a rate without a previous value, has an empty value.
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        let bad = || CounterError::BadValue { instrument: instrument.into(), value: raw.into() };
+        let value = raw.parse::<f64>().map_err(|_| bad())? * unit_scale(unit);
+        if !value.is_finite() {
+            return Err(bad());
+        }
+        let labels = tag_labels(instrument, text("tags").unwrap_or(""))?;
+        let metric = checked_metric(metric_name(meter, instrument, unit), instrument)?;
+        let help = if unit.is_empty() {
+            format!("{instrument} of meter {meter}")
+        } else {
+            format!("{instrument} of meter {meter} ({unit})")
+        };
+        Ok(Some(CounterSample { metric, help: help_text(&help), value, labels }))
+    };
+    sample().transpose()
+}
+
+/// `k=v,k2=v2` as labels: names normalized like counter names (`tag_` before one of
+/// [`PROCESS_LABELS`] or a name starting with `__`, which Prometheus reserves), values printable.
+fn tag_labels(instrument: &str, tags: &str) -> Result<Vec<(String, String)>, CounterError> {
+    if tags.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = tags.split(',').count();
+    if count > MAX_TAGS {
+        return Err(CounterError::TooManyTags { instrument: instrument.into(), tags: count });
+    }
+    let labels = tags.split(',').map(|tag| {
+        let (key, value) = tag.split_once('=').unwrap_or((tag, ""));
+        let mut name = String::with_capacity(key.len() + 4);
+        push_normalized(&mut name, if key.is_empty() { "_" } else { key });
+        if PROCESS_LABELS.contains(&name.as_str()) || name.starts_with("__") {
+            name.insert_str(0, "tag_");
+        }
+        name.truncate(MAX_LABEL_VALUE);
+        let value: String = printable(value).take(MAX_LABEL_VALUE).collect();
+        (name, value)
+    });
+    Ok(labels.collect())
+}
+
+fn event_counter(provider: &str, fields: &Fields) -> Result<CounterSample, CounterError> {
     // CoreCLR writes the payload object inside one unnamed object field; accept it bare too.
     let payload = match (fields.get("Payload"), fields.get("")) {
         (Some(Value::Object(payload)), _) => payload,
@@ -82,15 +180,20 @@ fn sample(provider: &str, fields: &Fields) -> Result<CounterSample, CounterError
     if !value.is_finite() {
         return Err(CounterError::NotFinite { counter: name.to_owned() });
     }
-    let metric = metric_name(provider, name, units);
+    let metric = checked_metric(metric_name(provider, name, units), name)?;
+    let help = if units.is_empty() { display.to_owned() } else { format!("{display} ({units})") };
+    Ok(CounterSample { metric, help: help_text(&help), value, labels: Vec::new() })
+}
+
+/// `metric` unless it is too long or takes tracer's own prefix.
+fn checked_metric(metric: String, counter: &str) -> Result<String, CounterError> {
     if metric.len() > MAX_METRIC_NAME {
-        return Err(CounterError::NameTooLong { counter: name.to_owned(), len: metric.len() });
+        return Err(CounterError::NameTooLong { counter: counter.to_owned(), len: metric.len() });
     }
     if metric.starts_with(RESERVED_PREFIX) {
         return Err(CounterError::Reserved { metric });
     }
-    let help = if units.is_empty() { display.to_owned() } else { format!("{display} ({units})") };
-    Ok(CounterSample { metric, help: help_text(&help), value })
+    Ok(metric)
 }
 
 fn number(value: &Value) -> Option<f64> {
@@ -156,10 +259,12 @@ fn valid(c: char, first: bool) -> bool {
 /// Printable ASCII without `\` and `"` (which the exposition would have to escape), cut to
 /// [`MAX_HELP`] bytes.
 fn help_text(text: &str) -> String {
+    printable(text).take(MAX_HELP).collect()
+}
+
+fn printable(text: &str) -> impl Iterator<Item = char> {
     text.chars()
         .map(|c| if c.is_ascii_graphic() && c != '\\' && c != '"' || c == ' ' { c } else { '_' })
-        .take(MAX_HELP)
-        .collect()
 }
 
 #[cfg(test)]
@@ -270,6 +375,7 @@ mod tests {
                 metric: "systemruntime_gc_heap_size_bytes".into(),
                 help: "GC Heap Size (MB)".into(),
                 value: 7_500_000.0,
+                labels: Vec::new(),
             })
         );
         let cpu = sample_of("System.Runtime", mean("cpu-usage", "CPU Usage", "%", 12.5)).unwrap();
@@ -285,6 +391,7 @@ mod tests {
                 metric: "systemruntime_gen_0_gc_count".into(),
                 help: "Gen 0 GC Count".into(),
                 value: 3.0,
+                labels: Vec::new(),
             })
         );
     }
@@ -294,6 +401,94 @@ mod tests {
         let Value::Object(wrapped) = &mean("c", "C", "", 2.0).0[0].1 else { unreachable!() };
         let bare = sample_of("P", wrapped.clone()).unwrap();
         assert_eq!((bare.metric.as_str(), bare.value), ("p_c", 2.0));
+    }
+
+    fn meter_event<'a>(name: &'a str, fields: Vec<(&'a str, &'a str)>) -> DecodedEvent<'a> {
+        let fields = fields.into_iter().map(|(k, v)| (k, s(v))).collect();
+        event("System.Diagnostics.Metrics", name, Fields(fields))
+    }
+
+    /// As .NET 8 writes them (sessionId first, then the instrument, tags, value).
+    fn published<'a>(
+        name: &'a str,
+        unit: &'a str,
+        tags: &'a str,
+        value: (&'a str, &'a str),
+    ) -> DecodedEvent<'a> {
+        meter_event(
+            name,
+            vec![
+                ("sessionId", "t1"),
+                ("meterName", "TracerTest.App"),
+                ("meterVersion", "1.0"),
+                ("instrumentName", "queue-length"),
+                ("unit", unit),
+                ("tags", tags),
+                value,
+            ],
+        )
+    }
+
+    #[test]
+    fn meter_values_are_samples_with_their_tags_as_labels() {
+        let gauge = published("GaugeValuePublished", "items", "", ("lastValue", "42.5"));
+        assert_eq!(
+            counter_sample(&gauge),
+            Some(Ok(CounterSample {
+                metric: "tracertestapp_queue_length_items".into(),
+                help: "queue-length of meter TracerTest.App (items)".into(),
+                value: 42.5,
+                labels: Vec::new(),
+            }))
+        );
+        let rate = published("CounterRateValuePublished", "", "route=/a,pid=7", ("rate", "5"));
+        let sample = counter_sample(&rate).unwrap().unwrap();
+        assert_eq!((sample.metric.as_str(), sample.value), ("tracertestapp_queue_length", 5.0));
+        let labels = vec![("route".into(), "/a".into()), ("tag_pid".into(), "7".into())];
+        assert_eq!(sample.labels, labels);
+        let level = published("UpDownCounterRateValuePublished", "MB", "", ("value", "2"));
+        assert_eq!(counter_sample(&level).unwrap().unwrap().value, 2e6);
+        // No value yet: no sample, and nothing wrong.
+        let unobserved = published("GaugeValuePublished", "", "", ("lastValue", ""));
+        assert_eq!(counter_sample(&unobserved), None);
+        // Other events of the provider carry none.
+        assert_eq!(counter_sample(&meter_event("CollectionStart", vec![])), None);
+    }
+
+    #[test]
+    fn malformed_meter_values_say_why() {
+        let nan = published("GaugeValuePublished", "", "", ("lastValue", "NaN"));
+        let bad = |value: &str| CounterError::BadValue {
+            instrument: "queue-length".into(),
+            value: value.into(),
+        };
+        assert_eq!(counter_sample(&nan), Some(Err(bad("NaN"))));
+        let text = published("GaugeValuePublished", "", "", ("lastValue", "lots"));
+        assert_eq!(counter_sample(&text), Some(Err(bad("lots"))));
+        let no_value = meter_event(
+            "GaugeValuePublished",
+            vec![("meterName", "m"), ("instrumentName", "i"), ("unit", "")],
+        );
+        assert_eq!(
+            counter_sample(&no_value),
+            Some(Err(CounterError::MissingField {
+                event: "GaugeValuePublished",
+                field: "lastValue"
+            }))
+        );
+        let tags = (0..=MAX_TAGS).map(|i| format!("k{i}=v")).collect::<Vec<_>>().join(",");
+        let many = published("GaugeValuePublished", "", &tags, ("lastValue", "1"));
+        assert_eq!(
+            counter_sample(&many),
+            Some(Err(CounterError::TooManyTags {
+                instrument: "queue-length".into(),
+                tags: MAX_TAGS + 1
+            }))
+        );
+        let hostile =
+            published("GaugeValuePublished", "", "__name__=x\n\"y\",=", ("lastValue", "1"));
+        let labels = counter_sample(&hostile).unwrap().unwrap().labels;
+        assert_eq!(labels, [("tag___name__".into(), "x__y_".into()), ("_".into(), String::new())]);
     }
 
     #[test]

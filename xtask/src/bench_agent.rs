@@ -371,8 +371,8 @@ mod tests {
     #[test]
     fn log_records_are_counted_through_resources_and_scopes() {
         let record = field(9, b"body");
-        let scope = [field(1, b"scope"), field(2, &record), vec![0x08, 0x96, 0x01], field(2, &[])]
-            .concat();
+        let scope =
+            [field(1, b"scope"), field(2, &record), vec![0x08, 0x96, 0x01], field(2, &[])].concat();
         let resource = [field(1, b"res"), field(2, &scope), field(2, &field(2, &record))].concat();
         let request = [field(1, &resource), field(1, &field(2, &scope))].concat();
         assert_eq!(log_records(&request), 5);

@@ -198,7 +198,7 @@ fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-type Labels<'a> = Vec<(&'static str, &'a str)>;
+type Labels<'a> = Vec<(&'a str, &'a str)>;
 
 fn encode_family<'a, M: prometheus_client::encoding::EncodeMetric>(
     encoder: &mut DescriptorEncoder,
@@ -272,7 +272,7 @@ impl Collector for Shared {
                 &family.help,
                 MetricType::Gauge,
                 family.series.iter().map(|(labels, value)| {
-                    let labels = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    let labels = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                     (labels, ConstGauge::new(*value))
                 }),
             )?;

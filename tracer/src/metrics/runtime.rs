@@ -1,6 +1,7 @@
-//! Runtime counters as metrics: the latest value of every counter of every traced process,
-//! labelled with the process (`pid`, and `container_id`, `pod_uid` where known). A process's
-//! series go when its session ends. Counter names come from the traced processes, so the
+//! Runtime counters as metrics: the latest value of every counter (and, for the Meter API, of
+//! every tag set) of every traced process, labelled with the process (`pid`, and
+//! `container_id`, `pod_uid` where known) and the tags. A process's series go when its session
+//! ends. Counter names come from the traced processes, so the
 //! number of series is capped per process and in all; what the caps refuse is counted.
 use std::collections::{BTreeMap, HashMap};
 
@@ -19,10 +20,13 @@ struct Latest {
     value: f64,
 }
 
+/// A series of one process: its metric name and its own labels (tags).
+type SeriesKey = (String, Vec<(String, String)>);
+
 #[derive(Debug, Default, Clone)]
 struct ProcessSeries {
-    labels: Vec<(&'static str, String)>,
-    latest: BTreeMap<String, Latest>,
+    labels: Vec<(String, String)>,
+    latest: BTreeMap<SeriesKey, Latest>,
 }
 
 /// Every counter family, by metric name: its HELP text and its series.
@@ -32,8 +36,8 @@ pub type RuntimeFamilies = BTreeMap<String, RuntimeFamily>;
 pub struct RuntimeFamily {
     /// The HELP of the first series seen (processes may disagree).
     pub help: String,
-    /// (labels, value), one per process.
-    pub series: Vec<(Vec<(&'static str, String)>, f64)>,
+    /// (labels, value): the process's, then the series' own.
+    pub series: Vec<(Vec<(String, String)>, f64)>,
 }
 
 /// The counters of the traced processes, updated as their `EventCounters` events are written.
@@ -70,7 +74,8 @@ impl RuntimeCounters {
             latest: BTreeMap::new(),
         });
         let latest = Latest { help: sample.help, value: sample.value };
-        if let Some(known) = process.latest.get_mut(&sample.metric) {
+        let key = (sample.metric, sample.labels);
+        if let Some(known) = process.latest.get_mut(&key) {
             *known = latest;
             return;
         }
@@ -80,12 +85,12 @@ impl RuntimeCounters {
                 log::warn!(
                     "pid {pid}: counter {} not exposed: at most {MAX_SERIES_PER_PROCESS} series \
                      per process and {MAX_SERIES} in all",
-                    sample.metric
+                    key.0
                 );
             }
             return;
         }
-        process.latest.insert(sample.metric, latest);
+        process.latest.insert(key, latest);
         self.series += 1;
     }
 
@@ -109,7 +114,8 @@ impl RuntimeCounters {
     pub fn families(&self) -> RuntimeFamilies {
         let mut families = RuntimeFamilies::new();
         for process in self.processes.values() {
-            for (metric, latest) in &process.latest {
+            for ((metric, tags), latest) in &process.latest {
+                let labels = process.labels.iter().chain(tags).cloned().collect();
                 families
                     .entry(metric.clone())
                     .or_insert_with(|| RuntimeFamily {
@@ -117,7 +123,7 @@ impl RuntimeCounters {
                         series: Vec::new(),
                     })
                     .series
-                    .push((process.labels.clone(), latest.value));
+                    .push((labels, latest.value));
             }
         }
         // Processes come from a hash map: order the series for a stable exposition.
@@ -128,11 +134,11 @@ impl RuntimeCounters {
     }
 }
 
-fn series_labels(pid: u32, labels: Option<&ProcessLabels>) -> Vec<(&'static str, String)> {
-    let mut out = vec![("pid", pid.to_string())];
+fn series_labels(pid: u32, labels: Option<&ProcessLabels>) -> Vec<(String, String)> {
+    let mut out = vec![("pid".to_string(), pid.to_string())];
     if let Some(l) = labels {
-        out.extend(l.container_id.clone().map(|id| ("container_id", id)));
-        out.extend(l.pod_uid.clone().map(|uid| ("pod_uid", uid)));
+        out.extend(l.container_id.clone().map(|id| ("container_id".to_string(), id)));
+        out.extend(l.pod_uid.clone().map(|uid| ("pod_uid".to_string(), uid)));
     }
     out
 }
@@ -142,7 +148,20 @@ mod tests {
     use super::*;
 
     fn sample(metric: &str, value: f64) -> Result<CounterSample, CounterError> {
-        Ok(CounterSample { metric: metric.into(), help: format!("{metric} help"), value })
+        tagged(metric, &[], value)
+    }
+
+    fn tagged(
+        metric: &str,
+        tags: &[(&str, &str)],
+        value: f64,
+    ) -> Result<CounterSample, CounterError> {
+        let labels = tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Ok(CounterSample { metric: metric.into(), help: format!("{metric} help"), value, labels })
+    }
+
+    fn l(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn labels(container: &str) -> ProcessLabels {
@@ -167,17 +186,33 @@ mod tests {
             RuntimeFamily {
                 help: "m_a help".into(),
                 series: vec![
-                    (vec![("pid", "3".into())], 5.0),
-                    (vec![("pid", "7".into()), ("container_id", "c7".into())], 2.0),
+                    (l(&[("pid", "3")]), 5.0),
+                    (l(&[("pid", "7"), ("container_id", "c7")]), 2.0),
                 ],
             }
         );
         assert_eq!(c.len(), 3);
         c.remove(7);
         assert_eq!(c.len(), 2);
-        assert_eq!(c.families()["m_a"].series, vec![(vec![("pid", "3".into())], 5.0)]);
+        assert_eq!(c.families()["m_a"].series, vec![(l(&[("pid", "3")]), 5.0)]);
         c.remove(3);
         assert!(c.is_empty() && c.families().is_empty());
+    }
+
+    #[test]
+    fn each_tag_set_is_a_series() {
+        let mut c = RuntimeCounters::default();
+        c.record(1, None, tagged("m", &[("route", "/a")], 1.0));
+        c.record(1, None, tagged("m", &[("route", "/b")], 2.0));
+        c.record(1, None, tagged("m", &[("route", "/a")], 3.0));
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            c.families()["m"].series,
+            vec![
+                (l(&[("pid", "1"), ("route", "/a")]), 3.0),
+                (l(&[("pid", "1"), ("route", "/b")]), 2.0),
+            ]
+        );
     }
 
     #[test]
