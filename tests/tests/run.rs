@@ -220,10 +220,10 @@ fn hostile_peers_fail_clearly_within_the_timeout_and_other_targets_are_still_tra
     assert_eq!(f["refused"], false);
 
     let f = failure(&mut tracer, short.pid());
-    assert!(error(&f).contains("timed out after 1s in ReadReplyPayload"), "{f}");
+    assert!(error(&f).contains("timed out after 1s while reading the reply payload"), "{f}");
 
     let f = failure(&mut tracer, silent.pid());
-    assert!(error(&f).contains("timed out after 1s in ReadReplyHeader"), "{f}");
+    assert!(error(&f).contains("timed out after 1s while reading the reply header"), "{f}");
 
     let f = failure(&mut tracer, symlink.pid());
     assert_eq!(f["refused"], true);

@@ -603,7 +603,16 @@ mod tests {
         // A sign-extended command (musl's `int request`) is still a REG.
         let mut sign_extended = ev;
         sign_extended.cmd = 0xffff_ffff_c008_2a00;
-        assert!(decode(&bytes_of(&sign_extended)).is_ok());
+        let EventBody::UserEvents(sign_extended) = decode(&bytes_of(&sign_extended)).unwrap().body
+        else {
+            panic!("a user_events event")
+        };
+        let EventBody::UserEvents(plain) = decoded.body else { unreachable!() };
+        assert_eq!(
+            sign_extended.cmd, 0xffff_ffff_c008_2a00,
+            "the command as the process passed it"
+        );
+        assert_eq!(sign_extended.op, plain.op, "decoded as the same registration");
         // Struct read failed: no name either.
         let mut unread = ev;
         unread.arg_read = -14;

@@ -269,6 +269,7 @@ fn printable(text: &str) -> impl Iterator<Item = char> {
 
 #[cfg(test)]
 mod tests {
+    use crate::ordered::OrderedMap;
     use std::borrow::Cow;
 
     use super::*;
@@ -293,8 +294,8 @@ mod tests {
 
     /// As CoreCLR 8.0.4 writes it: `{"": {"Payload": {...}}}`.
     fn payload(fields: Vec<(&'static str, Value<'static>)>) -> Fields<'static> {
-        let wrapped = Fields(vec![("Payload", Value::Object(Fields(fields)))]);
-        Fields(vec![("", Value::Object(wrapped))])
+        let wrapped = OrderedMap(vec![("Payload", Value::Object(OrderedMap(fields)))]);
+        OrderedMap(vec![("", Value::Object(wrapped))])
     }
 
     fn s(v: &str) -> Value<'static> {
@@ -405,7 +406,7 @@ mod tests {
 
     fn meter_event<'a>(name: &'a str, fields: Vec<(&'a str, &'a str)>) -> DecodedEvent<'a> {
         let fields = fields.into_iter().map(|(k, v)| (k, s(v))).collect();
-        event("System.Diagnostics.Metrics", name, Fields(fields))
+        event("System.Diagnostics.Metrics", name, OrderedMap(fields))
     }
 
     /// As .NET 8 writes them (sessionId first, then the instrument, tags, value).
@@ -500,7 +501,7 @@ mod tests {
     #[test]
     fn malformed_payloads_say_what_is_missing() {
         assert_eq!(sample_of("P", Fields::default()), Err(CounterError::NoPayload));
-        let empty_wrapper = Fields(vec![("", Value::Object(Fields::default()))]);
+        let empty_wrapper = OrderedMap(vec![("", Value::Object(Fields::default()))]);
         assert_eq!(sample_of("P", empty_wrapper), Err(CounterError::NoPayload));
         let no_name = payload(vec![("Mean", Value::F64(1.0))]);
         assert_eq!(sample_of("P", no_name), Err(CounterError::MissingName("Name")));

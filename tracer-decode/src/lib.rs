@@ -9,6 +9,7 @@ pub mod names;
 
 pub mod diagnostic_ipc;
 pub mod nettrace;
+pub mod ordered;
 pub mod procfs;
 pub mod text;
 pub mod unix_socket;

@@ -479,14 +479,19 @@ mod tests {
         };
         assert_eq!(info.info_version, Some(1));
         assert_eq!(info.managed_entrypoint_assembly.as_deref(), Some("python3"));
-        assert!(info.clr_product_version.unwrap().starts_with("8.0.4+"));
+        assert!(info.clr_product_version.as_deref().unwrap().starts_with("8.0.4+"));
         assert_eq!(info.portable_rid.as_deref(), Some("linux-x64"));
 
         // A later ProcessInfo3 version may append fields; version 1 may not.
         let mut p3_future = p3.clone();
         p3_future[..4].copy_from_slice(&2u32.to_le_bytes());
         p3_future.extend_from_slice(&[9, 9, 9]);
-        assert!(decode_reply(ReplyShape::ProcessInfo3, &reply(0, &p3_future)).is_ok());
+        let Ok(Reply::ProcessInfo(future)) =
+            decode_reply(ReplyShape::ProcessInfo3, &reply(0, &p3_future))
+        else {
+            panic!("a later version decodes")
+        };
+        assert_eq!(future, ProcessInfo { info_version: Some(2), ..info.clone() });
         let mut p3_trailing = p3;
         p3_trailing.push(9);
         let len = 20 + p3_trailing.len();

@@ -3,7 +3,8 @@
 //! Offsets and sizes come from the format; every access is bounds-checked against the record,
 //! including the targets of `__data_loc` / `__rel_loc` dynamic fields.
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use crate::ordered::OrderedMap;
+use serde::ser::{Serialize, Serializer};
 use thiserror::Error;
 
 use super::format::{DynamicKind, EventFormat, FieldFormat};
@@ -75,24 +76,7 @@ impl Serialize for FieldValue {
 }
 
 /// The event's own fields in format order; serializes as a JSON object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fields<'f>(pub Vec<(&'f str, FieldValue)>);
-
-impl Fields<'_> {
-    pub fn get(&self, name: &str) -> Option<&FieldValue> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
-    }
-}
-
-impl Serialize for Fields<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (name, value) in &self.0 {
-            map.serialize_entry(name, value)?;
-        }
-        map.end()
-    }
-}
+pub type Fields<'f> = OrderedMap<&'f str, FieldValue>;
 
 /// Decodes the event's own fields (not `common_*`) of `record` with `format`.
 /// `record` may carry trailing alignment padding (the ring buffer rounds to 4 bytes).
@@ -126,7 +110,7 @@ pub fn decode_fields<'f>(
         };
         out.push((field.name.as_str(), value));
     }
-    Ok(Fields(out))
+    Ok(OrderedMap(out))
 }
 
 /// The bytes a `__data_loc` / `__rel_loc` field points at.

@@ -15,6 +15,7 @@ pub mod payload;
 pub mod runtime_events;
 mod sequence;
 
+use crate::ordered::OrderedMap;
 use std::borrow::Cow;
 
 use serde::Serialize;
@@ -194,7 +195,7 @@ impl<'a> DecodedEvent<'a> {
         let (fields, decode_error) = match decode_payload(meta, payload, pointer_size) {
             Ok(fields) => (fields, None),
             Err(e) => {
-                let raw = Fields(vec![("raw_payload", Value::Bytes(payload.to_vec()))]);
+                let raw = OrderedMap(vec![("raw_payload", Value::Bytes(payload.to_vec()))]);
                 (raw, Some(e.to_string()))
             }
         };

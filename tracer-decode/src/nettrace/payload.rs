@@ -1,7 +1,8 @@
 //! Payload decoding into named, typed values: from metadata field lists (EventSource events) or
 //! from the built-in layouts of native runtime events. Shared by nettrace and user_events.
 
-use serde::ser::{SerializeMap, SerializeSeq};
+use crate::ordered::OrderedMap;
+use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 
 use super::cursor::{Cursor, Utf16Problem};
@@ -30,14 +31,7 @@ pub enum Value<'m> {
 }
 
 /// Named values in payload order; serialises as a JSON object keeping that order.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Fields<'m>(pub Vec<(&'m str, Value<'m>)>);
-
-impl<'m> Fields<'m> {
-    pub fn get(&self, name: &str) -> Option<&Value<'m>> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
-    }
-}
+pub type Fields<'m> = OrderedMap<&'m str, Value<'m>>;
 
 impl Value<'_> {
     /// The integer behind an integer or mapped value.
@@ -47,16 +41,6 @@ impl Value<'_> {
             Value::I64(v) => u64::try_from(v).ok(),
             _ => None,
         }
-    }
-}
-
-impl Serialize for Fields<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (name, value) in &self.0 {
-            map.serialize_entry(name, value)?;
-        }
-        map.end()
     }
 }
 
@@ -198,7 +182,7 @@ pub fn decode_payload<'m>(
     if payload.is_empty() {
         return Ok(Fields::default());
     }
-    Ok(Fields(vec![("raw_payload", Value::Bytes(payload.to_vec()))]))
+    Ok(OrderedMap(vec![("raw_payload", Value::Bytes(payload.to_vec()))]))
 }
 
 struct Decoder<'p> {
@@ -232,7 +216,7 @@ impl<'p> Decoder<'p> {
             let value = self.value(&def.name, &def.ty)?;
             out.push((def.name.as_str(), value));
         }
-        Ok(Fields(out))
+        Ok(OrderedMap(out))
     }
 
     fn take(&mut self, field: &str, n: usize) -> Result<&'p [u8], PayloadError> {
@@ -326,6 +310,6 @@ impl<'p> Decoder<'p> {
             };
             out.push((field.name, value));
         }
-        Ok(Fields(out))
+        Ok(OrderedMap(out))
     }
 }

@@ -109,15 +109,15 @@ fn verbose_fixture_decodes_exceptions_allocation_ticks_and_eventsource_fields() 
     assert_eq!(first["ExceptionHRESULT"], 0x8013_1537u32); // COR_E_FORMAT
 
     let ticks: Vec<_> = events.iter().filter(|e| e["event"] == "GCAllocationTick").collect();
-    assert!(ticks.len() >= 20, "20 × 100 KB arrays give at least 20 ticks, got {}", ticks.len());
+    assert_eq!(ticks.len(), 23, "the GCAllocationTick events of the capture");
     assert!(ticks.iter().all(|t| t["version"] == 4 && t["fields"]["ObjectSize"].is_u64()));
     // byte[100000] is above the 85000-byte threshold: large object heap.
     let mut large = ticks.iter().filter(|t| t["fields"]["TypeName"] == "System.Byte[]");
-    assert!(large.clone().count() >= 10);
+    assert_eq!(large.clone().count(), 11, "byte[100000] ticks");
     assert!(large.all(|t| t["fields"]["AllocationKind"] == "Large"));
 
     let rented: Vec<_> = events.iter().filter(|e| e["event"] == "BufferRented").collect();
-    assert!(!rented.is_empty());
+    assert_eq!(rented.len(), 63, "the BufferRented events of the capture");
     // Field order is the metadata's (serde_json::Value would sort keys: check the line).
     let line = lines.iter().find(|l| l.contains("\"BufferRented\"")).unwrap();
     assert!(
@@ -134,10 +134,11 @@ fn verbose_fixture_decodes_exceptions_allocation_ticks_and_eventsource_fields() 
 
 #[test]
 fn any_chunking_gives_identical_results() {
-    for name in [
-        "coreclr8_gc_induced5.nettrace",
-        "coreclr8_verbose.nettrace",
-        "coreclr8_threadpool.nettrace",
+    for (name, events) in [
+        ("coreclr8_gc_induced5.nettrace", 98),
+        ("coreclr8_verbose.nettrace", 694),
+        ("coreclr8_threadpool.nettrace", 38),
+        ("coreclr8_counters.nettrace", 56),
     ] {
         let data = fixture(name);
         let (whole, whole_parser) = parse_all(&data);
@@ -149,7 +150,7 @@ fn any_chunking_gives_identical_results() {
             seed ^= seed << 17;
             (seed % 300) as usize + 1
         });
-        assert!(!whole.is_empty());
+        assert_eq!(whole.len(), events, "{name}");
         assert_eq!(whole, bytewise, "{name}");
         assert_eq!(whole, random, "{name}");
         assert_eq!(whole_parser.stats(), byte_parser.stats());
@@ -672,9 +673,12 @@ fn threadpool_fixture_adjustment_events_match_their_templates_exactly() {
     assert_eq!(parser.trace().unwrap().process_id, 3234, "the host pid the capture script printed");
     // Every payload is exactly its template's size: the layouts account for every byte.
     let sizes = |id| seen.iter().filter(move |s| s.0 == id).map(|s| (s.1, s.2));
-    assert!(sizes(54).count() >= 2 && sizes(54).all(|s| s == (10, 2)), "{seen:?}");
-    assert!(sizes(55).count() >= 2 && sizes(55).all(|s| s == (18, 4)), "{seen:?}");
-    assert!(sizes(56).count() >= 2 && sizes(56).all(|s| s == (76, 11)), "{seen:?}");
+    assert_eq!(sizes(54).count(), 3);
+    assert_eq!(sizes(55).count(), 2);
+    assert_eq!(sizes(56).count(), 3);
+    assert!(sizes(54).all(|s| s == (10, 2)), "{seen:?}");
+    assert!(sizes(55).all(|s| s == (18, 4)), "{seen:?}");
+    assert!(sizes(56).all(|s| s == (76, 11)), "{seen:?}");
     // Throughput values are finite doubles (a wrong offset would give garbage exponents).
     assert!(seen.iter().all(|s| s.3.as_f64().is_some_and(|v| (0.0..1e7).contains(&v))));
 }

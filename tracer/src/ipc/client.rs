@@ -44,6 +44,17 @@ pub enum Phase {
     ReadReplyPayload,
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::WriteRequest => "while writing the request",
+            Phase::SendFd => "while passing the fd",
+            Phase::ReadReplyHeader => "while reading the reply header",
+            Phase::ReadReplyPayload => "while reading the reply payload",
+        })
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum ClientError {
     #[error(transparent)]
@@ -61,9 +72,9 @@ pub enum ClientError {
         #[source]
         source: EncodeError,
     },
-    #[error("pid {pid}: {command} timed out after {timeout:?} in {phase:?} (runtime hung?)")]
+    #[error("pid {pid}: {command} timed out after {timeout:?} {phase} (runtime hung?)")]
     Timeout { pid: u32, command: CommandCode, phase: Phase, timeout: Duration },
-    #[error("pid {pid}: {command} failed in {phase:?}: {source}")]
+    #[error("pid {pid}: {command} failed {phase}: {source}")]
     Io {
         pid: u32,
         command: CommandCode,
@@ -72,7 +83,7 @@ pub enum ClientError {
         source: io::Error,
     },
     #[error(
-        "pid {pid}: connection closed in {phase:?} of {command} after {received} of {expected} bytes"
+        "pid {pid}: connection closed {phase} of {command} after {received} of {expected} bytes"
     )]
     Closed { pid: u32, command: CommandCode, phase: Phase, received: usize, expected: usize },
     #[error("pid {pid}: invalid reply to {command}: {source}")]

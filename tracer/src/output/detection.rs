@@ -1,7 +1,5 @@
 //! Bodies of detection lines: a live detection from the eBPF programs or a mapping found by the
 //! start-up scan. Fields follow the kind, so the body is an ordered map of them.
-use serde::Serialize;
-use serde::ser::SerializeMap as _;
 use serde_json::{Value, json};
 use tracer_common::{EventKind, MemfdKind};
 use tracer_decode::bpf_event::{Captured, DetectionEvent, EventBody, Mapping, UserEventsOp};
@@ -14,27 +12,7 @@ use crate::kernel::procfs::ProcessIdentity;
 use crate::time::{Clock, monotonic_ns};
 
 /// Fields in the order they were pushed: the body of lines whose fields depend on the event.
-#[derive(Debug, Clone, Default)]
-pub struct FieldMap {
-    fields: Vec<(&'static str, Value)>,
-}
-
-impl FieldMap {
-    pub fn push(&mut self, key: &'static str, value: impl Into<Value>) -> &mut FieldMap {
-        self.fields.push((key, value.into()));
-        self
-    }
-}
-
-impl Serialize for FieldMap {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.fields.len()))?;
-        for (k, v) in &self.fields {
-            map.serialize_entry(k, v)?;
-        }
-        map.end()
-    }
-}
+pub type FieldMap = tracer_decode::ordered::OrderedMap<&'static str, Value>;
 
 fn hex(v: u64) -> Value {
     json!(format!("{v:#x}"))

@@ -346,7 +346,7 @@ fn one_of_each_kind() -> Vec<Value> {
         timestamp: 4,
         activity_id: Some("a".into()),
         related_activity_id: Some("b".into()),
-        fields: tracer_decode::nettrace::Fields(Vec::new()),
+        fields: tracer_decode::ordered::OrderedMap(Vec::new()),
         decode_error: Some("e".into()),
     };
     lines.push(json_of(&dotnet_event(&clock, 1, Source::Nettrace, 5, event)));
@@ -388,7 +388,7 @@ fn one_of_each_kind() -> Vec<Value> {
         event: "sched_process_exec",
         cpu: 0,
         tid: 9,
-        fields: tracer_decode::ftrace::record::Fields(Vec::new()),
+        fields: tracer_decode::ordered::OrderedMap(Vec::new()),
     };
     lines.push(json_of(&Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, ftrace)));
     let losses = [LossCount { source: "output", reason: "write_failed", count: 2 }];
