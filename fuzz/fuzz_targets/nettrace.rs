@@ -3,7 +3,7 @@
 //! must decode (to fields or to a reported error) without panicking, and any runtime counter
 //! sample it carries must be fit for the metrics exposition as it is.
 //!
-//! Work and output are bounded by input bytes (issue 9 §1): each event's JSON is within the
+//! Work and output are bounded by input bytes (tracer-decode/src/budget.rs): each event's JSON is within the
 //! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
 //! tracer's streaming session writes them (JSON + envelope, spent from an `OutputBudget` earned
 //! by the bytes fed) never pass `OUTPUT_BYTES_PER_INPUT_BYTE × input + OUTPUT_ALLOWANCE_BYTES`.

@@ -1,7 +1,8 @@
 //! user_events record decoding on arbitrary bytes and field offsets: never a panic, every
 //! parsed record resolves and decodes (to fields or a reported error), and the JSON of one
-//! record stays within what its bytes pay for (issue 9 §1): the payload decoder's charge bound
-//! and the session's `OutputBudget` (output ≤ 64 × record bytes + allowance).
+//! record stays within what its bytes pay for (tracer-decode/src/budget.rs): the payload
+//! decoder's charge bound and the session's `OutputBudget` (output ≤ 64 × record bytes +
+//! allowance).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

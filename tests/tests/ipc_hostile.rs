@@ -1,7 +1,7 @@
 //! Hostile owners of a diagnostic socket: each must produce its exact typed error (an error other
 //! than `Timeout` proves no timer ran out; a `Timeout` names the phase and the limit), and the
 //! socket-trust checks must refuse before any byte is sent. The peer must be the detected process
-//! (issue 9 §3): names planted by another user in a shared temp dir, a stale listener on a
+//! (docs/security.md, "Peer identity"): names planted by another user in a shared temp dir, a stale listener on a
 //! recycled pid and a target in a time namespace. No test bounds elapsed time from above: on a
 //! loaded machine that measures the scheduler, not the client.
 

@@ -1,4 +1,4 @@
-//! Runtimes found through their diagnostic server socket (issue 12): live at `bind()` (a real
+//! Runtimes found through their diagnostic server socket (docs/protocol/bpf-detection.md §3.4): live at `bind()` (a real
 //! CoreCLR 8.0.4 with W^X off, which maps no `doublemapper`), by the start-up scan of
 //! `/proc/<pid>/net/unix`, through `--pid`, and between `bind()` and `listen()`. Real kernel,
 //! root; other tests run in parallel, so every assertion is about the processes started here.

@@ -10,8 +10,8 @@
 //! 4. tracer's `locate_and_connect(V)` runs here (pids and `/proc` of this namespace) and its
 //!    result is printed: `PIDS <C> <V>`, then `RESULT CONNECTED` or `RESULT <error as Debug>`.
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::IoSliceMut;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -76,32 +76,7 @@ fn main() -> Result<()> {
 
 fn listen_and_pass(path: &std::path::Path, to: &UnixStream) -> Result<()> {
     let listener = UnixListener::bind(path)?;
-    send_fd(to, listener.as_raw_fd())
-}
-
-fn send_fd(stream: &UnixStream, fd: RawFd) -> Result<()> {
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let byte = [0u8; 1];
-    let iov = [IoSlice::new(&byte)];
-    // SAFETY: msghdr is plain data; zero is a valid initial value for every field.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_ptr().cast_mut().cast();
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space;
-    // SAFETY: the control buffer holds CMSG_SPACE(4) bytes, so the first header and its data
-    // fit; every pointer stays valid during sendmsg, which only reads the iovec.
-    let sent = unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        libc::sendmsg(stream.as_raw_fd(), &msg, 0)
-    };
-    ensure!(sent == 1, "sendmsg: {}", std::io::Error::last_os_error());
+    tracer::ipc::socket::send_fd_once(to.as_fd(), listener.as_raw_fd())?;
     Ok(())
 }
 

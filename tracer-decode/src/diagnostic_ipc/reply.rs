@@ -212,12 +212,6 @@ pub struct ReplyHeader {
     pub is_error: bool,
 }
 
-impl ReplyHeader {
-    pub fn payload_len(self) -> usize {
-        usize::from(self.size) - HEADER_LEN
-    }
-}
-
 /// Validates a reply header (magic, command set 0xFF, id OK/Error, size ≥ 20) and refuses a size
 /// that the expected reply `shape` cannot have, so that a hostile peer cannot make the caller
 /// wait for bytes it will never need.

@@ -727,7 +727,7 @@ fn at_most_one_object_is_buffered() {
     assert!(max_buffered > 4096);
 }
 
-// ---- work and output bounded by input bytes (issue 9 §1) ----
+// ---- work and output bounded by input bytes (tracer-decode/src/budget.rs) ----
 
 /// A V1 field: type code, then (objects) the nested fields, then the name.
 fn v1_field(code: u32, nested: Option<&[Vec<u8>]>, name: &str) -> Vec<u8> {

@@ -16,6 +16,7 @@ use tracer_decode::container::parse_cgroup_path;
 use tracer_decode::procfs::cgroup_v2_path;
 
 pub use self::filter::{EnvRequirement, ProcessFilter};
+pub use crate::kernel::procfs::cgroup_v2_mount;
 pub use crate::output::ProcessLabels;
 
 /// Bytes read from `/proc/<pid>/cgroup`: one line per v1 hierarchy plus the v2 `0::` line, each
@@ -203,17 +204,6 @@ impl ProcessTracker {
     pub fn is_empty(&self) -> bool {
         self.processes.is_empty()
     }
-}
-
-/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
-/// hybrid hosts).
-pub fn cgroup_v2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let mut it = l.split_whitespace();
-        let (_dev, dir, fstype) = (it.next()?, it.next()?, it.next()?);
-        (fstype == "cgroup2").then(|| PathBuf::from(dir))
-    })
 }
 
 /// Container ids of every process now running (for resolving `--container` prefixes).

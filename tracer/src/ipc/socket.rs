@@ -2,13 +2,13 @@
 //! paths an (unprivileged, possibly containerised) target controls.
 //!
 //! tracer runs as root and resolves names inside the target's root and temp dir, which the
-//! target owns. So (docs/protocol/diagnostic-ipc.md §1.3, issue 3):
+//! target owns. So (docs/protocol/diagnostic-ipc.md §1.3):
 //! * the socket name uses the target's innermost pid (`NSpid`), its `TMPDIR` and its start time
 //!   (field 22 of `/proc/<pid>/stat`), exactly as the runtime builds it;
 //! * the path is opened with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS |
 //!   RESOLVE_NO_MAGICLINKS)` relative to `/proc/<pid>/root`, so no symlink (not even one inside
 //!   the container) can redirect us, as an `O_PATH` fd that must be a socket;
-//! * the socket file must be owned by the target's uid or root (issue 9 §3): in a shared `/tmp`
+//! * the socket file must be owned by the target's uid or root (docs/security.md, "Peer identity"): in a shared `/tmp`
 //!   any user can create names for other users' pids;
 //! * we connect to *that inode* through `/proc/self/fd/<n>` (no second path lookup), and the
 //!   listener must be the detected process itself: its `SO_PEERCRED` pid is the detected pid and
@@ -24,7 +24,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -238,8 +238,9 @@ impl VerifiedStream {
     /// 5), waiting at most `timeout` for the socket to become writable.
     pub async fn send_fd(&self, fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
         let fd = fd.as_raw_fd();
-        let send =
-            self.stream.async_io(tokio::io::Interest::WRITABLE, || send_fd_once(&self.stream, fd));
+        let send = self
+            .stream
+            .async_io(tokio::io::Interest::WRITABLE, || send_fd_once(self.stream.as_fd(), fd));
         match tokio::time::timeout(timeout, send).await {
             Ok(result) => result,
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "sending the fd timed out")),
@@ -247,7 +248,9 @@ impl VerifiedStream {
     }
 }
 
-fn send_fd_once(stream: &UnixStream, fd: RawFd) -> io::Result<()> {
+/// One `sendmsg` of one data byte carrying `fd` as SCM_RIGHTS on `socket` (a connected
+/// `AF_UNIX` stream socket); `WouldBlock` when the socket is full.
+pub fn send_fd_once(socket: BorrowedFd<'_>, fd: RawFd) -> io::Result<()> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
     // SAFETY: CMSG_SPACE is a pure size computation.
@@ -268,7 +271,7 @@ fn send_fd_once(stream: &UnixStream, fd: RawFd) -> io::Result<()> {
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+        libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
     };
     match sent {
         1 => Ok(()),

@@ -205,14 +205,15 @@ pub fn process_identity(pid: u32) -> Option<ProcessIdentity> {
     let cgroup_id = fs::read_to_string(dir.join("cgroup"))
         .ok()
         .and_then(|c| cgroup_v2_path(&c).map(str::to_string))
-        .and_then(|p| cgroup_v2_root().map(|root| root.join(p.trim_start_matches('/'))))
+        .and_then(|p| cgroup_v2_mount().map(|root| root.join(p.trim_start_matches('/'))))
         .and_then(|dir| fs::metadata(dir).ok())
         .map(|m| m.ino());
     Some(ProcessIdentity { comm, uid, cgroup_id })
 }
 
-/// Where the cgroup v2 hierarchy is mounted.
-fn cgroup_v2_root() -> Option<PathBuf> {
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
+/// hybrid hosts).
+pub fn cgroup_v2_mount() -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
     mounts.lines().find_map(|l| {
         let mut it = l.split_whitespace();

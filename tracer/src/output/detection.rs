@@ -141,6 +141,20 @@ fn push_socket(line: &mut FieldMap, path: &[u8], abstract_name: bool, name: Diag
         .push("key", name.key);
 }
 
+/// The fields every detection line starts with, as procfs can tell them: the process (comm,
+/// uid, cgroup), and null for the thread, CPU and sequence only the kernel path knows.
+fn procfs_header(id: Option<ProcessIdentity>) -> FieldMap {
+    let id = id.unwrap_or_default();
+    let mut line = FieldMap::default();
+    line.push("tid", Value::Null)
+        .push("comm", id.comm)
+        .push("uid", id.uid)
+        .push("cgroup_id", id.cgroup_id)
+        .push("cpu", Value::Null)
+        .push("seq", Value::Null);
+    line
+}
+
 /// The line of a listening diagnostic socket found by the start-up scan (or `--pid`), stamped
 /// now: fields only the kernel path knows are null, and the socket's inode is added.
 pub fn procfs_socket_line(
@@ -149,15 +163,8 @@ pub fn procfs_socket_line(
     clock: &Clock,
     id: Option<ProcessIdentity>,
 ) -> Line<FieldMap> {
-    let id = id.unwrap_or_default();
-    let mut line = FieldMap::default();
-    line.push("tid", Value::Null)
-        .push("comm", id.comm)
-        .push("uid", id.uid)
-        .push("cgroup_id", id.cgroup_id)
-        .push("cpu", Value::Null)
-        .push("seq", Value::Null)
-        .push("fd", Value::Null);
+    let mut line = procfs_header(id);
+    line.push("fd", Value::Null);
     // procfs shows an abstract name's leading NUL as `@`.
     let (path, abstract_name) = match socket.path.strip_prefix(b"@") {
         Some(rest) => (rest, true),
@@ -196,15 +203,8 @@ pub fn procfs_mapping_line(
 
 /// The body of a procfs mapping line.
 fn procfs_mapping_body(m: &MemfdMapping, id: Option<ProcessIdentity>) -> FieldMap {
-    let id = id.unwrap_or_default();
-    let mut line = FieldMap::default();
-    line.push("tid", Value::Null)
-        .push("comm", id.comm)
-        .push("uid", id.uid)
-        .push("cgroup_id", id.cgroup_id)
-        .push("cpu", Value::Null)
-        .push("seq", Value::Null)
-        .push("memfd", m.memfd_kind.name())
+    let mut line = procfs_header(id);
+    line.push("memfd", m.memfd_kind.name())
         .push("fd", Value::Null)
         .push("addr", hex(m.start))
         .push("len", m.end.saturating_sub(m.start))

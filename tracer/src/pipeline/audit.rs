@@ -193,17 +193,7 @@ pub async fn run(
 
     let scan = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for existing .NET mappings and diagnostic sockets")?;
-    let found = scan
-        .mappings
-        .iter()
-        .map(|m| (m.pid, output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))));
-    let sockets = scan.sockets.iter().map(|f| {
-        (
-            f.pid,
-            output::procfs_socket_line(f.pid, &f.socket, &clock, procfs::process_identity(f.pid)),
-        )
-    });
-    for (pid, line) in found.chain(sockets) {
+    for (pid, _, line) in super::scan_lines(&scan, &clock) {
         let tracked = tracker.lookup(pid, None);
         if !tracked.included {
             summary.filtered_out += 1;

@@ -360,19 +360,8 @@ pub async fn run(
 
     let scan = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for running .NET processes")?;
-    let mappings = scan
-        .mappings
-        .iter()
-        .map(|m| (m.pid, output::procfs_mapping_line(m, &clock, procfs::process_identity(m.pid))));
-    let sockets = scan.sockets.iter().map(|f| {
-        (
-            f.pid,
-            output::procfs_socket_line(f.pid, &f.socket, &clock, procfs::process_identity(f.pid)),
-        )
-    });
-    for (pid, line) in mappings.chain(sockets) {
+    for (pid, uid, line) in super::scan_lines(&scan, &clock) {
         let Some(process_labels) = detected(pid, None, &mut summary) else { continue };
-        let uid = procfs::process_identity(pid).map_or(0, |id| id.uid);
         let line = line.with_labels(process_labels);
         *summary.detections.entry(("procfs", line.kind().name())).or_default() += 1;
         sink.emit(&line);
