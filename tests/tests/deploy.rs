@@ -67,6 +67,8 @@ fn systemd_units_verify() {
     for unit in ["tracer-audit.service", "tracer-run.service"] {
         let text = std::fs::read_to_string(deploy_dir().join("systemd").join(unit)).unwrap();
         assert!(text.contains("ExecStart=/usr/local/bin/tracer "), "{unit}");
+        // `systemctl reload` is log rotation: tracer reopens its output on SIGHUP.
+        assert!(text.contains("\nExecReload=/bin/kill -HUP $MAINPID\n"), "{unit}");
         // The unit as installed, with the binary where this build put it.
         let installed = text.replace("/usr/local/bin/tracer", &binary.display().to_string());
         std::fs::write(scratch.path().join(unit), installed).unwrap();

@@ -82,6 +82,20 @@ fn amplifying_stream_ends_with_budget_exceeded_and_a_good_runtime_gets_every_eve
     let named = lines.iter().filter(|l| is(l, "dotnet_event", bad) && l["id"] == 2).count();
     assert!(named > 0 && named < NAMED_EVENTS as usize, "{named} long-named events written");
     assert_eq!(summary.sessions_ended.get("budget_exceeded"), Some(&1));
+    // What was decoded but not written is a loss, on the session's end and in the summary.
+    let unwritten = ended["unwritten_events"].as_u64().expect("unwritten_events");
+    assert!(unwritten > 0, "{ended}");
+    let written = lines.iter().filter(|l| is(l, "dotnet_event", bad)).count() as u64;
+    assert!(written + unwritten <= u64::from(EMPTY_EVENTS + NAMED_EVENTS), "{ended}");
+    assert_eq!(summary.unwritten_over_budget, unwritten);
+    let last = lines.last().unwrap();
+    let loss = last["losses"].as_array().unwrap().iter().find(|l| l["reason"] == "budget_exceeded");
+    assert_eq!(
+        loss,
+        Some(
+            &serde_json::json!({"source":"nettrace","reason":"budget_exceeded","count":unwritten})
+        )
+    );
 
     // The well-behaved runtime, traced at the same time, got every event and a normal end.
     let count = |event: &str| lines.iter().filter(|l| is_event(l, ok, event)).count();

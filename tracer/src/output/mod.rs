@@ -222,6 +222,8 @@ pub struct StreamTotals {
     pub unrequested_events: u64,
     /// Bytes still queued on the socket when the drain timeout ended the session.
     pub unread_bytes: u64,
+    /// Events decoded but not written: the session passed a byte budget.
+    pub unwritten_events: u64,
     /// Why the runtime did not acknowledge StopTracing, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_error: Option<String>,

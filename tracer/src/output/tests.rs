@@ -373,6 +373,7 @@ fn one_of_each_kind() -> Vec<Value> {
                 lost_by_thread: vec![ThreadLoss { thread: 2, lost: 1 }],
                 unrequested_events: 4,
                 unread_bytes: 0,
+                unwritten_events: 0,
                 stop_error: Some("timed out".into()),
             }),
             error: Some("x"),

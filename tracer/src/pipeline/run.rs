@@ -77,6 +77,8 @@ pub struct RunSummary {
     pub unrequested_events: u64,
     /// Bytes still queued on sockets when drain timeouts ended sessions.
     pub unread_bytes_at_drain: u64,
+    /// Events decoded but not written because their streaming session passed a byte budget.
+    pub unwritten_over_budget: u64,
     /// Streaming sessions whose StopTracing the runtime did not acknowledge.
     pub stop_failures: u64,
     /// Processes that had to wait for a session slot.
@@ -137,6 +139,7 @@ impl RunSummary {
             loss("nettrace", "sequence_gap", self.runtime_lost_events),
             loss("nettrace", "unrequested_provider", self.unrequested_events),
             loss("nettrace", "unread_bytes_at_drain_timeout", self.unread_bytes_at_drain),
+            loss("nettrace", "budget_exceeded", self.unwritten_over_budget),
             loss("user_events", "undecodable_record", self.user_events_decode_errors),
             loss("user_events", "budget_exceeded", self.user_events_over_budget),
             loss("user_events", "metadata_cache_full", self.user_events_metadata_refused),
@@ -599,6 +602,7 @@ fn handle_message(
                 summary.runtime_lost_events += stats.lost_events;
                 summary.unrequested_events += end.unrequested_events;
                 summary.unread_bytes_at_drain += end.unread_bytes;
+                summary.unwritten_over_budget += end.unwritten_events;
                 summary.stop_failures += u64::from(end.stop_error.is_some());
                 if stats.lost_events > 0 {
                     log::warn!(
@@ -616,6 +620,7 @@ fn handle_message(
                         .collect(),
                     unrequested_events: end.unrequested_events,
                     unread_bytes: end.unread_bytes,
+                    unwritten_events: end.unwritten_events,
                     stop_error: end.stop_error,
                 }
             });

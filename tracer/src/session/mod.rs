@@ -211,6 +211,8 @@ pub struct StreamEnd {
     pub unrequested_events: u64,
     /// Bytes still queued on the socket when the drain timeout ended the session.
     pub unread_bytes: u64,
+    /// Events decoded but not written because the session passed a byte budget (then ended).
+    pub unwritten_events: u64,
     /// Why StopTracing was not acknowledged, when tracer sent it and it was not.
     pub stop_error: Option<String>,
 }

@@ -117,6 +117,7 @@ pub(super) async fn run(
     let mut stop_answered = false;
     let mut stop_error = None;
     let mut detail = None;
+    let mut unwritten_events = 0;
     // A runtime starts its stream (the nettrace header) at once; a peer that does not is dropped.
     let mut start_deadline = Some(Instant::now() + config.timeouts.read);
     let reason = loop {
@@ -220,6 +221,7 @@ pub(super) async fn run(
             let unread =
                 if drain_deadline.is_none() { "; the rest of the stream unread" } else { "" };
             detail = Some(format!("{why}; {not_written} decoded events not written{unread}"));
+            unwritten_events = not_written;
             log::warn!("pid {pid}: session ended: {}", detail.as_deref().unwrap_or_default());
             if drain_deadline.is_none() {
                 let _ = client.stop_session(session_id).await;
@@ -244,6 +246,7 @@ pub(super) async fn run(
         lost_by_thread: parser.lost_by_thread(),
         unrequested_events: unrequested,
         unread_bytes,
+        unwritten_events,
         stop_error,
     });
     let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, stream }).await;
