@@ -4,8 +4,9 @@
 //! fd (so the test can see it is the fd it passed), replies OK with session id 0x5E5510, and keeps
 //! the session until the client closes.
 //!
-//! Socket: this process's runtime name in `$TMPDIR`. stdout: `READY <path>`, then
-//! `RECEIVED <message bytes> <extra data bytes> <fds>`. Then on stdin: `status` answers
+//! Socket: this process's runtime name in `$TMPDIR`; connections that do not start with
+//! CollectTracing5 are closed (other tracers on the host may probe it). stdout: `READY <path>`,
+//! then `RECEIVED <message bytes> <extra data bytes> <fds>`. Then on stdin: `status` answers
 //! `SESSION open` or `SESSION closed` (whether the client still holds the connection, from a
 //! non-blocking peek at it); `wait-close` answers `CLOSED` once the client closed it.
 
@@ -24,14 +25,7 @@ fn main() -> Result<()> {
     let path = PathBuf::from(dir).join(procfs::runtime_socket_name(std::process::id())?);
     let listener = UnixListener::bind(&path)?;
     println!("READY {}", path.display());
-    let (mut stream, _) = listener.accept()?;
-
-    let mut message = vec![0u8; 20];
-    stream.read_exact(&mut message)?;
-    ensure!(&message[..14] == b"DOTNET_IPC_V1\0", "bad magic");
-    let size = usize::from(u16::from_le_bytes([message[14], message[15]]));
-    message.resize(size, 0);
-    stream.read_exact(&mut message[20..])?;
+    let (mut stream, message) = accept_collect_tracing(&listener)?;
 
     let (extra, fds) = receive_fds(stream.as_raw_fd())?;
     for fd in &fds {
@@ -62,6 +56,28 @@ fn main() -> Result<()> {
     }
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+/// The first connection whose message is CollectTracing5 (command set 0x02, id 0x06), with that
+/// message. Any other (another tracer on this host probing what looks like a runtime, e.g. a
+/// `tracer run` of a test running at the same time) is closed unanswered, as a runtime that
+/// does not know the command would do.
+fn accept_collect_tracing(listener: &UnixListener) -> Result<(UnixStream, Vec<u8>)> {
+    loop {
+        let (mut stream, _) = listener.accept()?;
+        let mut message = vec![0u8; 20];
+        if stream.read_exact(&mut message).is_err() || &message[..14] != b"DOTNET_IPC_V1\0" {
+            continue;
+        }
+        if message[16..18] != [0x02, 0x06] {
+            continue;
+        }
+        let size = usize::from(u16::from_le_bytes([message[14], message[15]]));
+        ensure!(size >= 20, "message size {size}");
+        message.resize(size, 0);
+        stream.read_exact(&mut message[20..])?;
+        return Ok((stream, message));
+    }
 }
 
 /// Whether the client still holds the connection: a non-blocking peek finds no end of stream.
