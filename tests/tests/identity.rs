@@ -276,3 +276,51 @@ fn run_traces_only_the_selected_container() {
     assert_eq!(summary.sessions_failed + summary.sessions_refused, 1, "one session, the pod's");
     assert_eq!(summary.processes, 1);
 }
+
+/// The kernel's id of a cgroup (its directory's inode), as BPF events carry it.
+fn cgroup_id(cgroup: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mount = tracer::identity::cgroup_v2_mount().expect("cgroup2 mount");
+    std::fs::metadata(mount.join(cgroup.trim_start_matches('/'))).unwrap().ino()
+}
+
+/// A process gone before tracer read its `/proc` entry (tracer behind a short-lived process, as
+/// on a loaded host) is still placed by the cgroup id its kernel events carry: labelled, and
+/// selected or not by the container and pod filters; `--require-env` cannot hold any more.
+#[test]
+fn a_process_gone_before_it_was_read_is_placed_by_its_cgroup_id() {
+    use tracer::identity::{ProcessLabels, ProcessTracker};
+    let f = fixture("gone");
+    let mut helper = LineProcess::spawn(HELPER, {
+        let mut c = Command::new(HELPER);
+        c.arg("sequence");
+        c
+    })
+    .unwrap();
+    assert_eq!(json(&mut helper)["phase"], "started");
+    let pid = helper.pid();
+    f.tree.enter(&f.docker.cgroup, pid).unwrap();
+    helper.close_stdin();
+    // The helper exits with an error when stdin closes before "go"; only its end matters.
+    let _ = helper.wait_exit(TIMEOUT);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "reaped");
+
+    let mut tracker = ProcessTracker::new(filter(&[&f.docker.id[..12]], &[], &[], &[]));
+    let gone = tracker.lookup(pid, Some(cgroup_id(&f.docker.cgroup)));
+    let labels = ProcessLabels {
+        cgroup: Some(f.docker.cgroup.clone()),
+        container_id: Some(f.docker.id.clone()),
+        pod_uid: None,
+    };
+    assert_eq!(gone.labels.as_deref(), Some(&labels));
+    assert!(gone.included);
+    assert!(!tracker.lookup(pid, Some(cgroup_id(&f.pod.cgroup))).included, "another container");
+    let mut pods = ProcessTracker::new(filter(&[], &[POD_UID], &[], &[]));
+    let in_pod = pods.lookup(pid, Some(cgroup_id(&f.pod.cgroup)));
+    assert_eq!(in_pod.labels.unwrap().pod_uid.as_deref(), Some(POD_UID));
+    assert!(in_pod.included);
+    let mut env = ProcessTracker::new(filter(&[], &[], &[], &[ENV]));
+    assert!(!env.lookup(pid, Some(cgroup_id(&f.docker.cgroup))).included, "environment gone");
+    // An id no cgroup has: unknown, not selected.
+    assert!(tracker.lookup(pid, Some(u64::MAX)).labels.is_none());
+}

@@ -29,6 +29,11 @@ pub const MAX_ENVIRON_BYTES: u64 = 256 * 1024;
 /// Processes whose identity a pipeline remembers (pid → labels and filter verdict). When full the
 /// memory is dropped and rebuilt from /proc on demand; entries leave on exit events.
 pub const MAX_TRACKED_PROCESSES: usize = 32 * 1024;
+/// Cgroup ids a pipeline remembers with the labels of the cgroup they name (for processes gone
+/// before their `/proc` entry was read). When full the memory is dropped.
+pub const MAX_CGROUP_IDS: usize = 4096;
+/// Cgroup directories one look-up of a cgroup id may examine in the cgroup2 hierarchy.
+pub const MAX_CGROUP_WALK: usize = 65_536;
 
 /// Reads at most `max` bytes of a file another process controls.
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
@@ -53,7 +58,11 @@ pub fn read_labels(pid: u32) -> Option<ProcessLabels> {
 
 /// Labels from a `/proc/<pid>/cgroup` text (no v2 line: no labels).
 pub fn labels_of(proc_cgroup: &str) -> ProcessLabels {
-    let Some(path) = cgroup_v2_path(proc_cgroup) else { return ProcessLabels::default() };
+    cgroup_v2_path(proc_cgroup).map(labels_of_path).unwrap_or_default()
+}
+
+/// Labels of the cgroup v2 `path` (as `/proc/<pid>/cgroup` shows it).
+fn labels_of_path(path: &str) -> ProcessLabels {
     let identity = parse_cgroup_path(path);
     ProcessLabels {
         cgroup: Some(path.to_string()),
@@ -117,11 +126,13 @@ pub struct Tracked {
 pub struct ProcessTracker {
     filter: ProcessFilter,
     processes: HashMap<u32, Tracked>,
+    /// Cgroup id → the labels of the cgroup it names (`None`: not found).
+    cgroups: HashMap<u64, Option<Arc<ProcessLabels>>>,
 }
 
 impl ProcessTracker {
     pub fn new(filter: ProcessFilter) -> ProcessTracker {
-        ProcessTracker { filter, processes: HashMap::new() }
+        ProcessTracker { filter, processes: HashMap::new(), cgroups: HashMap::new() }
     }
 
     pub fn filter(&self) -> &ProcessFilter {
@@ -143,9 +154,32 @@ impl ProcessTracker {
                 self.remember(pid, tracked.clone());
                 tracked
             }
-            // Gone before it could be read: unknown, and not remembered (its pid may be reused).
-            None => Tracked { labels: None, included: self.filter.is_empty(), cgroup_id },
+            // Gone before it could be read (a short-lived process while tracer is behind): not
+            // remembered (its pid may be reused), but the kernel's cgroup id still tells where it
+            // ran — enough for every filter but --require-env, whose environment is gone.
+            None => {
+                let labels = cgroup_id.and_then(|id| self.labels_of_cgroup(id));
+                let included = self.filter.is_empty()
+                    || labels.as_deref().is_some_and(|l| self.filter.matches(l, || None));
+                Tracked { labels, included, cgroup_id }
+            }
         }
+    }
+
+    /// The labels of the cgroup whose id is `id`, remembered; found by walking the cgroup2
+    /// hierarchy (at most [`MAX_CGROUP_WALK`] directories) for the directory of that inode.
+    fn labels_of_cgroup(&mut self, id: u64) -> Option<Arc<ProcessLabels>> {
+        if let Some(known) = self.cgroups.get(&id) {
+            return known.clone();
+        }
+        let found = cgroup_v2_mount()
+            .and_then(|mount| find_cgroup(&mount, id))
+            .map(|path| Arc::new(labels_of_path(&path)));
+        if self.cgroups.len() >= MAX_CGROUP_IDS {
+            self.cgroups.clear();
+        }
+        self.cgroups.insert(id, found.clone());
+        found
     }
 
     /// After an exec: a new program image and environment, read again; when the process is
@@ -204,6 +238,35 @@ impl ProcessTracker {
     pub fn is_empty(&self) -> bool {
         self.processes.is_empty()
     }
+}
+
+/// The path (as `/proc/<pid>/cgroup` shows it, `/` for the root) of the cgroup under `mount`
+/// whose directory has inode `id` — the cgroup id BPF's `bpf_get_current_cgroup_id` reports.
+fn find_cgroup(mount: &Path, id: u64) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    if std::fs::metadata(mount).ok()?.ino() == id {
+        return Some("/".into());
+    }
+    let mut pending = vec![mount.to_path_buf()];
+    let mut examined = 0;
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            examined += 1;
+            if examined > MAX_CGROUP_WALK {
+                return None;
+            }
+            if entry.metadata().is_ok_and(|m| m.ino() == id) {
+                let relative =
+                    entry.path().strip_prefix(mount).ok()?.to_string_lossy().into_owned();
+                return Some(format!("/{relative}"));
+            }
+            pending.push(entry.path());
+        }
+    }
+    None
 }
 
 /// Container ids of every process now running (for resolving `--container` prefixes).
