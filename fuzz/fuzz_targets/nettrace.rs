@@ -44,7 +44,8 @@ fn assert_sample_is_exposable(sample: &CounterSample) {
     assert!(sample.help.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\' && b != b'"'));
     assert!(sample.value.is_finite(), "{sample:?}");
     assert!(sample.labels.len() <= MAX_TAGS, "{sample:?}");
-    for (name, value) in &sample.labels {
+    for (i, (name, value)) in sample.labels.iter().enumerate() {
+        assert!(sample.labels[..i].iter().all(|(seen, _)| seen != name), "{sample:?}");
         let name = name.as_bytes();
         assert!(!name.is_empty() && (name[0].is_ascii_alphabetic() || name[0] == b'_'));
         assert!(name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_'), "{sample:?}");

@@ -71,6 +71,8 @@ pub enum CounterError {
     BadValue { instrument: String, value: String },
     #[error("instrument {instrument:?} has {tags} tags (at most {MAX_TAGS})")]
     TooManyTags { instrument: String, tags: usize },
+    #[error("instrument {instrument:?} has two tags named {label:?} as labels")]
+    DuplicateTag { instrument: String, label: String },
 }
 
 /// The `System.Diagnostics.Metrics` events that carry a value, with the field holding it.
@@ -118,12 +120,8 @@ fn meter_value(
         }
         let labels = tag_labels(instrument, text("tags").unwrap_or(""))?;
         let metric = checked_metric(metric_name(meter, instrument, unit), instrument)?;
-        let help = if unit.is_empty() {
-            format!("{instrument} of meter {meter}")
-        } else {
-            format!("{instrument} of meter {meter} ({unit})")
-        };
-        Ok(Some(CounterSample { metric, help: help_text(&help), value, labels }))
+        let help = help_text(&format!("{instrument} of meter {meter}"), unit);
+        Ok(Some(CounterSample { metric, help, value, labels }))
     };
     sample().transpose()
 }
@@ -149,7 +147,16 @@ fn tag_labels(instrument: &str, tags: &str) -> Result<Vec<(String, String)>, Cou
         let value: String = printable(value).take(MAX_LABEL_VALUE).collect();
         (name, value)
     });
-    Ok(labels.collect())
+    let labels: Vec<(String, String)> = labels.collect();
+    // Two tags may normalize to one name (`a-b`, `a_b`): a series with a label twice would make
+    // Prometheus refuse the whole scrape, every process's series with it.
+    for (i, (name, _)) in labels.iter().enumerate() {
+        if labels[..i].iter().any(|(seen, _)| seen == name) {
+            let (instrument, label) = (instrument.into(), name.clone());
+            return Err(CounterError::DuplicateTag { instrument, label });
+        }
+    }
+    Ok(labels)
 }
 
 fn event_counter(provider: &str, fields: &Fields) -> Result<CounterSample, CounterError> {
@@ -181,8 +188,7 @@ fn event_counter(provider: &str, fields: &Fields) -> Result<CounterSample, Count
         return Err(CounterError::NotFinite { counter: name.to_owned() });
     }
     let metric = checked_metric(metric_name(provider, name, units), name)?;
-    let help = if units.is_empty() { display.to_owned() } else { format!("{display} ({units})") };
-    Ok(CounterSample { metric, help: help_text(&help), value, labels: Vec::new() })
+    Ok(CounterSample { metric, help: help_text(display, units), value, labels: Vec::new() })
 }
 
 /// `metric` unless it is too long or takes tracer's own prefix.
@@ -256,10 +262,11 @@ fn valid(c: char, first: bool) -> bool {
     c == '_' || if first { c.is_ascii_alphabetic() } else { c.is_ascii_alphanumeric() }
 }
 
-/// Printable ASCII without `\` and `"` (which the exposition would have to escape), cut to
-/// [`MAX_HELP`] bytes.
-fn help_text(text: &str) -> String {
-    printable(text).take(MAX_HELP).collect()
+/// `text (units)` (or `text` without units) in printable ASCII without `\` and `"` (which the
+/// exposition would have to escape), cut to [`MAX_HELP`] bytes.
+fn help_text(text: &str, units: &str) -> String {
+    let help = if units.is_empty() { text.to_owned() } else { format!("{text} ({units})") };
+    printable(&help).take(MAX_HELP).collect()
 }
 
 fn printable(text: &str) -> impl Iterator<Item = char> {
@@ -486,6 +493,14 @@ mod tests {
                 tags: MAX_TAGS + 1
             }))
         );
+        let twice = published("GaugeValuePublished", "", "a-b=1,a_b=2", ("lastValue", "1"));
+        let duplicate = |label: &str| CounterError::DuplicateTag {
+            instrument: "queue-length".into(),
+            label: label.into(),
+        };
+        assert_eq!(counter_sample(&twice), Some(Err(duplicate("a_b"))));
+        let renamed = published("GaugeValuePublished", "", "pid=1,tag_pid=2", ("lastValue", "1"));
+        assert_eq!(counter_sample(&renamed), Some(Err(duplicate("tag_pid"))));
         let hostile =
             published("GaugeValuePublished", "", "__name__=x\n\"y\",=", ("lastValue", "1"));
         let labels = counter_sample(&hostile).unwrap().unwrap().labels;
