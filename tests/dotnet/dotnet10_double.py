@@ -33,6 +33,12 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
   `forge N`  HOSTILE (issue 9 §2): through the fd of each of its user_events sessions, N
             `Tick` records (Message `forged <k>`, with metadata) into every write index 0..63,
             enabled or not, whoever they belong to → `FORGED <writes that succeeded>`
+  `ue_amplify N` HOSTILE (issue 9 §1): into each user_events session's TestDouble tracepoint,
+            a record of event 9 whose metadata names it with 1 000 U+0001 characters, then
+            N-1 more of event 9 without metadata or payload, each while the tracepoint is
+            enabled → `UE_AMPLIFIED <records written>`
+  `pin N`   HOSTILE (issue 9 §2): registers N more tracepoints `pin_<pid>_<k>` through the
+            fd of each of its user_events sessions and keeps them → `PINNED <registered>`
   `fork_write N` HOSTILE: a forked child (another process, kept alive until exit) writes N
             `Tick` records (Message `foreign <k>`) into each session's TestDouble tracepoint
             through the inherited fd → `FORK_WROTE <writes> <child pid>`
@@ -210,6 +216,7 @@ def tick_record(write_index, seq, message):
 
 FORGE_INDICES = 64
 children = []
+pins = []  # tracepoints registered by `pin`, kept until exit
 
 
 class Provider:
@@ -471,6 +478,29 @@ class UserEventsSession:
                 os.writev(self.fd, [head, ext, payload])
                 written += 1
         return written, skipped
+
+    def amplify(self, n):
+        """The records of `ue_amplify N` (see the module documentation); returns those written."""
+        provider = next((p for p in self.providers if p.name == DOUBLE_PROVIDER), None)
+        if provider is None:
+            return 0
+        tp = self.tracepoints[provider.tracepoint_default]
+        meta = Metadata(DOUBLE_PROVIDER, 9, "\x01" * 1000, 0, 0, 4, []).body()
+        ext = b"\x01" + struct.pack("<I", len(meta)) + meta
+        written = 0
+        with self.lock:
+            for k in range(n):
+                if self.closed or not tp.is_enabled():
+                    break
+                part = ext if k == 0 else b""
+                head = struct.pack("<IBHII", tp.write_index, 1, 9, (len(part) << 16) | 4,
+                                   len(part))
+                try:
+                    os.writev(self.fd, [head, part])
+                except OSError:
+                    break
+                written += 1
+        return written
 
     def watch_peer(self):
         # The runtime polls the continuation socket about every 100 ms and ends the session when
@@ -785,6 +815,29 @@ def main():
                 say("FORK_WROTE", ok, child)
                 with server.lock:
                     say("SESSIONS", len(server.sessions))
+            elif cmd[0] == "ue_amplify":
+                n = int(cmd[1])
+                with server.lock:
+                    sessions = [s for s in server.sessions.values()
+                                if isinstance(s, UserEventsSession)]
+                written = 0
+                for s in sessions:
+                    written += s.amplify(n)
+                say("UE_AMPLIFIED", written)
+            elif cmd[0] == "pin":
+                n = int(cmd[1])
+                with server.lock:
+                    sessions = [s for s in server.sessions.values()
+                                if isinstance(s, UserEventsSession)]
+                pinned = 0
+                for s in sessions:
+                    for k in range(n):
+                        try:
+                            pins.append(Tracepoint(s.fd, f"pin_{os.getpid()}_{k}"))
+                            pinned += 1
+                        except OSError:
+                            break
+                say("PINNED", pinned)
             elif cmd[0] == "exit":
                 break
             else:

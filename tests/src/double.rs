@@ -29,6 +29,20 @@ impl Dotnet10Double {
     pub fn spawn_with(tmpdir: &Path, env: &[(&str, &str)]) -> Result<Dotnet10Double> {
         let mut command = Command::new("python3");
         command.arg(SCRIPT).env("TMPDIR", tmpdir).envs(env.iter().copied());
+        Dotnet10Double::ready(command)
+    }
+
+    /// Starts the double as uid/gid 65534 (`nobody`, no supplementary groups) with
+    /// `TMPDIR=tmpdir` (which nobody must be able to write).
+    pub fn spawn_as_nobody(tmpdir: &Path) -> Result<Dotnet10Double> {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "python3", SCRIPT])
+            .env("TMPDIR", tmpdir);
+        Dotnet10Double::ready(command)
+    }
+
+    fn ready(command: Command) -> Result<Dotnet10Double> {
         let mut process = LineProcess::spawn("dotnet10_double", command)?;
         let ready = process.wait_line("READY", TIMEOUT)?;
         let (pid, socket) = ready.split_once(' ').context("READY <pid> <socket>")?;
@@ -149,6 +163,22 @@ impl Dotnet10Double {
         let reply = self.process.wait_line("FORK_WROTE", TIMEOUT)?;
         let (writes, child) = reply.split_once(' ').context("FORK_WROTE <writes> <pid>")?;
         Ok((writes.parse()?, child.trim().parse()?))
+    }
+
+    /// `ue_amplify n` (hostile): n records of a long-named event into each of its user_events
+    /// sessions; returns the records written (while enabled).
+    pub fn ue_amplify(&mut self, n: u32) -> Result<u64> {
+        self.process.send_line(&format!("ue_amplify {n}"))?;
+        let reply = self.process.wait_line("UE_AMPLIFIED", TIMEOUT)?;
+        reply.trim().parse().context("UE_AMPLIFIED <records>")
+    }
+
+    /// `pin n` (hostile): registers n more tracepoints through each user_events session's fd
+    /// and keeps them; returns how many registered.
+    pub fn pin(&mut self, n: u32) -> Result<u64> {
+        self.process.send_line(&format!("pin {n}"))?;
+        let reply = self.process.wait_line("PINNED", TIMEOUT)?;
+        reply.trim().parse().context("PINNED <registered>")
     }
 
     /// Asks the double to exit and waits for it.

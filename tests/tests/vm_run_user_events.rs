@@ -111,6 +111,8 @@ fn a_runtime_cannot_write_into_another_targets_session() {
     assert!(summary.losses().iter().any(|l| l.source == "user_events"
         && l.reason == "foreign_writer"
         && l.count == u64::from(FOREIGN)));
+    let ended = lines.iter().find(|l| is(l, "session_ended", hostile_pid)).expect("hostile end");
+    assert_eq!(ended["foreign_writer"], FOREIGN, "its session_ended says so too: {ended}");
     hostile.exit().expect("hostile exits (and kills its child)");
 }
 
@@ -209,6 +211,9 @@ fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
     assert_eq!(ended.len(), 1);
     assert_eq!(ended[0]["reason"], "stopped");
     assert_eq!(ended[0]["events"], u64::from(N) + 6);
+    for field in ["foreign_writer", "undecodable", "unwritten_events", "buffer_lost"] {
+        assert_eq!(ended[0][field], 0, "{field}: {}", ended[0]);
+    }
 
     // Closing the connection ended the session in the runtime, which unregistered its
     // tracepoints; with tracer's registrations gone too, the kernel deletes the events.
@@ -245,4 +250,115 @@ fn streaming_mode_can_still_be_chosen_on_a_user_events_kernel() {
     });
     let (lines, _) = tracer.stop();
     assert_eq!(lines.iter().filter(|l| is_event(l, pid, "GCStart")).count(), 2);
+}
+
+/// Issue 9 §1: a runtime whose records render far more output than their bytes (an event name
+/// of 1 000 control characters, each escaped to 6 bytes, named by records of 15 bytes) ends its
+/// own session with `budget_exceeded`, its unwritten records counted in its `session_ended` and
+/// the summary; another target traced at the same time loses nothing.
+#[test]
+fn a_user_events_session_past_its_budget_ends_and_other_sessions_lose_nothing() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    const RECORDS: u32 = 2000;
+    const N: u32 = 50;
+    tracefs_with_user_events();
+    let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
+    let tmp = ScratchDir::new("vm-run-ue-budget");
+    let mut hostile = Dotnet10Double::spawn(tmp.path()).expect("hostile double");
+    let mut victim = Dotnet10Double::spawn(tmp.path()).expect("victim double");
+    for d in [&mut hostile, &mut victim] {
+        let pid = d.pid();
+        let started =
+            tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+        assert_eq!(started["session"], "user_events", "{started}");
+        d.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
+    }
+    let (hostile_pid, victim_pid) = (hostile.pid(), victim.pid());
+
+    let written = hostile.ue_amplify(RECORDS).expect("ue_amplify");
+    let ended = tracer.wait_for("hostile session_ended", TIMEOUT, |l| {
+        is(l, "session_ended", hostile_pid)
+    });
+    assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
+    assert_eq!(victim.emit(N).expect("emit"), (u64::from(N), 0));
+    tracer.wait_for_count("victim Tick", TIMEOUT, N as usize, |l| is_event(l, victim_pid, "Tick"));
+
+    let (lines, summary) = tracer.stop();
+    let amplified =
+        lines.iter().filter(|l| is(l, "dotnet_event", hostile_pid) && l["id"] == 9).count() as u64;
+    let unwritten = u64_field(&ended, "unwritten_events");
+    assert!(amplified > 0 && unwritten > 0, "{amplified} written, {unwritten} not: {ended}");
+    // Every record the double wrote while its tracepoint was enabled is either written or
+    // counted; only the one write racing the disable at the session's end may not be recorded.
+    assert!(
+        (written.saturating_sub(1)..=written).contains(&(amplified + unwritten)),
+        "{written} records written by the double, {amplified} lines + {unwritten} unwritten"
+    );
+    assert_eq!(ended["events"], amplified, "{ended}");
+    for (field, count) in [("foreign_writer", 0), ("undecodable", 0), ("buffer_lost", 0)] {
+        assert_eq!(ended[field], count, "{field}: {ended}");
+    }
+    assert_eq!(summary.sessions_ended.get("budget_exceeded"), Some(&1));
+    assert_eq!(summary.user_events_over_budget, unwritten);
+    assert_eq!(
+        summary.losses().iter().map(|l| (l.source, l.reason, l.count)).collect::<Vec<_>>(),
+        vec![("user_events", "budget_exceeded", unwritten)]
+    );
+    let victim_ticks: Vec<&str> =
+        lines.iter().filter(|l| is_event(l, victim_pid, "Tick")).map(message).collect();
+    let expected: Vec<String> = (1..=N).map(|k| format!("tick {k}")).collect();
+    assert_eq!(victim_ticks, expected);
+    let victim_end = lines.iter().find(|l| is(l, "session_ended", victim_pid)).expect("victim end");
+    assert_eq!(victim_end["reason"], "stopped");
+    assert_eq!(victim_end["unwritten_events"], 0, "{victim_end}");
+    hostile.exit().expect("hostile exits");
+}
+
+/// The user_events lines of `user_events_status` (one per registered event, after the header).
+fn registered_events(tracefs: &std::path::Path) -> usize {
+    let status = std::fs::read_to_string(tracefs.join("user_events_status")).expect("status");
+    status.lines().take_while(|l| !l.is_empty()).count()
+}
+
+/// Issue 9 §2: the `user_events_data` fd is granted by uid. A process of another user (nobody)
+/// gets a streaming session by default and so has no fd to register (and pin) host-wide
+/// user_events with; granted (`--user-events-uids all`), the same process can — which is what
+/// the default prevents.
+#[test]
+fn user_events_fds_go_only_to_granted_uids() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    const PINS: u32 = 5;
+    let tracefs = tracefs_with_user_events();
+    let tmp = ScratchDir::new("vm-run-ue-grant");
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let providers = "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble";
+
+    let mut tracer = start(providers, SessionMode::Auto);
+    let mut nobody = Dotnet10Double::spawn_as_nobody(tmp.path()).expect("double as nobody");
+    let pid = nobody.pid();
+    let started = tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+    assert_eq!(started["session"], "streaming", "{started}");
+    nobody.expect_session_started(started["session_id"].as_str().unwrap()).expect("session");
+    let before = registered_events(&tracefs);
+    assert_eq!(nobody.pin(PINS).expect("pin"), 0, "no fd to register with");
+    assert_eq!(registered_events(&tracefs), before);
+    assert_eq!(nobody.emit(3).expect("emit"), (3, 0), "traced all the same, by streaming");
+    tracer.wait_for_count("Tick", TIMEOUT, 3, |l| is_event(l, pid, "Tick"));
+    nobody.exit().expect("double exits");
+    tracer.stop();
+
+    let mut config = run_config(providers, SessionMode::Auto, Duration::from_secs(30), 1024);
+    config.session.user_events_grant = tracer::session::UserEventsGrant::All;
+    let mut tracer = tests::pipeline::start_run(TIMEOUT, config);
+    let mut nobody = Dotnet10Double::spawn_as_nobody(tmp.path()).expect("double as nobody");
+    let pid = nobody.pid();
+    let started = tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+    assert_eq!(started["session"], "user_events", "{started}");
+    nobody.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
+    let before = registered_events(&tracefs);
+    assert_eq!(nobody.pin(PINS).expect("pin"), u64::from(PINS), "granted: it registers");
+    assert_eq!(registered_events(&tracefs), before + PINS as usize);
+    nobody.exit().expect("double exits");
+    tracer.stop();
 }

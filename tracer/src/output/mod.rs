@@ -208,6 +208,9 @@ pub struct SessionEnded<'a> {
     /// Streaming sessions: what the nettrace stream carried and lost.
     #[serde(flatten)]
     pub stream: Option<StreamTotals>,
+    /// user_events sessions: what their records lost.
+    #[serde(flatten)]
+    pub records: Option<RecordTotals>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a str>,
 }
@@ -227,6 +230,20 @@ pub struct StreamTotals {
     /// Why the runtime did not acknowledge StopTracing, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_error: Option<String>,
+}
+
+/// What a user_events session's records lost.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RecordTotals {
+    /// Records written into its tracepoints by a process that is not its target (dropped).
+    pub foreign_writer: u64,
+    /// Records that did not decode (dropped).
+    pub undecodable: u64,
+    /// Records decoded but not written: the session passed its output budget (then ended).
+    pub unwritten_events: u64,
+    /// Records the shared ftrace buffer lost while the session ran; the buffer serves every
+    /// user_events session, so these may be any session's.
+    pub buffer_lost: u64,
 }
 
 #[derive(Debug, Serialize)]

@@ -376,7 +376,24 @@ fn one_of_each_kind() -> Vec<Value> {
                 unwritten_events: 0,
                 stop_error: Some("timed out".into()),
             }),
+            records: None,
             error: Some("x"),
+        },
+    ));
+    lines.push(session(
+        Kind::SessionEnded,
+        &SessionEnded {
+            session_id: SessionId(0x11),
+            reason: "budget_exceeded",
+            events: 3,
+            stream: None,
+            records: Some(RecordTotals {
+                foreign_writer: 1,
+                undecodable: 2,
+                unwritten_events: 3,
+                buffer_lost: 4,
+            }),
+            error: None,
         },
     ));
     lines.push(session(Kind::SessionFailed, &SessionFailed { refused: true, error: "x" }));

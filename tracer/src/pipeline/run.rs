@@ -33,7 +33,7 @@ use crate::output::{
     SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
-    self, EventLine, SessionConfig, SessionContext, SessionMessage, SessionMode, user_events,
+    self, EventLine, SessionConfig, SessionContext, SessionEnd, SessionMessage, SessionMode, user_events,
 };
 use crate::time::Clock;
 
@@ -595,8 +595,13 @@ fn handle_message(
             let line = output::session_line(clock, Kind::SessionStarted, pid, body);
             sink.emit(&line.with_labels(labels.get(pid)));
         }
-        SessionMessage::Ended { pid, session_id, reason, detail, stream } => {
+        SessionMessage::Ended { pid, session_id, reason, detail, end } => {
             *summary.sessions_ended.entry(reason.name()).or_default() += 1;
+            let (stream, records) = match end {
+                Some(SessionEnd::Stream(end)) => (Some(end), None),
+                Some(SessionEnd::Records(records)) => (None, Some(records)),
+                None => (None, None),
+            };
             let stream = stream.map(|end| {
                 let stats = end.stats;
                 summary.runtime_lost_events += stats.lost_events;
@@ -629,6 +634,7 @@ fn handle_message(
                 reason: reason.name(),
                 events: events_by_pid.get(&pid).copied().unwrap_or(0),
                 stream,
+                records,
                 error: detail.as_deref(),
             };
             let line = output::session_line(clock, Kind::SessionEnded, pid, body);

@@ -18,7 +18,7 @@ use tracer_decode::nettrace::NettraceStats;
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
-use crate::output::RenderedLine;
+use crate::output::{RecordTotals, RenderedLine};
 use crate::time::Clock;
 
 /// Which kind of session to start.
@@ -184,8 +184,9 @@ pub enum SessionMessage {
         session_id: u64,
         reason: EndReason,
         detail: Option<String>,
-        /// Streaming sessions only: what the nettrace stream carried and lost.
-        stream: Option<StreamEnd>,
+        /// What the session's stream or records carried and lost (none when the pipeline shut
+        /// down first).
+        end: Option<SessionEnd>,
     },
     Failed {
         pid: u32,
@@ -199,6 +200,13 @@ pub enum SessionMessage {
         path: PathBuf,
         refusal: Refusal,
     },
+}
+
+/// What a session carried and lost, by kind of session.
+#[derive(Debug)]
+pub enum SessionEnd {
+    Stream(StreamEnd),
+    Records(RecordTotals),
 }
 
 /// What a streaming session's nettrace stream carried, and what did not make it to the output.

@@ -26,7 +26,8 @@ use tracer_decode::diagnostic_ipc::{ProcessInfo, oldest_collect_tracing};
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::{
-    EndReason, EventLine, SessionContext, SessionMessage, SessionMode, StreamEnd, stopped,
+    EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, StreamEnd,
+    stopped,
 };
 use crate::ipc::client::DiagnosticClient;
 use crate::output::{self, Source};
@@ -241,15 +242,15 @@ pub(super) async fn run(
         }
     };
     let unread_bytes = if reason == EndReason::DrainTimeout { pending_bytes(&stream) } else { 0 };
-    let stream = Some(StreamEnd {
+    let end = Some(SessionEnd::Stream(StreamEnd {
         stats: parser.stats(),
         lost_by_thread: parser.lost_by_thread(),
         unrequested_events: unrequested,
         unread_bytes,
         unwritten_events,
         stop_error,
-    });
-    let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, stream }).await;
+    }));
+    let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, end }).await;
 }
 
 /// Bytes the runtime sent that are still queued on the socket (FIONREAD).

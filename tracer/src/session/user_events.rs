@@ -36,12 +36,12 @@ use tracer_decode::diagnostic_ipc::{
 use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
-use super::{EndReason, EventLine, SessionContext, SessionMessage, SessionMode, stopped};
+use super::{EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped};
 use crate::ipc::client::DiagnosticClient;
 use crate::kernel::ftrace_reader::{self, FtraceReader, ReaderConfig, ReaderStats};
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
 use crate::kernel::user_events::{DOTNET_TRACEPOINT_FIELDS, UserEventsData};
-use crate::output::{self, Source};
+use crate::output::{self, RecordTotals, Source};
 use crate::time::Clock;
 
 /// user_events event names are limited (dynamic event names: 64 bytes with the NUL).
@@ -68,15 +68,18 @@ pub enum Request {
         pointer_size: u32,
         reply: oneshot::Sender<anyhow::Result<Prepared>>,
     },
-    /// Read what is buffered, then disable and unregister `pid`'s tracepoints.
-    Release { pid: u32, reply: oneshot::Sender<()> },
+    /// Read what is buffered, then disable and unregister `pid`'s tracepoints; replies with what
+    /// the session's records lost.
+    Release { pid: u32, reply: oneshot::Sender<RecordTotals> },
 }
 
-/// What [`Request::Prepare`] yields: the tracepoint names in provider order and the session's
-/// own `user_events_data` (to pass to the runtime).
+/// What [`Request::Prepare`] yields: the tracepoint names in provider order, the session's
+/// own `user_events_data` (to pass to the runtime), and word of the session passing its output
+/// budget (then it ends).
 pub struct Prepared {
     names: Vec<String>,
     data: Arc<UserEventsData>,
+    over_budget: oneshot::Receiver<()>,
 }
 
 /// A session task's handle on the pipeline's [`Hub`].
@@ -105,7 +108,7 @@ pub(super) async fn run(
     if hub.requests.send(prepare).await.is_err() {
         return;
     }
-    let Prepared { names, data } = match prepared.await {
+    let Prepared { names, data, over_budget } = match prepared.await {
         Ok(Ok(prepared)) => prepared,
         Ok(Err(e)) => {
             let error = format!("preparing user_events tracepoints: {e:#}");
@@ -133,7 +136,7 @@ pub(super) async fn run(
     let session = match started {
         Ok(s) => s,
         Err(e) => {
-            release(&hub, pid).await;
+            let _ = release(&hub, pid).await;
             return super::report_failure(pid, e, &out).await;
         }
     };
@@ -151,8 +154,18 @@ pub(super) async fn run(
 
     // The runtime sends nothing more on this connection; EOF means it went away.
     let mut byte = [0u8; 1];
+    let over_budget = async {
+        // The hub drops the sender unused when the session is released some other way.
+        if over_budget.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
     let (reason, detail) = tokio::select! {
         () = stopped(&mut stop) => (EndReason::Stopped, None),
+        () = over_budget => (
+            EndReason::BudgetExceeded,
+            Some("its records rendered more output than their bytes pay for".to_string()),
+        ),
         r = stream.read(&mut byte) => match r {
             Ok(0) => (EndReason::ProcessExited, Some("the runtime closed the session's connection".to_string())),
             Ok(_) => (EndReason::ReadError, Some("unexpected data on a user_events session connection".to_string())),
@@ -161,15 +174,16 @@ pub(super) async fn run(
     };
     // Closing the connection ends the session in the runtime (it polls it every 100 ms).
     drop(stream);
-    release(&hub, pid).await;
-    let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, stream: None }).await;
+    let records = release(&hub, pid).await;
+    let end = SessionEnd::Records(records.unwrap_or_default());
+    let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, end: Some(end) }).await;
 }
 
-async fn release(hub: &HubHandle, pid: u32) {
+/// Ends `pid`'s grant; `None` when the pipeline is shutting down.
+async fn release(hub: &HubHandle, pid: u32) -> Option<RecordTotals> {
     let (reply, released) = oneshot::channel();
-    if hub.requests.send(Request::Release { pid, reply }).await.is_ok() {
-        let _ = released.await;
-    }
+    hub.requests.send(Request::Release { pid, reply }).await.ok()?;
+    released.await.ok()
 }
 
 /// Decoding facts of one tracepoint tracer registered.
@@ -182,8 +196,8 @@ struct TracepointInfo {
     id: u16,
 }
 
-/// One session's grant: its own open `user_events_data`, its tracepoints, and which threads are
-/// known to belong (or not) to its process.
+/// One session's grant: its own open `user_events_data`, its tracepoints, which threads are
+/// known to belong (or not) to its process, and what its records earned and lost.
 struct Grant {
     /// Closed (after unregistering every tracepoint) when the grant is dropped.
     data: Arc<UserEventsData>,
@@ -191,6 +205,13 @@ struct Grant {
     names: Vec<String>,
     /// Thread id → whether it is a thread of the session's process; bounded.
     threads: HashMap<u32, bool>,
+    /// Output bytes earned by the session's record bytes (see `tracer_decode::budget`).
+    budget: OutputBudget,
+    /// Fired the first time the budget refuses a line: the session task then ends the session.
+    over_budget: Option<oneshot::Sender<()>>,
+    records: RecordTotals,
+    /// The shared buffer's lost-record count when the session started.
+    buffer_lost_at_start: u64,
 }
 
 /// The pipeline's side: the sessions' `user_events_data` files, tracer's private ftrace instance
@@ -206,9 +227,6 @@ pub struct Hub {
     decode_errors: u64,
     /// Records whose writer was not (verifiably) a thread of the session's process.
     foreign_writer: u64,
-    /// Per traced process: output bytes earned by its record bytes (see
-    /// `tracer_decode::budget`).
-    budgets: HashMap<u32, OutputBudget>,
     over_budget: u64,
     /// Cgroup, container and pod of each traced process, for its event lines.
     labels: crate::identity::LabelRegistry,
@@ -243,7 +261,6 @@ impl Hub {
             sender,
             decode_errors: 0,
             foreign_writer: 0,
-            budgets: HashMap::new(),
             over_budget: 0,
             labels: Default::default(),
         })
@@ -309,40 +326,54 @@ impl Hub {
     fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
         match request {
             Request::Prepare { pid, providers, pointer_size, reply } => {
-                let result = self.grant(pid).and_then(|()| {
+                let result = self.grant(pid).and_then(|over_budget| {
                     let names = providers
                         .iter()
                         .map(|provider| self.prepare(pid, provider, pointer_size))
                         .collect::<anyhow::Result<Vec<String>>>()?;
                     let data = self.grants[&pid].data.clone();
-                    Ok(Prepared { names, data })
+                    Ok(Prepared { names, data, over_budget })
                 });
                 if result.is_err() {
+                    self.disable(pid);
                     self.release(pid);
                 }
                 let _ = reply.send(result);
                 Vec::new()
             }
             Request::Release { pid, reply } => {
-                // Records already written belong to the session: read them before disabling.
+                // Disabled first, so that every record the session's tracepoints took is in the
+                // buffer for the flush: records written after it are not recorded at all.
+                self.disable(pid);
                 let lines = self.flush(clock);
-                self.release(pid);
-                let _ = reply.send(());
+                let records = self.release(pid).unwrap_or_default();
+                let _ = reply.send(records);
                 lines
             }
         }
     }
 
-    /// Opens `pid`'s own `user_events_data` and draws its tracepoint names' random part.
-    fn grant(&mut self, pid: u32) -> anyhow::Result<()> {
+    /// Opens `pid`'s own `user_events_data` and draws its tracepoint names' random part;
+    /// returns word of the session passing its budget.
+    fn grant(&mut self, pid: u32) -> anyhow::Result<oneshot::Receiver<()>> {
         if self.grants.contains_key(&pid) {
             anyhow::bail!("pid {pid} already has a user_events session");
         }
         let data = Arc::new(UserEventsData::open(&self.tracefs)?);
         let nonce = name_nonce()?;
-        let grant = Grant { data, nonce, names: Vec::new(), threads: HashMap::new() };
+        let (over_budget, over_budget_rx) = oneshot::channel();
+        let grant = Grant {
+            data,
+            nonce,
+            names: Vec::new(),
+            threads: HashMap::new(),
+            budget: OutputBudget::default(),
+            over_budget: Some(over_budget),
+            records: RecordTotals::default(),
+            buffer_lost_at_start: self.reader.stats().lost(),
+        };
         self.grants.insert(pid, grant);
-        Ok(())
+        Ok(over_budget_rx)
     }
 
     fn prepare(&mut self, pid: u32, provider: &str, pointer_size: u32) -> anyhow::Result<String> {
@@ -353,7 +384,6 @@ impl Hub {
             .register(&name, DOTNET_TRACEPOINT_FIELDS)
             .with_context(|| format!("registering user_events tracepoint {name}"))?;
         grant.names.push(name.clone());
-        self.budgets.entry(pid).or_default();
         let tracepoint = self.reader.instance().tracepoint("user_events", &name)?;
         let layout = RecordLayout::from_format(&tracepoint.format).ok_or_else(|| {
             anyhow!("user_events:{name} does not have the runtime's fields (format changed?)")
@@ -370,14 +400,21 @@ impl Hub {
         Ok(name)
     }
 
-    /// Disables, stops decoding and unregisters `pid`'s tracepoints, then closes its
-    /// `user_events_data` (the kernel deletes the events once the runtime lets go of them too).
-    fn release(&mut self, pid: u32) {
-        let Some(grant) = self.grants.remove(&pid) else { return };
-        for name in &grant.names {
+    /// Disables `pid`'s tracepoints in tracer's instance.
+    fn disable(&self, pid: u32) {
+        for name in self.grants.get(&pid).map_or(&[][..], |g| &g.names) {
             if let Err(e) = self.reader.instance().disable("user_events", name) {
                 log::warn!("disabling user_events:{name}: {e:#}");
             }
+        }
+    }
+
+    /// Stops decoding and unregisters `pid`'s tracepoints (disabled already), then closes its
+    /// `user_events_data` (the kernel deletes the events once the runtime lets go of them too);
+    /// returns what the session's records lost.
+    fn release(&mut self, pid: u32) -> Option<RecordTotals> {
+        let grant = self.grants.remove(&pid)?;
+        for name in &grant.names {
             if let Some(info) = self.tracepoints.remove(name) {
                 self.reader.remove_tracepoint(info.id);
             }
@@ -389,9 +426,11 @@ impl Hub {
             // Only while a session task has not yet handed the fd on; it drops it right after.
             log::debug!("pid {pid}: user_events_data still referenced by its session task");
         }
+        let buffer_lost = self.reader.stats().lost().saturating_sub(grant.buffer_lost_at_start);
+        let records = RecordTotals { buffer_lost, ..grant.records };
         drop(grant);
         self.cache.forget_process(pid);
-        self.budgets.remove(&pid);
+        Some(records)
     }
 
     fn decode(&mut self, events: &[ftrace_reader::Event], clock: &Clock) -> Vec<EventLine> {
@@ -400,11 +439,11 @@ impl Hub {
         for ev in events {
             let name = &ev.tracepoint.name;
             let Some(info) = self.tracepoints.get(name) else { continue };
+            let Some(grant) = self.grants.get_mut(&info.pid) else { continue };
             let writer = ev.common.pid as u32;
-            if let Some(grant) = self.grants.get_mut(&info.pid)
-                && !is_thread_of(&mut grant.threads, writer, info.pid)
-            {
+            if !is_thread_of(&mut grant.threads, writer, info.pid) {
                 self.foreign_writer += 1;
+                grant.records.foreign_writer += 1;
                 if self.foreign_writer.is_power_of_two() {
                     log::warn!(
                         "pid {}: user_events:{name} record written by pid {writer}, not one of \
@@ -418,6 +457,7 @@ impl Hub {
                 Ok(r) => r,
                 Err(e) => {
                     self.decode_errors += 1;
+                    grant.records.undecodable += 1;
                     log::warn!(
                         "pid {}: user_events:{name} record on cpu {}: {e}",
                         info.pid,
@@ -439,12 +479,13 @@ impl Hub {
             let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded)
                 .with_labels(self.labels.get(info.pid))
                 .render();
-            let budget = self.budgets.entry(info.pid).or_default();
-            budget.earn(ev.record.len() as u64);
-            if let Err(e) = budget.spend(line.as_bytes().len() as u64 + 1) {
+            grant.budget.earn(ev.record.len() as u64);
+            if let Err(e) = grant.budget.spend(line.as_bytes().len() as u64 + 1) {
                 self.over_budget += 1;
-                if self.over_budget.is_power_of_two() {
-                    log::warn!("pid {}: user_events record not written: {e}", info.pid);
+                grant.records.unwritten_events += 1;
+                if let Some(end_session) = grant.over_budget.take() {
+                    log::warn!("pid {}: user_events session ends: {e}", info.pid);
+                    let _ = end_session.send(());
                 }
                 continue;
             }
