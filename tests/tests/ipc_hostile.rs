@@ -16,9 +16,10 @@ use tests::scratch::ScratchDir;
 use tracer::ipc::client::{ClientError, DiagnosticClient, Phase, Timeouts};
 use tracer::ipc::providers;
 use tracer::ipc::socket::{self, Refusal, SocketError, Target};
-use tracer::session::{self, SessionConfig, SessionMode};
+use tracer::session::{self, LocateReport, MAX_REPORTED_REFUSALS, SessionConfig, SessionMode};
 use tracer_decode::diagnostic_ipc::{
-    CollectTracing, CommandCode, DecodeError, ReplyShape, TracingRequest, oldest_collect_tracing,
+    CollectTracing, CommandCode, DecodeError, ProcessInfo, ReplyShape, TracingRequest,
+    oldest_collect_tracing,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_hostile_peer");
@@ -255,6 +256,74 @@ fn nobody() -> PeerOptions {
     PeerOptions { as_nobody: true, ..PeerOptions::default() }
 }
 
+/// [`session::locate_and_probe`] of `target` in a task, looking for up to `locate_for`; its
+/// reports arrive on the channel.
+fn locate_in_a_task(
+    target: Target,
+    locate_for: Duration,
+) -> Result<(
+    tokio::task::JoinHandle<Result<(DiagnosticClient, Option<ProcessInfo>), ClientError>>,
+    tokio::sync::mpsc::UnboundedReceiver<LocateReport>,
+)> {
+    let config = SessionConfig {
+        request: TracingRequest {
+            circular_buffer_mb: 64,
+            providers: providers::profile("gc")?,
+            rundown_keyword: 0,
+            request_stackwalk: true,
+        },
+        mode: SessionMode::Streaming,
+        timeouts: timeouts(),
+        locate_for,
+        drain_timeout: TIMEOUT,
+        user_events_grant: Default::default(),
+    };
+    let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
+    let session = tokio::spawn(async move {
+        let report = move |report| {
+            let _ = reports_tx.send(report);
+            async {}
+        };
+        session::locate_and_probe(&target, &config, report).await
+    });
+    Ok((session, reports))
+}
+
+/// A temp dir holding more names for the target's pid than tracer examines (issue 9 §4: a huge
+/// `TMPDIR`): every look-up examines exactly `MAX_TEMP_DIR_ENTRIES` of them, the first
+/// `MAX_REPORTED_REFUSALS` refusals are reported one by one and the rest once, as a count — not
+/// 105 000 `socket_refused` lines for every target sharing the directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_temp_dir_of_planted_names_costs_a_bounded_scan_and_bounded_reports() -> Result<()> {
+    const PLANTED: usize = socket::MAX_TEMP_DIR_ENTRIES + 5_000;
+    let dir = shared_tmp("ipc-huge-tmpdir")?;
+    let waiting = PeerOptions { wait: true, ..PeerOptions::default() };
+    let victim = HostilePeer::spawn_opts(BIN, dir.path(), &["garbage"], waiting)?;
+    let pid = victim.pid();
+    for key in 0..PLANTED {
+        let name = format!("dotnet-diagnostic-{pid}-{key}-socket");
+        std::os::unix::fs::symlink("/nonexistent", dir.path().join(name))?;
+    }
+    let (session, mut reports) = locate_in_a_task(Target::pin(pid)?, Duration::from_secs(1))?;
+    let result = session.await?;
+    assert!(matches!(result, Err(ClientError::NotReady { .. })), "{result:?}");
+    let mut all = Vec::new();
+    while let Ok(report) = reports.try_recv() {
+        all.push(report);
+    }
+    let (refused, rest) = all.split_at(MAX_REPORTED_REFUSALS.min(all.len()));
+    assert!(
+        refused.iter().all(|r| matches!(r, LocateReport::Refused(p, Refusal::Symlink)
+            if p.parent() == Some(dir.path()))),
+        "{refused:?}"
+    );
+    assert_eq!(refused.len(), MAX_REPORTED_REFUSALS);
+    let examined = socket::MAX_TEMP_DIR_ENTRIES as u64;
+    assert_eq!(rest, [LocateReport::NotReported(examined - MAX_REPORTED_REFUSALS as u64)]);
+    drop(victim);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_planted_by_another_user_do_not_block_the_owners_socket() -> Result<()> {
     let dir = shared_tmp("ipc-planted")?;
@@ -286,37 +355,20 @@ async fn names_planted_by_another_user_do_not_block_the_owners_socket() -> Resul
 
     // A session keeps looking past them (each reported once, with its reason) until the
     // runtime binds its name.
-    let config = SessionConfig {
-        request: TracingRequest {
-            circular_buffer_mb: 64,
-            providers: providers::profile("gc")?,
-            rundown_keyword: 0,
-            request_stackwalk: true,
-        },
-        mode: SessionMode::Streaming,
-        timeouts: timeouts(),
-        locate_for: Duration::from_secs(20),
-        drain_timeout: TIMEOUT,
-        user_events_grant: Default::default(),
-    };
-    let (refused_tx, mut refused_rx) = tokio::sync::mpsc::unbounded_channel();
-    let session = tokio::spawn(async move {
-        let report = move |path, refusal| {
-            let _ = refused_tx.send((path, refusal));
-            async {}
-        };
-        session::locate_and_probe(&target, &config, report).await
-    });
+    let (session, mut refused_rx) = locate_in_a_task(target, Duration::from_secs(20))?;
     let mut refused = Vec::new();
     for _ in 0..2 {
         let next = tokio::time::timeout(Duration::from_secs(10), refused_rx.recv()).await?;
         refused.push(next.expect("the session reports both planted names"));
     }
-    refused.sort_by(|a, b| a.0.cmp(&b.0));
+    refused.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
     let owner_mismatch = Refusal::OwnerMismatch { owner: 65534, expected: 0 };
     assert_eq!(
         refused,
-        planted_paths.iter().map(|p| (p.clone(), owner_mismatch.clone())).collect::<Vec<_>>()
+        planted_paths
+            .iter()
+            .map(|p| LocateReport::Refused(p.clone(), owner_mismatch.clone()))
+            .collect::<Vec<_>>()
     );
 
     let exact = victim.go()?.to_owned();

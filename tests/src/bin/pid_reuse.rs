@@ -50,12 +50,21 @@ fn main() -> Result<()> {
     // No other thread exists, so the next pid allocated in this namespace is `child`.
     std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", child - 1))?;
     let mut victim = Command::new("sh")
-        .args(["-c", "read _"])
+        .args(["-c", "echo started; read _"])
         .env("TMPDIR", &dir)
         .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .context("spawning the victim")?;
     let victim_pid = victim.id();
+    // spawn() returns once exec has begun, before the kernel has set up the new image's
+    // environment (/proc/<pid>/environ is empty until then): wait for the shell to run.
+    let mut started = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(victim.stdout.take().context("piped stdout")?),
+        &mut started,
+    )?;
+    ensure!(started == "started\n", "the victim printed {started:?}");
     println!("PIDS {child} {victim_pid}");
     ensure!(victim_pid == child as u32, "the victim got pid {victim_pid}, not {child}");
     let name = tests::procfs::runtime_socket_name(victim_pid)?;

@@ -33,7 +33,7 @@ use crate::output::{
     SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
-    self, EventLine, SessionConfig, SessionContext, SessionEnd, SessionMessage, SessionMode, user_events,
+    self, EventLine, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd, SessionMessage, SessionMode, user_events,
 };
 use crate::time::Clock;
 
@@ -70,6 +70,8 @@ pub struct RunSummary {
     pub sessions_refused: u64,
     /// Names refused as a process's socket (by reason), also those a session then looked past.
     pub sockets_refused: BTreeMap<&'static str, u64>,
+    /// Refused names beyond the ones each session reports individually.
+    pub sockets_refused_not_reported: u64,
     pub events_by_provider: BTreeMap<String, u64>,
     /// Events the runtimes numbered but never delivered (nettrace sequence gaps), all sessions.
     pub runtime_lost_events: u64,
@@ -201,6 +203,12 @@ impl RunSummary {
         }
         for (reason, n) in &self.sockets_refused {
             eprintln!("    socket names refused ({reason}): {n}");
+        }
+        if self.sockets_refused_not_reported > 0 {
+            eprintln!(
+                "    socket names refused, not reported one by one: {}",
+                self.sockets_refused_not_reported
+            );
         }
         eprintln!("  events: {}", self.events());
         for (provider, n) in &self.events_by_provider {
@@ -650,6 +658,13 @@ fn handle_message(
             let body = SocketRefused { path: &path, reason: refusal.name(), error: &error };
             let line = output::session_line(clock, Kind::SocketRefused, pid, body);
             sink.emit(&line.with_labels(labels.get(pid)));
+        }
+        SessionMessage::RefusalsNotReported { pid, count } => {
+            summary.sockets_refused_not_reported += count;
+            log::warn!(
+                "pid {pid}: {count} more names refused as its diagnostic socket, not reported one \
+                 by one (at most {MAX_REPORTED_REFUSALS} per session)"
+            );
         }
         SessionMessage::Failed { pid, error, refused } => {
             if refused {

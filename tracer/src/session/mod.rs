@@ -200,6 +200,12 @@ pub enum SessionMessage {
         path: PathBuf,
         refusal: Refusal,
     },
+    /// How many more distinct names were refused than [`MAX_REPORTED_REFUSALS`] (once, before
+    /// `Started`/`Failed`).
+    RefusalsNotReported {
+        pid: u32,
+        count: u64,
+    },
 }
 
 /// What a session carried and lost, by kind of session.
@@ -248,9 +254,13 @@ pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: Session
         Err(e) => return report_failure(pid, e.into(), &ctx.out).await,
     };
     let out = ctx.out.clone();
-    let report = |path: PathBuf, refusal: Refusal| {
+    let report = |report: LocateReport| {
         let out = out.clone();
-        async move { drop(out.send(SessionMessage::Refused { pid, path, refusal }).await) }
+        let message = match report {
+            LocateReport::Refused(path, refusal) => SessionMessage::Refused { pid, path, refusal },
+            LocateReport::NotReported(count) => SessionMessage::RefusalsNotReported { pid, count },
+        };
+        async move { drop(out.send(message).await) }
     };
     let probed = tokio::select! {
         r = locate_and_probe(&target, &ctx.config, report) => r,
@@ -300,22 +310,57 @@ async fn report_failure(pid: u32, e: ClientError, out: &mpsc::Sender<SessionMess
     let _ = out.send(SessionMessage::Failed { pid, error: e.to_string(), refused }).await;
 }
 
+/// Distinct refused names one session reports individually (`socket_refused` lines); more are
+/// only counted ([`LocateReport::NotReported`]): a directory of planted names must not turn into
+/// as many output lines for every target sharing it.
+pub const MAX_REPORTED_REFUSALS: usize = 32;
+
+/// What [`locate_and_probe`] tells its caller about names it looked past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocateReport {
+    /// A name refused as the target's socket (each distinct name and reason once).
+    Refused(PathBuf, Refusal),
+    /// Distinct refusals past [`MAX_REPORTED_REFUSALS`], once at the end of the look-up.
+    NotReported(u64),
+}
+
 /// Locates the socket of `target` and probes its runtime, looking until `config.locate_for` has
 /// passed while there is no socket yet, or only names that cannot be the target's
-/// ([`retry_locating`]). Each distinct refused name is handed to `report` once.
+/// ([`retry_locating`]). Each distinct refused name is handed to `report` once, the first
+/// [`MAX_REPORTED_REFUSALS`] of them; the number of the others, once, at the end.
 pub async fn locate_and_probe<F, Fut>(
     target: &Target,
     config: &SessionConfig,
     mut report: F,
 ) -> Result<(DiagnosticClient, Option<ProcessInfo>), ClientError>
 where
-    F: FnMut(PathBuf, Refusal) -> Fut,
+    F: FnMut(LocateReport) -> Fut,
     Fut: Future<Output = ()>,
 {
+    let (result, not_reported) = locate_and_probe_inner(target, config, &mut report).await;
+    if not_reported > 0 {
+        report(LocateReport::NotReported(not_reported)).await;
+    }
+    result
+}
+
+/// [`locate_and_probe`], returning also how many distinct refusals were not reported: the most
+/// any one look-up found besides the reported ones (the names of one directory scan are
+/// distinct, and counting per scan needs no memory per name).
+async fn locate_and_probe_inner<F, Fut>(
+    target: &Target,
+    config: &SessionConfig,
+    report: &mut F,
+) -> (Result<(DiagnosticClient, Option<ProcessInfo>), ClientError>, u64)
+where
+    F: FnMut(LocateReport) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut reported: HashSet<(PathBuf, Refusal)> = HashSet::new();
+    let mut not_reported = 0u64;
     let give_up = Instant::now() + config.locate_for;
     let mut delay = Duration::from_millis(20);
-    let mut reported: HashSet<(PathBuf, Refusal)> = HashSet::new();
-    loop {
+    let result = loop {
         let mut exact_key = true;
         let (located, mut refused) = locate_off_the_workers(target).await;
         let attempt = match located {
@@ -329,20 +374,29 @@ where
         if let Err(ClientError::Socket(SocketError::Refused { path, refusal, .. })) = &attempt {
             refused.push((path.clone(), refusal.clone()));
         }
+        let mut beyond_the_cap = 0u64;
         for (path, refusal) in refused {
-            if reported.insert((path.clone(), refusal.clone())) {
-                report(path, refusal).await;
+            let key = (path, refusal);
+            if reported.contains(&key) {
+                continue;
             }
+            if reported.len() >= MAX_REPORTED_REFUSALS {
+                beyond_the_cap += 1;
+                continue;
+            }
+            reported.insert(key.clone());
+            report(LocateReport::Refused(key.0, key.1)).await;
         }
+        not_reported = not_reported.max(beyond_the_cap);
         match attempt {
-            Ok((client, RuntimeInfo::Known { info, .. })) => return Ok((client, Some(info))),
-            Ok((client, RuntimeInfo::PreNet5)) => return Ok((client, None)),
+            Ok((client, RuntimeInfo::Known { info, .. })) => break Ok((client, Some(info))),
+            Ok((client, RuntimeInfo::PreNet5)) => break Ok((client, None)),
             Err(e) if retry_locating(&e, exact_key) => {
                 if Instant::now() >= give_up {
                     if matches!(&e, ClientError::Socket(s) if s.refusal().is_some()) {
-                        return Err(e);
+                        break Err(e);
                     }
-                    return Err(ClientError::NotReady {
+                    break Err(ClientError::NotReady {
                         waited: config.locate_for,
                         source: Box::new(e),
                     });
@@ -350,9 +404,10 @@ where
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(500));
             }
-            Err(e) => return Err(e),
+            Err(e) => break Err(e),
         }
-    }
+    };
+    (result, not_reported)
 }
 
 /// At most this many sessions read another process's `/proc` files and scan its temp directory
