@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
+use tests::double::Dotnet10Double;
 use tests::process::{line_channel, tracer_binary, wait_child_exit};
 use tests::scratch::ScratchDir;
 
@@ -164,6 +165,40 @@ fn closed_stdout_stops_with_a_summary_and_removes_the_instance() {
     assert!(stderr.contains("tracer ftrace summary"), "{stderr}");
     assert!(stderr.contains("output failed: Broken pipe"), "{stderr}");
     assert!(!instance.exists(), "instance removed");
+}
+
+/// `tracer run | head -1` with a runtime being traced: the closed pipe stops the session the
+/// way Ctrl-C does (StopTracing, which the runtime sees), the summary names the error, and the
+/// exit status is the documented one.
+#[test]
+fn closed_stdout_of_run_stops_its_sessions_with_a_summary() {
+    let tmp = ScratchDir::new("run-closed-stdout");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let pid_arg = pid.to_string();
+    let providers = "Microsoft-Windows-DotNETRuntime:0x1:4";
+    let args = ["run", "--session", "streaming", "--providers", providers, "--pid", &pid_arg];
+    let mut tracer = Tracer::spawn(&args, Stdio::piped());
+    let mut stdout = BufReader::new(tracer.child.stdout.take().unwrap());
+    let started = loop {
+        let mut line = String::new();
+        assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "tracer closed its stdout");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
+        if v["kind"] == "session_started" && v["pid"] == pid {
+            break v;
+        }
+    };
+    let id = started["session_id"].as_str().unwrap();
+    double.expect_session_started(id).expect("the double saw its session");
+    drop(stdout); // `| head -1`
+    double.gc(2).expect("gc");
+    double.expect_session_ended(id).expect("StopTracing reached the runtime");
+    let (code, stderr) = tracer.finish();
+    assert_eq!(code, Some(3), "documented exit status for a failed output: {stderr}");
+    assert!(stderr.contains("tracer run summary"), "{stderr}");
+    assert!(stderr.contains("output failed: Broken pipe"), "{stderr}");
+    assert!(stderr.contains("ended (stopped): 1"), "{stderr}");
+    double.exit().expect("double exits");
 }
 
 #[test]
