@@ -267,7 +267,15 @@ class StreamingSession:
         self.send(self.object_start("Trace", 4, 4) + self.trace_payload() + b"\x06")
 
     def send(self, b):
-        self.conn.sendall(b)
+        """Called under `lock`. Like the runtime, a session whose stream cannot be written any
+        more (the client cut or closed it) ends on its own."""
+        try:
+            self.conn.sendall(b)
+        except OSError:
+            self.closed = True
+            self.conn.close()
+            server.session_ended(self)
+            raise
         self.offset += len(b)
 
     @staticmethod
@@ -389,6 +397,8 @@ class StreamingSession:
             try:
                 self.block("SPBlock", sp)
                 self.send(b"\x01")
+            except OSError:
+                pass  # the stream is gone already
             finally:
                 self.conn.close()
 

@@ -104,3 +104,30 @@ fn amplifying_stream_ends_with_budget_exceeded_and_a_good_runtime_gets_every_eve
     assert_eq!(good_end.len(), 1);
     assert_eq!(good_end[0]["reason"], "stopped");
 }
+
+/// A stream cut for its budget while the runtime is blocked writing the rest of it (more than
+/// the socket holds): tracer makes the runtime's writes fail at once, so the runtime answers
+/// StopTracing and the session ends now — not after the IPC read timeout (10 minutes here)
+/// that StopTracing waited for while the runtime's writer held the session.
+#[test]
+fn a_stream_cut_for_its_budget_does_not_wait_for_a_blocked_runtime() {
+    let mut config = run_config(
+        "Microsoft-Windows-DotNETRuntime:0x1:4,Amplifier",
+        SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    config.session.timeouts.read = Duration::from_secs(600);
+    let mut tracer = start_run(READY, config);
+    let tmp = ScratchDir::new("hostile-amplify-blocked");
+    let mut hostile = Dotnet10Double::spawn(tmp.path()).expect("hostile double");
+    let bad = hostile.pid();
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", bad));
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    // 400 000 bytes of 2-byte events: far more than a Unix socket buffers.
+    let (events, _) = hostile.amplify(&id, 0, 200_000).expect("amplify");
+    assert_eq!(events, 0, "the double's writes failed once tracer cut the stream");
+    let ended = tracer.wait_for("hostile session_ended", EVENTS, |l| is(l, "session_ended", bad));
+    assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
+    tracer.stop();
+}

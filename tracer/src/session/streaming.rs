@@ -224,6 +224,7 @@ pub(super) async fn run(
             detail = Some(format!("{why}; {not_written} decoded events not written{unread}"));
             unwritten_events = not_written;
             log::warn!("pid {pid}: session ended: {}", detail.as_deref().unwrap_or_default());
+            cut(&stream);
             if drain_deadline.is_none() {
                 let _ = client.stop_session(session_id).await;
             }
@@ -232,6 +233,7 @@ pub(super) async fn run(
         if let Err(e) = fed {
             detail = Some(e.to_string());
             // Leave the runtime healthy: end its session rather than just dropping the socket.
+            cut(&stream);
             if drain_deadline.is_none() {
                 let _ = client.stop_session(session_id).await;
             }
@@ -251,6 +253,14 @@ pub(super) async fn run(
         stop_error,
     }));
     let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, end }).await;
+}
+
+/// Makes the runtime's further writes into the stream fail (EPIPE) at once: tracer reads no more
+/// of it, and a runtime blocked writing into the full socket would not answer StopTracing
+/// (it waits for its streaming thread) until the IPC timeout.
+fn cut(stream: &tokio::net::UnixStream) {
+    // SAFETY: shutdown(2) on the socket the stream owns (borrowed, open); no memory is passed.
+    unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 /// Bytes the runtime sent that are still queued on the socket (FIONREAD).
