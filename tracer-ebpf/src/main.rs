@@ -5,6 +5,9 @@
 // Atomic RMW on map values: the BPF target exposes no `AtomicU64::fetch_add`.
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
+// The one atomic fetch-and-add (per-CPU sequence numbers): LLVM emits it only for BPF ISA v3,
+// while these programs are generated for the default ISA.
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 #[cfg(target_arch = "bpf")]
 mod programs;

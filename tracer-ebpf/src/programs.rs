@@ -57,8 +57,9 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS_LEN, 0);
 
 /// Per-CPU, per-kind sequence number stamped into every event (gaps = events that never made
-/// it). Each kind is emitted by exactly one program and a program never re-enters itself on a
-/// CPU, so a plain increment cannot race (the v1 BPF ISA aya-build targets has no fetch-add).
+/// it). Taken with an atomic fetch-and-add: on kernels where syscall tracepoint programs run
+/// preemptibly, two runs of one program can interleave on a CPU, and a plain read-then-write
+/// would hand both the same number (docs/protocol/bpf-detection.md, "Sequence numbers").
 #[map]
 static SEQ: PerCpuArray<u64> = PerCpuArray::with_max_entries(EventKind::TABLE_LEN as u32, 0);
 
@@ -258,12 +259,22 @@ fn track(tgid: u32, kind: EventKind) {
 fn next_seq(kind: EventKind) -> u64 {
     match SEQ.get_ptr_mut(kind as u32) {
         Some(ptr) => {
-            // SAFETY: map value pointer valid for this invocation; see `SEQ` for why no atomic.
+            let mut seq: u64 = 1;
+            // `atomic_xadd` with its result used needs `-mcpu=v3` codegen, which aya-build's
+            // fixed flags do not allow; the instruction itself (BPF_ATOMIC | BPF_FETCH |
+            // BPF_ADD, kernel 5.12+) is written out. It adds `seq` to `*ptr` and leaves the old
+            // value in `seq`.
+            // SAFETY: `ptr` is the map value (a valid, 8-byte aligned u64 for this run) and is
+            // updated only atomically; the instruction touches nothing else.
             unsafe {
-                let seq = *ptr;
-                *ptr = seq + 1;
-                seq
+                core::arch::asm!(
+                    "{seq} = atomic_fetch_add((u64 *)({ptr} + 0), {seq})",
+                    ptr = in(reg) ptr,
+                    seq = inout(reg) seq,
+                    options(nostack),
+                );
             }
+            seq
         }
         None => 0,
     }
