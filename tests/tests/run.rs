@@ -87,6 +87,39 @@ fn real_coreclr_gc_session_reports_exactly_the_induced_gcs_and_leaves_the_runtim
     assert_eq!(host.ping().expect("runtime healthy after the session"), after);
 }
 
+/// dotnet-trace's default profiles, `--profile dotnet-common,dotnet-sampled-thread-time`, on a
+/// real CoreCLR 8: the runtime accepts both providers, thread samples arrive, and the induced
+/// GCs are exactly the ones asked for.
+#[test]
+fn dotnet_trace_default_profiles_trace_a_real_coreclr() {
+    const N: u32 = 3;
+    let profiles = ["dotnet-common".to_string(), "dotnet-sampled-thread-time".to_string()];
+    let providers = tracer::ipc::providers::profiles(&profiles).expect("profiles");
+    let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    config.session.request.providers = providers.clone();
+    config.providers = providers;
+    let mut tracer = start(config);
+    let tmp = ScratchDir::new("run-coreclr-profiles");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
+    let pid = host.host_pid;
+    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    let before = host.gc(0).expect("gc 0");
+    assert_eq!(host.gc(N).expect("induce GCs"), before + u64::from(N));
+    tracer.wait_for_count("induced GCStart", EVENTS, N as usize, |l| {
+        is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced"
+    });
+    tracer.wait_for("a thread sample", EVENTS, |l| {
+        is(l, "dotnet_event", pid) && l["provider"] == "Microsoft-DotNETCore-SampleProfiler"
+    });
+    let (lines, _) = tracer.stop();
+    let induced =
+        count(&lines, |l| is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced");
+    assert_eq!(induced, N as usize);
+    let ended: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", pid)).collect();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0]["reason"], "stopped");
+}
+
 #[test]
 fn dotnet10_double_is_discovered_live_through_dotnet_ipc_created_and_traced() {
     let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble"));

@@ -276,9 +276,8 @@ fn a_user_events_session_past_its_budget_ends_and_other_sessions_lose_nothing() 
     let (hostile_pid, victim_pid) = (hostile.pid(), victim.pid());
 
     let written = hostile.ue_amplify(RECORDS).expect("ue_amplify");
-    let ended = tracer.wait_for("hostile session_ended", TIMEOUT, |l| {
-        is(l, "session_ended", hostile_pid)
-    });
+    let ended =
+        tracer.wait_for("hostile session_ended", TIMEOUT, |l| is(l, "session_ended", hostile_pid));
     assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
     assert_eq!(victim.emit(N).expect("emit"), (u64::from(N), 0));
     tracer.wait_for_count("victim Tick", TIMEOUT, N as usize, |l| is_event(l, victim_pid, "Tick"));

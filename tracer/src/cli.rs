@@ -14,7 +14,7 @@ use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
 
 use crate::identity::ProcessFilter;
 use crate::ipc::client::Timeouts;
-use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profile};
+use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profiles};
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
 use tracer_decode::text::escape_control;
 
@@ -209,12 +209,19 @@ pub struct RunArgs {
     /// e.g. 'Microsoft-Windows-DotNETRuntime:0x1:4,MyEventSource'. Overrides --profile.
     #[arg(long)]
     pub providers: Option<String>,
-    /// Named provider set used when --providers is absent: `gc` (GC events at Informational),
-    /// `default` (dotnet-trace's default: CPU sampling + runtime events) or `counters` (the
-    /// System.Runtime counters every second; with --metrics-addr also Prometheus series per
-    /// process, e.g. systemruntime_gc_heap_size_bytes{pid,container_id,pod_uid}).
-    #[arg(long, default_value = "default", value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
-    pub profile: String,
+    /// Named provider sets used when --providers is absent, comma-separated (their providers
+    /// together, each once): `gc` (GC events at Informational), `default` (CPU sampling +
+    /// runtime events, dotnet-trace's former default), `counters` (the System.Runtime counters
+    /// every second; with --metrics-addr also Prometheus series per process, e.g.
+    /// systemruntime_gc_heap_size_bytes{pid,container_id,pod_uid}), and dotnet-trace's own,
+    /// with its providers: `dotnet-common` (lightweight runtime events: GC, loader, JIT,
+    /// exceptions, threading), `dotnet-sampled-thread-time` (thread stack samples, ~100 Hz),
+    /// `gc-verbose` (GC, GC handles, exceptions at Verbose: allocation samples), `gc-collect`
+    /// (GC collections only) and `database` (ADO.NET and Entity Framework Core commands).
+    /// dotnet-trace's current default is `dotnet-common,dotnet-sampled-thread-time`.
+    /// (`gc-collect` asks for no rundown unless --rundown is given.)
+    #[arg(long, default_value = "default", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
+    pub profile: Vec<String>,
     /// Trace these processes (repeatable; dotnet-trace's `-p`) and their children; default:
     /// every .NET process. A PID without a diagnostic socket after the locate window gets a
     /// `session_failed` line saying why.
@@ -371,7 +378,7 @@ impl From<SessionArg> for SessionMode {
 pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
     let providers = match &args.providers {
         Some(spec) => parse_providers(spec)?,
-        None => profile(&args.profile)?,
+        None => profiles(&args.profile)?,
     };
     let timeouts =
         Timeouts { connect: args.ipc_timeout, write: args.ipc_timeout, read: args.ipc_timeout };

@@ -154,10 +154,13 @@ fn measure_amplification(tracer: &Tracer, dir: &std::path::Path) -> anyhow::Resu
         let (_, line) = tracer.lines.recv_timeout(TIMEOUT).context("no end of the phase")?;
         let v: Value = serde_json::from_str(&line)?;
         match (v["pid"].as_u64(), v["kind"].as_str()) {
-            (Some(p), Some("dotnet_ipc_ready")) if p == good_pid => detected = v["mono_ns"].as_u64(),
+            (Some(p), Some("dotnet_ipc_ready")) if p == good_pid => {
+                detected = v["mono_ns"].as_u64()
+            }
             (Some(p), Some("session_started")) if p == good_pid => {
                 let at = detected.context("session before detection")?;
-                traced_after_ms = Some((v["mono_ns"].as_u64().context("mono_ns")? - at) as f64 / 1e6);
+                traced_after_ms =
+                    Some((v["mono_ns"].as_u64().context("mono_ns")? - at) as f64 / 1e6);
             }
             (Some(p), Some("session_ended")) if p == hostile_pid => ended = Some(v),
             _ => {}

@@ -28,8 +28,48 @@ pub const SYSTEM_RUNTIME_PROVIDER: &str = "System.Runtime";
 /// How often the `counters` profile asks for every counter's value (seconds).
 pub const COUNTER_INTERVAL_SECS: u32 = 1;
 
-/// Names accepted by [`profile`], for `--help` and error messages.
-pub const PROFILE_NAMES: [&str; 3] = ["gc", "default", "counters"];
+/// Names accepted by [`profile`], for `--help` and error messages: tracer's own, then
+/// dotnet-trace's (same names, same providers; docs/protocol/diagnostic-ipc.md "Profiles").
+pub const PROFILE_NAMES: [&str; 8] = [
+    "gc",
+    "default",
+    "counters",
+    "dotnet-common",
+    "dotnet-sampled-thread-time",
+    "gc-verbose",
+    "gc-collect",
+    "database",
+];
+/// The runtime's private provider (some GC events of `gc-collect`).
+pub const RUNTIME_PRIVATE_PROVIDER: &str = "Microsoft-Windows-DotNETRuntimePrivate";
+/// Runtime keywords of dotnet-trace's `dotnet-common`: GC, AssemblyLoader, Loader, JIT,
+/// Exception, Threading, JittedMethodILToNativeMap, Compilation.
+const DOTNET_COMMON_KEYWORDS: u64 =
+    0x1 | 0x4 | 0x8 | 0x10 | 0x8000 | 0x10000 | 0x20000 | 0x10_0000_0000;
+/// Runtime keywords GC, GCHandle, Exception (`gc-verbose`).
+const GC_VERBOSE_KEYWORDS: u64 = 0x1 | 0x2 | 0x8000;
+/// `System.Threading.Tasks.TplEventSource` keyword TasksFlowActivityIds (`database`).
+const TPL_TASKS_FLOW_ACTIVITY_IDS: u64 = 0x80;
+/// `Microsoft-Diagnostics-DiagnosticSource` keywords Messages and Events (`database`).
+const DIAGNOSTIC_SOURCE_MESSAGES_AND_EVENTS: u64 = 0x1 | 0x2;
+/// What `database` asks DiagnosticSource to forward: ADO.NET (SqlClient) and Entity Framework
+/// Core command start/stop, with the command's text and connection facts (dotnet-trace's spec,
+/// quoted because it contains `;`).
+const DATABASE_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
+    "FilterAndPayloadSpecs=\"",
+    "SqlClientDiagnosticListener/System.Data.SqlClient.WriteCommandBefore@Activity1Start:-Command;",
+    "Command.CommandText;ConnectionId;Operation;Command.Connection.ServerVersion;",
+    "Command.CommandTimeout;Command.CommandType;Command.Connection.ConnectionString;",
+    "Command.Connection.Database;Command.Connection.DataSource;Command.Connection.PacketSize\r\n",
+    "SqlClientDiagnosticListener/System.Data.SqlClient.WriteCommandAfter@Activity1Stop:\r\n",
+    "Microsoft.EntityFrameworkCore/Microsoft.EntityFrameworkCore.Database.Command.",
+    "CommandExecuting@Activity2Start:-Command.CommandText;Command;ConnectionId;IsAsync;",
+    "Command.Connection.ClientConnectionId;Command.Connection.ServerVersion;",
+    "Command.CommandTimeout;Command.CommandType;Command.Connection.ConnectionString;",
+    "Command.Connection.Database;Command.Connection.DataSource;Command.Connection.PacketSize\r\n",
+    "Microsoft.EntityFrameworkCore/Microsoft.EntityFrameworkCore.Database.Command.",
+    "CommandExecuted@Activity2Stop:\"",
+);
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ProviderSpecError {
@@ -44,7 +84,10 @@ pub enum ProviderSpecError {
          Error, Warning, Informational, Verbose"
     )]
     BadLevel { provider: String, value: String },
-    #[error("unknown profile {name:?}: known profiles are gc, default, counters")]
+    #[error(
+        "unknown profile {name:?}: known profiles are gc, default, counters, dotnet-common, \
+         dotnet-sampled-thread-time, gc-verbose, gc-collect, database"
+    )]
     UnknownProfile { name: String },
     #[error(
         "providers {first:?} and {second:?} are the same provider (names compare ignoring case, \
@@ -138,6 +181,16 @@ fn parse_level(value: &str) -> Option<EventLevel> {
     levels.iter().find(|(name, _)| value.eq_ignore_ascii_case(name)).map(|(_, level)| *level)
 }
 
+/// The providers of several profiles together (`--profile a,b`), each provider once.
+pub fn profiles(names: &[String]) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
+    let mut providers = Vec::new();
+    for name in names {
+        providers.extend(profile(name.trim())?);
+    }
+    refuse_duplicates(&providers)?;
+    Ok(providers)
+}
+
 /// The providers of a named profile.
 pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
     let with_arguments =
@@ -158,6 +211,34 @@ pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
             EventLevel::Verbose,
             Some(format!("EventCounterIntervalSec={COUNTER_INTERVAL_SECS}")),
         )]),
+        "dotnet-common" => {
+            Ok(vec![provider(RUNTIME_PROVIDER, DOTNET_COMMON_KEYWORDS, EventLevel::Informational)])
+        }
+        "dotnet-sampled-thread-time" => Ok(vec![provider(
+            SAMPLE_PROFILER_PROVIDER,
+            0xF000_0000_0000,
+            EventLevel::Informational,
+        )]),
+        "gc-verbose" => {
+            Ok(vec![provider(RUNTIME_PROVIDER, GC_VERBOSE_KEYWORDS, EventLevel::Verbose)])
+        }
+        "gc-collect" => Ok(vec![
+            provider(RUNTIME_PROVIDER, 0x1, EventLevel::Informational),
+            provider(RUNTIME_PRIVATE_PROVIDER, 0x1, EventLevel::Informational),
+        ]),
+        "database" => Ok(vec![
+            provider(
+                "System.Threading.Tasks.TplEventSource",
+                TPL_TASKS_FLOW_ACTIVITY_IDS,
+                EventLevel::Informational,
+            ),
+            with_arguments(
+                "Microsoft-Diagnostics-DiagnosticSource",
+                DIAGNOSTIC_SOURCE_MESSAGES_AND_EVENTS,
+                EventLevel::Verbose,
+                Some(DATABASE_FILTER_AND_PAYLOAD_SPECS.to_owned()),
+            ),
+        ]),
         _ => Err(ProviderSpecError::UnknownProfile { name: name.to_owned() }),
     }
 }
@@ -239,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn profiles() {
+    fn tracer_profiles() {
         let gc: Vec<_> = profile("gc").unwrap().into_iter().map(|p| p.provider).collect();
         assert_eq!(gc, parsed("Microsoft-Windows-DotNETRuntime:0x1:4"));
         let default: Vec<_> = profile("default").unwrap().into_iter().map(|p| p.provider).collect();
@@ -254,6 +335,49 @@ mod tests {
             profile("counters").unwrap().into_iter().map(|p| p.provider).collect();
         assert_eq!(counters, parsed("System.Runtime:0xFFFFFFFF:5:EventCounterIntervalSec=1"));
         assert_eq!(profile("cpu"), Err(ProviderSpecError::UnknownProfile { name: "cpu".into() }));
-        assert_eq!(PROFILE_NAMES.map(|n| profile(n).is_ok()), [true, true, true]);
+        assert!(PROFILE_NAMES.iter().all(|n| profile(n).is_ok()));
+    }
+
+    /// dotnet-trace's profiles, as dotnet-trace's own `--providers` spelling of each.
+    #[test]
+    fn dotnet_trace_profiles() {
+        let of =
+            |name| -> Vec<_> { profile(name).unwrap().into_iter().map(|p| p.provider).collect() };
+        assert_eq!(of("dotnet-common"), parsed("Microsoft-Windows-DotNETRuntime:0x100003801D:4"));
+        assert_eq!(
+            of("dotnet-sampled-thread-time"),
+            parsed("Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4")
+        );
+        assert_eq!(of("gc-verbose"), parsed("Microsoft-Windows-DotNETRuntime:0x8003:5"));
+        assert_eq!(
+            of("gc-collect"),
+            parsed(
+                "Microsoft-Windows-DotNETRuntime:0x1:4,Microsoft-Windows-DotNETRuntimePrivate:0x1:4"
+            )
+        );
+        let database = of("database");
+        assert_eq!(
+            database[0],
+            config("System.Threading.Tasks.TplEventSource", 0x80, EventLevel::Informational, None)
+        );
+        assert_eq!(
+            (database[1].name.as_str(), database[1].keywords, database[1].level),
+            ("Microsoft-Diagnostics-DiagnosticSource", 0x3, EventLevel::Verbose)
+        );
+        let args = database[1].arguments.as_deref().unwrap();
+        assert!(args.starts_with("FilterAndPayloadSpecs=\"SqlClientDiagnosticListener/"), "{args}");
+        assert!(args.ends_with("CommandExecuted@Activity2Stop:\""), "{args}");
+        assert_eq!(args.matches("\r\n").count(), 3);
+        // dotnet-trace's default is these two together.
+        let both =
+            profiles(&["dotnet-common".into(), "dotnet-sampled-thread-time".into()]).unwrap();
+        assert_eq!(both.len(), 2);
+        assert_eq!(
+            profiles(&["gc".into(), "gc-verbose".into()]),
+            Err(ProviderSpecError::Duplicate {
+                first: RUNTIME_PROVIDER.into(),
+                second: RUNTIME_PROVIDER.into()
+            })
+        );
     }
 }

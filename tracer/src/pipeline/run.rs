@@ -33,7 +33,8 @@ use crate::output::{
     SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
-    self, EventLine, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd, SessionMessage, SessionMode, user_events,
+    self, EventLine, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
+    SessionMessage, SessionMode, user_events,
 };
 use crate::time::Clock;
 

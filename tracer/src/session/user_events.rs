@@ -36,7 +36,9 @@ use tracer_decode::diagnostic_ipc::{
 use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
-use super::{EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped};
+use super::{
+    EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped,
+};
 use crate::ipc::client::DiagnosticClient;
 use crate::kernel::ftrace_reader::{self, FtraceReader, ReaderConfig, ReaderStats};
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
@@ -176,7 +178,8 @@ pub(super) async fn run(
     drop(stream);
     let records = release(&hub, pid).await;
     let end = SessionEnd::Records(records.unwrap_or_default());
-    let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, end: Some(end) }).await;
+    let _ =
+        out.send(SessionMessage::Ended { pid, session_id, reason, detail, end: Some(end) }).await;
 }
 
 /// Ends `pid`'s grant; `None` when the pipeline is shutting down.
