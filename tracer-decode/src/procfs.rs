@@ -83,6 +83,22 @@ impl MemfdMapping {
     }
 }
 
+/// The runtime version a process's `maps` text shows: the name of the directory holding the
+/// `libcoreclr.so` it mapped, when that name is a version (`…/Microsoft.NETCore.App/3.1.23/
+/// libcoreclr.so` → `3.1.23`). Runtimes before .NET 5 answer no ProcessInfo, and this is
+/// where their version can still be read (docs/protocol/diagnostic-ipc.md §5).
+pub fn coreclr_version(maps: &str) -> Option<&str> {
+    maps.lines().find_map(|line| {
+        let path = line.splitn(6, ' ').nth(5)?.trim_start();
+        let dir = path.strip_suffix("/libcoreclr.so")?;
+        let version = dir.rsplit('/').next()?;
+        let looks_like_a_version = version.split('.').count() >= 2
+            && version.starts_with(|c: char| c.is_ascii_digit())
+            && version.bytes().all(|b| b.is_ascii_alphanumeric() || b"-+.".contains(&b));
+        looks_like_a_version.then_some(version)
+    })
+}
+
 /// The real uid (first column of `Uid:`) of a `/proc/<pid>/status` text.
 pub fn parse_status_uid(status: &str) -> Option<u32> {
     status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
@@ -210,6 +226,21 @@ pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_coreclr_version_is_its_directorys_name() {
+        let maps = "7f00-7f10 r--p 00000000 08:01 42   /usr/lib/x86_64-linux-gnu/libc.so.6\n\
+                    7f20-7f30 r-xp 00001000 08:01 43   /opt/dotnet/shared/Microsoft.NETCore.App/3.1.23/libcoreclr.so\n";
+        assert_eq!(coreclr_version(maps), Some("3.1.23"));
+        let preview = "7f20-7f30 r-xp 00001000 08:01 43 /d/Microsoft.NETCore.App/10.0.0-rc.2.25502.107/libcoreclr.so";
+        assert_eq!(coreclr_version(preview), Some("10.0.0-rc.2.25502.107"));
+        // A copy in a directory that is not a version says nothing.
+        assert_eq!(coreclr_version("7f20-7f30 r-xp 0 0:0 1 /app/libcoreclr.so"), None);
+        assert_eq!(coreclr_version("7f20-7f30 r-xp 0 0:0 1 /x/8/libcoreclr.so"), None);
+        assert_eq!(coreclr_version("7f20-7f30 r-xp 0 0:0 1 /x/8.0.4/libcoreclr.so.bak"), None);
+        assert_eq!(coreclr_version("7f20-7f30 r-xp 0 0:0 1 /x/8.0\u{1b}[2J/libcoreclr.so"), None);
+        assert_eq!(coreclr_version(""), None);
+    }
 
     #[test]
     fn maps_lines() {

