@@ -104,6 +104,41 @@ fn real_coreclr_without_wx_is_detected_by_its_socket_and_traced() {
     assert_eq!(host.ping().expect("the runtime still runs managed code"), after);
 }
 
+/// A real .NET Core 3.1.23 already running when tracer starts, named with `--pid`: no memfd and
+/// no ProcessInfo, found by the start-up scan of its listening socket and traced (exactly the
+/// induced GCs), the runtime healthy afterwards.
+#[test]
+fn real_coreclr_3_1_already_running_is_found_by_its_socket_and_traced() {
+    const N: u32 = 3;
+    let tmp = ScratchDir::new("ipcsock-coreclr31");
+    let mut host = CoreclrHost::spawn_with(tmp.path(), &[("CORECLR_HOST_RUNTIME", "3.1")])
+        .expect("CoreCLR 3.1 host");
+    let pid = host.host_pid;
+    assert_eq!(host.version, "3.1.23");
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4", LOCATE);
+    cfg.target_pids = vec![pid];
+    let mut tracer = start(cfg);
+    let found = tracer.wait_for("scan", SESSION, |l| is(l, "dotnet_ipc_socket", pid));
+    assert_eq!(found["source"], "procfs");
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert_eq!(started["command"], "CollectTracing2 (0x0203)");
+    assert_eq!(started["runtime_version"], Value::Null, "3.1 answers no ProcessInfo");
+    let before = host.gc(0).expect("gc 0");
+    let after = host.gc(N).expect("induce GCs");
+    tracer.wait_for_count("induced GCStart", EVENTS, N as usize, |l| {
+        is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced"
+    });
+    let (lines, _) = tracer.stop();
+    let counts: Vec<u64> = lines
+        .iter()
+        .filter(|l| is_event(l, pid, "GCStart"))
+        .map(|l| u64_field(&l["fields"], "Count"))
+        .collect();
+    assert_eq!(counts, (before + 1..=after).collect::<Vec<_>>(), "exactly the induced GCs");
+    assert_one_clean_session(&lines, pid, N as usize);
+    assert_eq!(host.ping().expect("the runtime still runs managed code"), after);
+}
+
 #[test]
 fn listening_runtime_is_found_by_the_startup_scan() {
     let tmp = ScratchDir::new("ipcsock-scan");
