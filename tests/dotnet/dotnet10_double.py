@@ -43,6 +43,8 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
             `Tick` records (Message `foreign <k>`) into each session's TestDouble tracepoint
             through the inherited fd → `FORK_WROTE <writes> <child pid>`
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
+  DOUBLE_STREAM_COPY_DIR=D  every byte sent on a streaming session is also written to
+                           D/<session id in hex>.sent (what a tee of the socket would see).
   DOUBLE_LISTEN_ON_LINE=1  after bind(), prints `BOUND <pid> <path>` and listens only once a
                            stdin line arrives (a runtime between bind and listen).
 Hostile modes (for tracer's hostile-peer tests; a real runtime does neither):
@@ -254,6 +256,8 @@ class StreamingSession:
 
     def __init__(self, sid, conn, providers):
         self.sid, self.conn, self.providers = sid, conn, providers
+        copy_dir = os.environ.get("DOUBLE_STREAM_COPY_DIR")
+        self.copy = open(os.path.join(copy_dir, f"{sid:x}.sent"), "wb") if copy_dir else None
         self.offset = 0
         self.metadata_ids = {}
         self.seq = 0
@@ -276,6 +280,9 @@ class StreamingSession:
             self.conn.close()
             server.session_ended(self)
             raise
+        if self.copy:
+            self.copy.write(b)
+            self.copy.flush()
         self.offset += len(b)
 
     @staticmethod

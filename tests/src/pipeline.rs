@@ -234,6 +234,7 @@ pub fn run_config(
             locate_for,
             drain_timeout: Duration::from_secs(10),
             user_events_grant: Default::default(),
+            nettrace_dir: None,
         },
         providers,
         target_pids: Vec::new(),

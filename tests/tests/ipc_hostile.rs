@@ -277,6 +277,7 @@ fn locate_in_a_task(
         locate_for,
         drain_timeout: TIMEOUT,
         user_events_grant: Default::default(),
+        nettrace_dir: None,
     };
     let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
     let session = tokio::spawn(async move {

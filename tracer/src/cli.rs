@@ -244,6 +244,15 @@ pub struct RunArgs {
     /// Request rundown events at session end (method/module names for symbolization).
     #[arg(long)]
     pub rundown: bool,
+    /// Also save each streaming session's nettrace stream, byte for byte as the runtime sent
+    /// it, in DIR/<pid>_<process name>_<UTC start>_<session id>.nettrace (what dotnet-trace
+    /// writes: PerfView, TraceEvent and `dotnet-trace convert` open it). Files are created mode
+    /// 0600, never over an existing file or through a symlink; a session that ends abnormally
+    /// leaves a truncated file and its session_ended says so (nettrace_file_complete: false);
+    /// a failed write (disk full) stops that file, reported, while tracing goes on.
+    /// user_events sessions are not saved.
+    #[arg(long, value_name = "DIR", value_parser = existing_dir)]
+    pub nettrace_dir: Option<PathBuf>,
     /// Session kind: `auto` uses CollectTracing5 user_events sessions when the kernel has
     /// user_events and the runtime is .NET 10+, streaming (nettrace over the socket) otherwise.
     #[arg(long, value_enum, default_value = "auto")]
@@ -402,6 +411,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
             locate_for: run::LOCATE_WINDOW,
             drain_timeout: args.ipc_timeout,
             user_events_grant: args.user_events_uids.clone().unwrap_or_default(),
+            nettrace_dir: args.nettrace_dir.clone(),
         },
         providers,
         target_pids: args.pids.clone(),
@@ -594,6 +604,16 @@ fn ps_main(args: PsArgs) -> ExitCode {
         let output_failed = sink.failure().is_some();
         Ok(Ended { output_failed })
     })
+}
+
+/// A directory that exists (`--nettrace-dir`).
+fn existing_dir(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_dir() => Ok(path),
+        Ok(_) => Err(format!("{value} is not a directory")),
+        Err(e) => Err(format!("{value}: {e} (create the directory first)")),
+    }
 }
 
 /// The longest duration any option accepts: longer ones are almost certainly a typo, and deadlines

@@ -13,7 +13,7 @@ use tracer_decode::ftrace::record::Fields as FtraceFields;
 use tracer_decode::nettrace::DecodedEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
-pub use self::writer::{JsonLines, RenderedLine, ReopenRequest};
+pub use self::writer::{JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns};
@@ -233,6 +233,24 @@ pub struct StreamTotals {
     /// Why the runtime did not acknowledge StopTracing, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_error: Option<String>,
+    /// `--nettrace-dir`: the session's copy of its stream.
+    #[serde(flatten)]
+    pub file: Option<NettraceFileTotals>,
+}
+
+/// A streaming session's `.nettrace` file (`--nettrace-dir`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NettraceFileTotals {
+    pub nettrace_file: String,
+    /// Bytes in the file.
+    pub nettrace_file_bytes: u64,
+    /// The file ends with the stream's end-of-stream tag; false: truncated (the session ended
+    /// abnormally, or a write failed).
+    pub nettrace_file_complete: bool,
+    /// Stream bytes that are not in the file (after a failed write).
+    pub nettrace_file_unwritten_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nettrace_file_error: Option<String>,
 }
 
 /// What a user_events session's records lost.

@@ -375,6 +375,13 @@ fn one_of_each_kind() -> Vec<Value> {
                 unread_bytes: 0,
                 unwritten_events: 0,
                 stop_error: Some("timed out".into()),
+                file: Some(NettraceFileTotals {
+                    nettrace_file: "/d/1_app_20261201_000000_10.nettrace".into(),
+                    nettrace_file_bytes: 90,
+                    nettrace_file_complete: false,
+                    nettrace_file_unwritten_bytes: 10,
+                    nettrace_file_error: Some("No space left on device".into()),
+                }),
             }),
             records: None,
             error: Some("x"),

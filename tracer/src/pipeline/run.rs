@@ -73,6 +73,11 @@ pub struct RunSummary {
     pub sockets_refused: BTreeMap<&'static str, u64>,
     /// Refused names beyond the ones each session reports individually.
     pub sockets_refused_not_reported: u64,
+    /// `--nettrace-dir`: files complete, and truncated (abnormal end or failed write).
+    pub nettrace_files_complete: u64,
+    pub nettrace_files_truncated: u64,
+    /// Files whose creation or a write failed (disk full).
+    pub nettrace_file_failures: u64,
     pub events_by_provider: BTreeMap<String, u64>,
     /// Events the runtimes numbered but never delivered (nettrace sequence gaps), all sessions.
     pub runtime_lost_events: u64,
@@ -204,6 +209,14 @@ impl RunSummary {
         }
         for (reason, n) in &self.sockets_refused {
             eprintln!("    socket names refused ({reason}): {n}");
+        }
+        if self.nettrace_files_complete + self.nettrace_files_truncated > 0 {
+            eprintln!(
+                "  nettrace files: {} complete, {} truncated ({} failed to write)",
+                self.nettrace_files_complete,
+                self.nettrace_files_truncated,
+                self.nettrace_file_failures
+            );
         }
         if self.sockets_refused_not_reported > 0 {
             eprintln!(
@@ -618,6 +631,14 @@ fn handle_message(
                 summary.unread_bytes_at_drain += end.unread_bytes;
                 summary.unwritten_over_budget += end.unwritten_events;
                 summary.stop_failures += u64::from(end.stop_error.is_some());
+                if let Some(file) = &end.file {
+                    if file.nettrace_file_complete {
+                        summary.nettrace_files_complete += 1;
+                    } else {
+                        summary.nettrace_files_truncated += 1;
+                    }
+                    summary.nettrace_file_failures += u64::from(file.nettrace_file_error.is_some());
+                }
                 if stats.lost_events > 0 {
                     log::warn!(
                         "pid {pid}: the runtime dropped {} events (sequence gaps)",
@@ -636,6 +657,7 @@ fn handle_message(
                     unread_bytes: end.unread_bytes,
                     unwritten_events: end.unwritten_events,
                     stop_error: end.stop_error,
+                    file: end.file,
                 }
             });
             let body = SessionEnded {

@@ -3,6 +3,7 @@
 //! a streaming session (nettrace on the socket) or a CollectTracing5 user_events session
 //! (records through tracer's ftrace instance), and reports through [`SessionMessage`]s: events
 //! arrive already rendered as output lines, so the pipeline only counts and writes them.
+pub mod nettrace_file;
 pub mod streaming;
 pub mod user_events;
 
@@ -54,6 +55,8 @@ pub struct SessionConfig {
     pub drain_timeout: Duration,
     /// Which processes may be granted a `user_events_data` fd (the rest stream).
     pub user_events_grant: UserEventsGrant,
+    /// Where each streaming session's nettrace stream is also saved (`--nettrace-dir`).
+    pub nettrace_dir: Option<PathBuf>,
 }
 
 /// Which processes may get a user_events session, i.e. a `user_events_data` fd
@@ -229,6 +232,8 @@ pub struct StreamEnd {
     pub unwritten_events: u64,
     /// Why StopTracing was not acknowledged, when tracer sent it and it was not.
     pub stop_error: Option<String>,
+    /// `--nettrace-dir`: the stream's file.
+    pub file: Option<crate::output::NettraceFileTotals>,
 }
 
 /// What every session task gets from the pipeline.

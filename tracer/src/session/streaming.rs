@@ -25,6 +25,7 @@ use tracer_decode::counters::counter_sample;
 use tracer_decode::diagnostic_ipc::{ProcessInfo, oldest_collect_tracing};
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
+use super::nettrace_file::NettraceFile;
 use super::{
     EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, StreamEnd,
     stopped,
@@ -110,6 +111,10 @@ pub(super) async fn run(
     let mut pending_share = Share::new(&PENDING_LINE_BYTES, MAX_TOTAL_PENDING_LINE_BYTES);
     let mut metadata_share = Share::new(&METADATA_BYTES, MAX_TOTAL_METADATA_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
+    let mut file = config
+        .nettrace_dir
+        .as_deref()
+        .map(|dir| NettraceFile::create(dir, pid, session_id, &clock));
     let mut pending: Vec<EventLine> = Vec::new();
     let mut drain_deadline: Option<Instant> = None;
     // Polled only once a stop was asked for, side by side with the reads.
@@ -150,6 +155,9 @@ pub(super) async fn run(
                 break EndReason::ReadError;
             }
         };
+        if let Some(file) = &mut file {
+            file.write(&buf[..n]);
+        }
         budget.earn(n as u64);
         let mut over: Option<String> = None;
         let (mut not_written, mut closed) = (0u64, false);
@@ -251,6 +259,9 @@ pub(super) async fn run(
         unread_bytes,
         unwritten_events,
         stop_error,
+        // The end tag arrived only when the session ended this way.
+        file: file
+            .map(|f| f.finish(matches!(reason, EndReason::Stopped | EndReason::RuntimeEnded))),
     }));
     let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, end }).await;
 }
