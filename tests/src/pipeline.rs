@@ -235,6 +235,7 @@ pub fn run_config(
             drain_timeout: Duration::from_secs(10),
             user_events_grant: Default::default(),
             nettrace_dir: None,
+            stopping_event: None,
         },
         providers,
         target_pids: Vec::new(),

@@ -278,6 +278,7 @@ fn locate_in_a_task(
         drain_timeout: TIMEOUT,
         user_events_grant: Default::default(),
         nettrace_dir: None,
+        stopping_event: None,
     };
     let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
     let session = tokio::spawn(async move {

@@ -302,6 +302,23 @@ fn control_characters_from_a_peer_are_escaped_on_stderr() {
     assert!(!stderr.lines().any(|l| l.starts_with("[ERROR forged-tmpdir]")), "{stderr}");
 }
 
+/// A stopping event of a provider the sessions do not ask for could never match: refused.
+#[test]
+fn a_stopping_event_of_an_unrequested_provider_is_refused() {
+    let out = Command::new(tracer_binary())
+        .args(["run", "--providers", "TestDouble", "--stopping-event", "Other/Tick"])
+        .output()
+        .expect("tracer run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "--stopping-event names provider \"Other\", which the sessions do not ask for"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn absurd_durations_are_refused_with_a_clear_error() {
     for args in [

@@ -426,3 +426,63 @@ fn on_a_terminal_a_live_status_line_counts_processes_sessions_events_and_losses(
     let after_last_clear = screen.rsplit("\r\x1b[2K").next().unwrap();
     assert!(after_last_clear.starts_with("tracer run summary:"), "{after_last_clear:?}");
 }
+
+/// `--stopping-event TestDouble/Tick:Sequence=3`: the session stops after the third tick
+/// (StopTracing reaches the runtime), the ticks before it are all there, and the process is
+/// not traced again.
+#[test]
+fn a_stopping_event_ends_the_session_after_it() {
+    let tmp = ScratchDir::new("run-stopping");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble");
+    cfg.target_pids = vec![pid];
+    cfg.session.stopping_event = Some("TestDouble/Tick:Sequence=3".parse().unwrap());
+    let mut tracer = start(cfg);
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    double.expect_session_started(&id).expect("double saw the session");
+    double.gc(1).expect("gc");
+    double.emit(5).expect("emit 5");
+    let ended = tracer.wait_for("session_ended", EVENTS, |l| is(l, "session_ended", pid));
+    assert_eq!(ended["reason"], "stopping_event", "{ended}");
+    double.expect_session_ended(&id).expect("StopTracing reached the runtime");
+    assert_eq!(double.emit(2).expect("emit after"), (0, 0), "no session left in the runtime");
+    let (lines, summary) = tracer.stop();
+    let ticks: Vec<u64> = lines
+        .iter()
+        .filter(|l| is_event(l, pid, "Tick"))
+        .map(|l| u64_field(&l["fields"], "Sequence"))
+        .collect();
+    // The double wrote all five before tracer's StopTracing: in flight, they still arrive.
+    assert_eq!(ticks, [1, 2, 3, 4, 5]);
+    assert_eq!(count(&lines, |l| is(l, "session_started", pid)), 1, "not traced again");
+    assert_eq!(summary.sessions_ended.get("stopping_event"), Some(&1));
+}
+
+/// A real CoreCLR 8.0.4 with `--stopping-event Microsoft-Windows-DotNETRuntime/GCStart:Reason=Induced`:
+/// the first induced GC ends the session, and the runtime goes on running.
+#[test]
+fn a_stopping_event_ends_a_real_runtimes_session() {
+    let tmp = ScratchDir::new("run-stopping-coreclr");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
+    let pid = host.host_pid;
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    cfg.target_pids = vec![pid];
+    cfg.session.stopping_event =
+        Some("Microsoft-Windows-DotNETRuntime/GCStart:Reason=Induced".parse().unwrap());
+    let mut tracer = start(cfg);
+    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    let before = host.gc(0).expect("gc 0");
+    host.gc(1).expect("one induced GC");
+    let ended = tracer.wait_for("session_ended", EVENTS, |l| is(l, "session_ended", pid));
+    assert_eq!(ended["reason"], "stopping_event", "{ended}");
+    assert_eq!(host.gc(2).expect("GCs after the session"), before + 3, "the runtime goes on");
+    let (lines, _) = tracer.stop();
+    let induced: Vec<u64> = lines
+        .iter()
+        .filter(|l| is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced")
+        .map(|l| u64_field(&l["fields"], "Count"))
+        .collect();
+    assert_eq!(induced, [before + 1], "the GCs after the session are not traced");
+}

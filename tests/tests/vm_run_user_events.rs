@@ -361,3 +361,34 @@ fn user_events_fds_go_only_to_granted_uids() {
     nobody.exit().expect("double exits");
     tracer.stop();
 }
+
+/// `--stopping-event` on a user_events session: the record of the second tick ends the
+/// session (the runtime's connection is closed, it unregisters), with reason `stopping_event`.
+#[test]
+fn a_stopping_event_ends_a_user_events_session() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    tracefs_with_user_events();
+    let tmp = ScratchDir::new("vm-run-ue-stopping");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let mut config = run_config(
+        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble",
+        SessionMode::Auto,
+        Duration::from_secs(30),
+        1024,
+    );
+    config.target_pids = vec![pid];
+    config.session.stopping_event = Some("TestDouble/Tick:Sequence=2".parse().unwrap());
+    let mut tracer = tests::pipeline::start_run(TIMEOUT, config);
+    let started = tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+    assert_eq!(started["session"], "user_events", "{started}");
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    double.expect_session_started(&id).expect("CT5");
+    assert_eq!(double.emit(3).expect("emit"), (3, 0));
+    let ended = tracer.wait_for("session_ended", TIMEOUT, |l| is(l, "session_ended", pid));
+    assert_eq!(ended["reason"], "stopping_event", "{ended}");
+    double.expect_session_ended(&id).expect("the runtime saw its session end");
+    let (lines, _) = tracer.stop();
+    let ticks: Vec<&str> = lines.iter().filter(|l| is_event(l, pid, "Tick")).map(message).collect();
+    assert_eq!(ticks, ["tick 1", "tick 2", "tick 3"], "written before the stop: all read");
+}

@@ -253,6 +253,14 @@ pub struct RunArgs {
     /// user_events sessions are not saved.
     #[arg(long, value_name = "DIR", value_parser = existing_dir)]
     pub nettrace_dir: Option<PathBuf>,
+    /// Stop a process's session after the first event that matches
+    /// PROVIDER[/EVENT][:FIELD=VALUE[,FIELD=VALUE...]] (dotnet-trace's --stopping-event-*
+    /// options), e.g. 'Microsoft-Windows-DotNETRuntime/GCStart:Reason=Induced'. The provider
+    /// compares ignoring case and must be one the session asks for; a value compares as the
+    /// JSON output shows it. Events already in flight still arrive after the match; the
+    /// session ends with reason `stopping_event`, and the process is not traced again.
+    #[arg(long, value_name = "SPEC")]
+    pub stopping_event: Option<crate::session::stopping::StoppingEvent>,
     /// Session kind: `auto` uses CollectTracing5 user_events sessions when the kernel has
     /// user_events and the runtime is .NET 10+, streaming (nettrace over the socket) otherwise.
     #[arg(long, value_enum, default_value = "auto")]
@@ -391,6 +399,15 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
         Some(spec) => parse_providers(spec)?,
         None => profiles(&args.profile)?,
     };
+    if let Some(stopping) = &args.stopping_event
+        && !providers.iter().any(|p| p.provider.name.eq_ignore_ascii_case(&stopping.provider))
+    {
+        anyhow::bail!(
+            "--stopping-event names provider {:?}, which the sessions do not ask for: add it to \
+             --providers",
+            stopping.provider
+        );
+    }
     let timeouts =
         Timeouts { connect: args.ipc_timeout, write: args.ipc_timeout, read: args.ipc_timeout };
     Ok(run::RunConfig {
@@ -412,6 +429,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
             drain_timeout: args.ipc_timeout,
             user_events_grant: args.user_events_uids.clone().unwrap_or_default(),
             nettrace_dir: args.nettrace_dir.clone(),
+            stopping_event: args.stopping_event.clone(),
         },
         providers,
         target_pids: args.pids.clone(),

@@ -4,6 +4,7 @@
 //! (records through tracer's ftrace instance), and reports through [`SessionMessage`]s: events
 //! arrive already rendered as output lines, so the pipeline only counts and writes them.
 pub mod nettrace_file;
+pub mod stopping;
 pub mod streaming;
 pub mod user_events;
 
@@ -57,6 +58,8 @@ pub struct SessionConfig {
     pub user_events_grant: UserEventsGrant,
     /// Where each streaming session's nettrace stream is also saved (`--nettrace-dir`).
     pub nettrace_dir: Option<PathBuf>,
+    /// The event after which a process's session stops (`--stopping-event`).
+    pub stopping_event: Option<stopping::StoppingEvent>,
 }
 
 /// Which processes may get a user_events session, i.e. a `user_events_data` fd
@@ -143,6 +146,9 @@ pub enum EndReason {
     /// The peer made tracer exceed a byte budget (output per input byte, pending lines,
     /// metadata): tracer stopped the session; other sessions are unaffected.
     BudgetExceeded,
+    /// The `--stopping-event` arrived; tracer stopped the session (events already in flight
+    /// were still read).
+    StoppingEvent,
 }
 
 impl EndReason {
@@ -156,6 +162,7 @@ impl EndReason {
             EndReason::ReadError => "read_error",
             EndReason::StreamNotStarted => "stream_not_started",
             EndReason::BudgetExceeded => "budget_exceeded",
+            EndReason::StoppingEvent => "stopping_event",
         }
     }
 }

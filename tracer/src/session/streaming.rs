@@ -126,6 +126,8 @@ pub(super) async fn run(
     let mut unwritten_events = 0;
     // A runtime starts its stream (the nettrace header) at once; a peer that does not is dropped.
     let mut start_deadline = Some(Instant::now() + config.timeouts.read);
+    // `--stopping-event`: set once an event matched (the session then stops like on Ctrl-C).
+    let mut stopping_matched = false;
     let reason = loop {
         let read = tokio::select! {
             r = stream.read(&mut buf) => r,
@@ -172,6 +174,11 @@ pub(super) async fn run(
                 return;
             }
             let decoded = ev.decode();
+            if !stopping_matched
+                && config.stopping_event.as_ref().is_some_and(|s| s.matches(&decoded))
+            {
+                stopping_matched = true;
+            }
             let provider = decoded.provider.to_string();
             let counter = counter_sample(&decoded);
             let mono_ns = ev.timestamp as u64;
@@ -220,6 +227,10 @@ pub(super) async fn run(
             }
         }
         pending_share.release_all();
+        if stopping_matched && drain_deadline.is_none() {
+            log::info!("pid {pid}: the stopping event arrived: stopping the session");
+            drain_deadline = Some(Instant::now() + config.drain_timeout);
+        }
         let metadata = parser.metadata_bytes();
         if metadata > metadata_share.held && !metadata_share.take(metadata - metadata_share.held) {
             over = over.or(Some(format!(
@@ -250,6 +261,11 @@ pub(super) async fn run(
             }
             break EndReason::DecodeError;
         }
+    };
+    let reason = if reason == EndReason::Stopped && stopping_matched {
+        EndReason::StoppingEvent
+    } else {
+        reason
     };
     let unread_bytes = if reason == EndReason::DrainTimeout { pending_bytes(&stream) } else { 0 };
     let end = Some(SessionEnd::Stream(StreamEnd {

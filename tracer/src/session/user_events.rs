@@ -36,6 +36,7 @@ use tracer_decode::diagnostic_ipc::{
 use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
+use super::stopping::StoppingEvent;
 use super::{
     EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped,
 };
@@ -68,6 +69,7 @@ pub enum Request {
         pid: u32,
         providers: Vec<String>,
         pointer_size: u32,
+        stopping_event: Option<StoppingEvent>,
         reply: oneshot::Sender<anyhow::Result<Prepared>>,
     },
     /// Read what is buffered, then disable and unregister `pid`'s tracepoints; replies with what
@@ -76,12 +78,12 @@ pub enum Request {
 }
 
 /// What [`Request::Prepare`] yields: the tracepoint names in provider order, the session's
-/// own `user_events_data` (to pass to the runtime), and word of the session passing its output
-/// budget (then it ends).
+/// own `user_events_data` (to pass to the runtime), and word of why the session must end when
+/// its records decide it (its output budget passed, its stopping event arrived).
 pub struct Prepared {
     names: Vec<String>,
     data: Arc<UserEventsData>,
-    over_budget: oneshot::Receiver<()>,
+    end: oneshot::Receiver<EndReason>,
 }
 
 /// A session task's handle on the pipeline's [`Hub`].
@@ -106,11 +108,12 @@ pub(super) async fn run(
         _ => 8,
     };
     let (reply, prepared) = oneshot::channel();
-    let prepare = Request::Prepare { pid, providers, pointer_size, reply };
+    let stopping_event = config.stopping_event.clone();
+    let prepare = Request::Prepare { pid, providers, pointer_size, stopping_event, reply };
     if hub.requests.send(prepare).await.is_err() {
         return;
     }
-    let Prepared { names, data, over_budget } = match prepared.await {
+    let Prepared { names, data, end } = match prepared.await {
         Ok(Ok(prepared)) => prepared,
         Ok(Err(e)) => {
             let error = format!("preparing user_events tracepoints: {e:#}");
@@ -156,18 +159,20 @@ pub(super) async fn run(
 
     // The runtime sends nothing more on this connection; EOF means it went away.
     let mut byte = [0u8; 1];
-    let over_budget = async {
-        // The hub drops the sender unused when the session is released some other way.
-        if over_budget.await.is_err() {
-            std::future::pending::<()>().await;
+    let decided = async {
+        match end.await {
+            Ok(reason) => reason,
+            // The hub drops the sender unused when the session is released some other way.
+            Err(_) => std::future::pending().await,
         }
     };
     let (reason, detail) = tokio::select! {
         () = stopped(&mut stop) => (EndReason::Stopped, None),
-        () = over_budget => (
-            EndReason::BudgetExceeded,
-            Some("its records rendered more output than their bytes pay for".to_string()),
-        ),
+        reason = decided => {
+            let detail = (reason == EndReason::BudgetExceeded)
+                .then(|| "its records rendered more output than their bytes pay for".to_string());
+            (reason, detail)
+        }
         r = stream.read(&mut byte) => match r {
             Ok(0) => (EndReason::ProcessExited, Some("the runtime closed the session's connection".to_string())),
             Ok(_) => (EndReason::ReadError, Some("unexpected data on a user_events session connection".to_string())),
@@ -210,8 +215,10 @@ struct Grant {
     threads: HashMap<u32, bool>,
     /// Output bytes earned by the session's record bytes (see `tracer_decode::budget`).
     budget: OutputBudget,
-    /// Fired the first time the budget refuses a line: the session task then ends the session.
-    over_budget: Option<oneshot::Sender<()>>,
+    stopping_event: Option<StoppingEvent>,
+    /// Fired once, when the budget first refuses a line or the stopping event arrives: the
+    /// session task then ends the session for that reason.
+    end: Option<oneshot::Sender<EndReason>>,
     records: RecordTotals,
     /// The shared buffer's lost-record count when the session started.
     buffer_lost_at_start: u64,
@@ -328,14 +335,14 @@ impl Hub {
 
     fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
         match request {
-            Request::Prepare { pid, providers, pointer_size, reply } => {
-                let result = self.grant(pid).and_then(|over_budget| {
+            Request::Prepare { pid, providers, pointer_size, stopping_event, reply } => {
+                let result = self.grant(pid, stopping_event).and_then(|end| {
                     let names = providers
                         .iter()
                         .map(|provider| self.prepare(pid, provider, pointer_size))
                         .collect::<anyhow::Result<Vec<String>>>()?;
                     let data = self.grants[&pid].data.clone();
-                    Ok(Prepared { names, data, over_budget })
+                    Ok(Prepared { names, data, end })
                 });
                 if result.is_err() {
                     self.disable(pid);
@@ -357,26 +364,31 @@ impl Hub {
     }
 
     /// Opens `pid`'s own `user_events_data` and draws its tracepoint names' random part;
-    /// returns word of the session passing its budget.
-    fn grant(&mut self, pid: u32) -> anyhow::Result<oneshot::Receiver<()>> {
+    /// returns word of why the session must end, when its records decide it.
+    fn grant(
+        &mut self,
+        pid: u32,
+        stopping_event: Option<StoppingEvent>,
+    ) -> anyhow::Result<oneshot::Receiver<EndReason>> {
         if self.grants.contains_key(&pid) {
             anyhow::bail!("pid {pid} already has a user_events session");
         }
         let data = Arc::new(UserEventsData::open(&self.tracefs)?);
         let nonce = name_nonce()?;
-        let (over_budget, over_budget_rx) = oneshot::channel();
+        let (end, end_rx) = oneshot::channel();
         let grant = Grant {
             data,
             nonce,
             names: Vec::new(),
             threads: HashMap::new(),
             budget: OutputBudget::default(),
-            over_budget: Some(over_budget),
+            stopping_event,
+            end: Some(end),
             records: RecordTotals::default(),
             buffer_lost_at_start: self.reader.stats().lost(),
         };
         self.grants.insert(pid, grant);
-        Ok(over_budget_rx)
+        Ok(end_rx)
     }
 
     fn prepare(&mut self, pid: u32, provider: &str, pointer_size: u32) -> anyhow::Result<String> {
@@ -478,6 +490,12 @@ impl Hub {
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
             };
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
+            if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&decoded))
+                && let Some(end) = grant.end.take()
+            {
+                log::info!("pid {}: the stopping event arrived: stopping the session", info.pid);
+                let _ = end.send(EndReason::StoppingEvent);
+            }
             let counter = counter_sample(&decoded);
             let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded)
                 .with_labels(self.labels.get(info.pid))
@@ -486,9 +504,9 @@ impl Hub {
             if let Err(e) = grant.budget.spend(line.as_bytes().len() as u64 + 1) {
                 self.over_budget += 1;
                 grant.records.unwritten_events += 1;
-                if let Some(end_session) = grant.over_budget.take() {
+                if let Some(end) = grant.end.take() {
                     log::warn!("pid {}: user_events session ends: {e}", info.pid);
-                    let _ = end_session.send(());
+                    let _ = end.send(EndReason::BudgetExceeded);
                 }
                 continue;
             }
