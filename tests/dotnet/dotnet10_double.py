@@ -43,6 +43,10 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
             `Tick` records (Message `foreign <k>`) into each session's TestDouble tracepoint
             through the inherited fd → `FORK_WROTE <writes> <child pid>`
 Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket only).
+  DOUBLE_VERSION=V          the version ProcessInfo2/3 report (default 10.0.0+test-double);
+                           from 11 on, CollectTracing6 (0x0207) is known: the CT5 streaming
+                           payload then `uint sessionBufferMode` (0 drop, 1 block; others →
+                           BAD_ENCODING), printed as `SESSION_STARTED <id> streaming <mode>`.
   DOUBLE_STREAM_COPY_DIR=D  every byte sent on a streaming session is also written to
                            D/<session id in hex>.sent (what a tee of the socket would see).
   DOUBLE_LISTEN_ON_LINE=1  after bind(), prints `BOUND <pid> <path>` and listens only once a
@@ -76,6 +80,10 @@ out_lock = threading.Lock()
 IGNORE_STOP = os.environ.get("DOUBLE_IGNORE_STOP") == "1"
 ALL_PROVIDERS = os.environ.get("DOUBLE_ALL_PROVIDERS") == "1"
 SILENT_STREAM = os.environ.get("DOUBLE_SILENT_STREAM") == "1"
+VERSION = os.environ.get("DOUBLE_VERSION", "10.0.0+test-double")
+# CollectTracing6 (its buffering mode) exists from .NET 11 on.
+HAS_COLLECT_TRACING6 = int(VERSION.split(".")[0]) >= 11
+BUFFERING_MODES = {0: "drop", 1: "block"}
 
 
 def say(*words):
@@ -616,7 +624,8 @@ class Server:
             self.session_ended(session)
             conn.sendall(ok_reply(struct.pack("<Q", sid)))
             conn.close()
-        elif cset == 0x02 and cid in (0x02, 0x03, 0x04, 0x05, 0x06):
+        elif cset == 0x02 and (cid in (0x02, 0x03, 0x04, 0x05, 0x06)
+                               or (cid == 0x07 and HAS_COLLECT_TRACING6)):
             self.collect_tracing(conn, cid, Reader(payload))
         else:
             conn.sendall(error_reply(UNKNOWN_COMMAND))
@@ -627,14 +636,15 @@ class Server:
         body += ipc_string(" ".join([sys.executable] + sys.argv)) + ipc_string("Linux")
         body += ipc_string("x64")
         if cid in (0x04, 0x08):
-            body += ipc_string("TestDouble") + ipc_string("10.0.0+test-double")
+            body += ipc_string("TestDouble") + ipc_string(VERSION)
         if cid == 0x08:
             body = struct.pack("<I", 1) + body + ipc_string("linux-x64")
         return body
 
     def collect_tracing(self, conn, cid, r):
+        mode = None
         try:
-            if cid == 0x06:
+            if cid in (0x06, 0x07):
                 session_type = r.u32()
                 if session_type == 1:
                     return self.start_user_events(conn, r)
@@ -652,7 +662,11 @@ class Server:
             count = r.u32()
             if buffer_mb == 0 or fmt != 1 or not 1 <= count <= 1000:
                 raise ValueError("bad session parameters")
-            providers = [parse_provider(r, cid == 0x06) for _ in range(count)]
+            providers = [parse_provider(r, cid in (0x06, 0x07)) for _ in range(count)]
+            if cid == 0x07:
+                mode = BUFFERING_MODES.get(r.u32())
+                if mode is None:
+                    raise ValueError("bad sessionBufferMode")
         except ValueError:
             conn.sendall(error_reply(BAD_ENCODING))
             conn.close()
@@ -667,7 +681,7 @@ class Server:
             conn.sendall(ok_reply(struct.pack("<Q", sid)))
             if not SILENT_STREAM:
                 session.start_stream()
-        say("SESSION_STARTED", hex(sid), "streaming")
+        say("SESSION_STARTED", hex(sid), "streaming", *([mode] if mode else []))
 
     def start_user_events(self, conn, r):
         try:

@@ -228,6 +228,7 @@ pub fn run_config(
                 providers: providers.clone(),
                 rundown_keyword: 0,
                 request_stackwalk: true,
+                buffering_mode: None,
             },
             mode,
             timeouts: tracer::ipc::client::Timeouts::default(),

@@ -50,6 +50,7 @@ async fn real_runtime_probe_and_gc_session() -> Result<()> {
         providers: providers::profile("gc")?,
         rundown_keyword: 0,
         request_stackwalk: false,
+        buffering_mode: None,
     });
     assert_eq!(without_stacks.code(), CommandCode::CollectTracing3);
     match client.start_streaming_session(&without_stacks).await {
@@ -65,6 +66,7 @@ async fn real_runtime_probe_and_gc_session() -> Result<()> {
         providers: providers::profile("gc")?,
         rundown_keyword: 0,
         request_stackwalk: true,
+        buffering_mode: None,
     });
     assert_eq!(command.code(), CommandCode::CollectTracing2);
     let session = client.start_streaming_session(&command).await?;

@@ -66,6 +66,7 @@ async fn runtime_in_pid_and_mount_namespaces_is_found_from_the_host() -> Result<
         providers: providers::profile("gc")?,
         rundown_keyword: 0,
         request_stackwalk: true,
+        buffering_mode: None,
     });
     let session = client.start_streaming_session(&command).await?;
     let mut stream = session.stream;

@@ -38,6 +38,7 @@ fn gc_session() -> Result<CollectTracing> {
         providers: providers::profile("gc")?,
         rundown_keyword: 0,
         request_stackwalk: true,
+        buffering_mode: None,
     }))
 }
 
@@ -271,6 +272,7 @@ fn locate_in_a_task(
             providers: providers::profile("gc")?,
             rundown_keyword: 0,
             request_stackwalk: true,
+            buffering_mode: None,
         },
         mode: SessionMode::Streaming,
         timeouts: timeouts(),

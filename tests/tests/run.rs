@@ -486,3 +486,68 @@ fn a_stopping_event_ends_a_real_runtimes_session() {
         .collect();
     assert_eq!(induced, [before + 1], "the GCs after the session are not traced");
 }
+
+/// `--buffering-mode block` (CollectTracing6): a .NET 11 runtime (the double reporting 11.0.0)
+/// gets a lossless session and is traced; a .NET 10 one cannot give one, and its session fails
+/// saying why.
+#[test]
+fn block_buffering_uses_collect_tracing6_and_refuses_older_runtimes() {
+    use tracer_decode::diagnostic_ipc::BufferingMode;
+    let tmp = ScratchDir::new("run-ct6-block");
+    let mut net11 =
+        Dotnet10Double::spawn_with(tmp.path(), &[("DOUBLE_VERSION", "11.0.0+test-double")])
+            .expect("double 11");
+    let net10 = Dotnet10Double::spawn(tmp.path()).expect("double 10");
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    cfg.target_pids = vec![net11.pid(), net10.pid()];
+    cfg.session.request.buffering_mode = Some(BufferingMode::Block);
+    let mut tracer = start(cfg);
+    let started =
+        tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", net11.pid()));
+    assert_eq!(started["command"], "CollectTracing6 (0x0207)");
+    assert_eq!(started["session"], "streaming");
+    let id = started["session_id"].as_str().unwrap();
+    assert_eq!(net11.expect_session_started(id).expect("CT6"), "streaming block");
+    net11.gc(2).expect("gc");
+    tracer.wait_for_count("GCStart", EVENTS, 2, |l| is_event(l, net11.pid(), "GCStart"));
+    let failed =
+        tracer.wait_for("session_failed", SESSION, |l| is(l, "session_failed", net10.pid()));
+    assert_eq!(
+        failed["error"],
+        "lossless (block) buffering needs CollectTracing6, which runtimes before .NET 11 lack \
+         (.NET 10): use --buffering-mode drop, or leave it out"
+    );
+    let (lines, _) = tracer.stop();
+    assert_eq!(count(&lines, |l| is_event(l, net11.pid(), "GCStart")), 2);
+    assert_eq!(count(&lines, |l| is(l, "session_started", net10.pid())), 0);
+}
+
+/// `--buffering-mode drop`: CollectTracing6 with mode 0 where the runtime has it, the older
+/// commands elsewhere (nothing is lost by falling back: they drop too).
+#[test]
+fn drop_buffering_falls_back_on_older_runtimes() {
+    use tracer_decode::diagnostic_ipc::BufferingMode;
+    let tmp = ScratchDir::new("run-ct6-drop");
+    let mut net11 =
+        Dotnet10Double::spawn_with(tmp.path(), &[("DOUBLE_VERSION", "11.0.0+test-double")])
+            .expect("double 11");
+    let mut net10 = Dotnet10Double::spawn(tmp.path()).expect("double 10");
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    cfg.target_pids = vec![net11.pid(), net10.pid()];
+    cfg.session.request.buffering_mode = Some(BufferingMode::Drop);
+    let mut tracer = start(cfg);
+    for (double, command, kind) in [
+        (&mut net11, "CollectTracing6 (0x0207)", "streaming drop"),
+        (&mut net10, "CollectTracing2 (0x0203)", "streaming"),
+    ] {
+        let pid = double.pid();
+        let started =
+            tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+        assert_eq!(started["command"], command);
+        let id = started["session_id"].as_str().unwrap();
+        assert_eq!(double.expect_session_started(id).expect("session"), kind);
+        double.gc(1).expect("gc");
+        tracer.wait_for_count("GCStart", EVENTS, 1, |l| is_event(l, pid, "GCStart"));
+    }
+    tracer.stop();
+}

@@ -261,6 +261,14 @@ pub struct RunArgs {
     /// session ends with reason `stopping_event`, and the process is not traced again.
     #[arg(long, value_name = "SPEC")]
     pub stopping_event: Option<crate::session::stopping::StoppingEvent>,
+    /// What a .NET 11+ runtime does when the session's buffers are full (CollectTracing6):
+    /// `block` makes the writing threads wait, so nothing is lost — older runtimes cannot do
+    /// that, and their sessions fail saying so; `drop` drops events as every older command
+    /// does (on older runtimes tracer falls back to the older commands and says so). Applies
+    /// to streaming sessions (with `--session auto` they are chosen). Default: the runtime's
+    /// own (drop), with the oldest command that carries the request.
+    #[arg(long, value_enum)]
+    pub buffering_mode: Option<BufferingArg>,
     /// Session kind: `auto` uses CollectTracing5 user_events sessions when the kernel has
     /// user_events and the runtime is .NET 10+, streaming (nettrace over the socket) otherwise.
     #[arg(long, value_enum, default_value = "auto")]
@@ -393,12 +401,33 @@ impl From<SessionArg> for SessionMode {
     }
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum BufferingArg {
+    Drop,
+    Block,
+}
+
+impl From<BufferingArg> for tracer_decode::diagnostic_ipc::BufferingMode {
+    fn from(arg: BufferingArg) -> Self {
+        match arg {
+            BufferingArg::Drop => Self::Drop,
+            BufferingArg::Block => Self::Block,
+        }
+    }
+}
+
 /// The configuration of `tracer run` with these arguments.
 pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
     let providers = match &args.providers {
         Some(spec) => parse_providers(spec)?,
         None => profiles(&args.profile)?,
     };
+    if args.buffering_mode.is_some() && matches!(args.session, SessionArg::UserEvents) {
+        anyhow::bail!(
+            "--buffering-mode applies to streaming sessions (CollectTracing6): use --session \
+             streaming or auto"
+        );
+    }
     if let Some(stopping) = &args.stopping_event
         && !providers.iter().any(|p| p.provider.name.eq_ignore_ascii_case(&stopping.provider))
     {
@@ -422,6 +451,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
                 providers: providers.clone(),
                 rundown_keyword: if args.rundown { DEFAULT_RUNDOWN_KEYWORD } else { 0 },
                 request_stackwalk: true,
+                buffering_mode: args.buffering_mode.map(Into::into),
             },
             mode: args.session.into(),
             timeouts,

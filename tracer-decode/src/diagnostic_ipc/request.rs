@@ -16,6 +16,7 @@ pub enum CommandCode {
     CollectTracing3,
     CollectTracing4,
     CollectTracing5,
+    CollectTracing6,
     ProcessInfo,
     ResumeRuntime,
     ProcessInfo2,
@@ -34,6 +35,7 @@ impl CommandCode {
             CommandCode::CollectTracing3 => (SET_EVENTPIPE, 0x04),
             CommandCode::CollectTracing4 => (SET_EVENTPIPE, 0x05),
             CommandCode::CollectTracing5 => (SET_EVENTPIPE, 0x06),
+            CommandCode::CollectTracing6 => (SET_EVENTPIPE, 0x07),
             CommandCode::ProcessInfo => (SET_PROCESS, 0x00),
             CommandCode::ResumeRuntime => (SET_PROCESS, 0x01),
             CommandCode::ProcessInfo2 => (SET_PROCESS, 0x04),
@@ -51,7 +53,8 @@ impl CommandCode {
             | CommandCode::CollectTracing2
             | CommandCode::CollectTracing3
             | CommandCode::CollectTracing4
-            | CommandCode::CollectTracing5 => ReplyShape::SessionId,
+            | CommandCode::CollectTracing5
+            | CommandCode::CollectTracing6 => ReplyShape::SessionId,
             CommandCode::ResumeRuntime
             | CommandCode::EnablePerfMap
             | CommandCode::DisablePerfMap => ReplyShape::Status,
@@ -205,6 +208,16 @@ pub enum CollectTracing {
         request_stackwalk: bool,
         providers: Vec<FilteredProvider>,
     },
+    /// CollectTracing6 (.NET 11): the CT5 streaming payload, then how the runtime's session
+    /// buffers behave when full (docs/protocol/diagnostic-ipc.md §3.5).
+    V6 {
+        circular_buffer_mb: u32,
+        format: TraceFormat,
+        rundown_keyword: u64,
+        request_stackwalk: bool,
+        providers: Vec<FilteredProvider>,
+        buffering_mode: BufferingMode,
+    },
     /// CollectTracing5 with `session_type = 1`: the runtime writes to user_events tracepoints
     /// through a `user_events_data` fd that must follow the message as SCM_RIGHTS
     /// (docs/protocol/diagnostic-ipc.md §4.2).
@@ -224,6 +237,7 @@ impl CollectTracing {
             CollectTracing::V5Streaming { .. } | CollectTracing::V5UserEvents { .. } => {
                 CommandCode::CollectTracing5
             }
+            CollectTracing::V6 { .. } => CommandCode::CollectTracing6,
         }
     }
 
@@ -233,6 +247,20 @@ impl CollectTracing {
     }
 }
 
+/// `sessionBufferMode` of CollectTracing6: what the runtime does when a session's buffers are
+/// full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum BufferingMode {
+    /// Drop the event (counted in the stream's sequence numbers); what every older command does.
+    Drop = 0,
+    /// Block the writing thread until the session has room: nothing is lost.
+    Block = 1,
+}
+
+/// The first runtime version with CollectTracing6.
+pub const COLLECT_TRACING6_MAJOR: u32 = 11;
+
 /// What a caller wants from a streaming session, independent of the command that carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracingRequest {
@@ -241,6 +269,44 @@ pub struct TracingRequest {
     /// 0 = no rundown; [`DEFAULT_RUNDOWN_KEYWORD`] = the rundown CT1–3 request.
     pub rundown_keyword: u64,
     pub request_stackwalk: bool,
+    /// CollectTracing6's buffering mode; `None`: the runtime's default (drop).
+    pub buffering_mode: Option<BufferingMode>,
+}
+
+/// A lossless (`Block`) session was asked of a runtime without CollectTracing6.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "lossless (block) buffering needs CollectTracing6, which runtimes before .NET \
+     {COLLECT_TRACING6_MAJOR} lack ({version}): use --buffering-mode drop, or leave it out"
+)]
+pub struct NoCollectTracing6 {
+    pub version: String,
+}
+
+/// The command for `request` to a runtime of `major` version (`None`: unknown, e.g. .NET Core
+/// 3.x, which answers no ProcessInfo): CollectTracing6 when a buffering mode is asked and the
+/// runtime has it; else [`oldest_collect_tracing`] — unless `Block` was asked, which only
+/// CollectTracing6 can give.
+pub fn collect_tracing_for(
+    request: &TracingRequest,
+    major: Option<u32>,
+) -> Result<CollectTracing, NoCollectTracing6> {
+    match request.buffering_mode {
+        Some(buffering_mode) if major.is_some_and(|m| m >= COLLECT_TRACING6_MAJOR) => {
+            Ok(CollectTracing::V6 {
+                circular_buffer_mb: request.circular_buffer_mb,
+                format: TraceFormat::NetTrace,
+                rundown_keyword: request.rundown_keyword,
+                request_stackwalk: request.request_stackwalk,
+                providers: request.providers.clone(),
+                buffering_mode,
+            })
+        }
+        Some(BufferingMode::Block) => Err(NoCollectTracing6 {
+            version: major.map_or("version unknown".into(), |m| format!(".NET {m}")),
+        }),
+        _ => Ok(oldest_collect_tracing(request)),
+    }
 }
 
 /// Picks the oldest CollectTracing command that expresses `request` exactly, so the session works
@@ -421,16 +487,32 @@ fn encode_collect_tracing(w: &mut MessageWriter, ct: &CollectTracing) -> Result<
             rundown_keyword,
             request_stackwalk,
             providers,
+        } => encode_v5_streaming(
+            w,
+            *circular_buffer_mb,
+            *format,
+            *rundown_keyword,
+            *request_stackwalk,
+            providers,
+        ),
+        CollectTracing::V6 {
+            circular_buffer_mb,
+            format,
+            rundown_keyword,
+            request_stackwalk,
+            providers,
+            buffering_mode,
         } => {
-            w.u32(0); // session_type: streaming
-            w.streaming_prefix(*circular_buffer_mb, *format)?;
-            w.u64(*rundown_keyword);
-            w.bool(*request_stackwalk);
-            w.providers(providers, |w, p| {
-                w.provider(&p.provider)?;
-                w.event_filter(p.filter.as_ref());
-                Ok(())
-            })
+            encode_v5_streaming(
+                w,
+                *circular_buffer_mb,
+                *format,
+                *rundown_keyword,
+                *request_stackwalk,
+                providers,
+            )?;
+            w.u32(*buffering_mode as u32);
+            Ok(())
         }
         CollectTracing::V5UserEvents { rundown_keyword, providers } => {
             w.u32(1); // session_type: user_events
@@ -444,10 +526,82 @@ fn encode_collect_tracing(w: &mut MessageWriter, ct: &CollectTracing) -> Result<
     }
 }
 
+/// The CollectTracing5 streaming payload (also the start of CollectTracing6's).
+fn encode_v5_streaming(
+    w: &mut MessageWriter,
+    circular_buffer_mb: u32,
+    format: TraceFormat,
+    rundown_keyword: u64,
+    request_stackwalk: bool,
+    providers: &[FilteredProvider],
+) -> Result<(), EncodeError> {
+    w.u32(0); // session_type: streaming
+    w.streaming_prefix(circular_buffer_mb, format)?;
+    w.u64(rundown_keyword);
+    w.bool(request_stackwalk);
+    w.providers(providers, |w, p| {
+        w.provider(&p.provider)?;
+        w.event_filter(p.filter.as_ref());
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
     use super::*;
+
+    /// CollectTracing6 is the CT5 streaming message under id 0x07, then `sessionBufferMode`.
+    #[test]
+    fn collect_tracing6_is_ct5_streaming_then_the_buffering_mode() {
+        let providers = vec![FilteredProvider { provider: runtime_provider(), filter: None }];
+        let ct5 = CollectTracing::V5Streaming {
+            circular_buffer_mb: 64,
+            format: TraceFormat::NetTrace,
+            rundown_keyword: 0,
+            request_stackwalk: true,
+            providers: providers.clone(),
+        };
+        let ct5 = Request::CollectTracing(ct5).encode().unwrap();
+        for (mode, value) in [(BufferingMode::Drop, 0u32), (BufferingMode::Block, 1)] {
+            let ct6 = CollectTracing::V6 {
+                circular_buffer_mb: 64,
+                format: TraceFormat::NetTrace,
+                rundown_keyword: 0,
+                request_stackwalk: true,
+                providers: providers.clone(),
+                buffering_mode: mode,
+            };
+            let bytes = Request::CollectTracing(ct6).encode().unwrap();
+            let mut expected = ct5.clone();
+            expected[14..16].copy_from_slice(&((ct5.len() + 4) as u16).to_le_bytes());
+            expected[17] = 0x07;
+            expected.extend_from_slice(&value.to_le_bytes());
+            assert_eq!(bytes, expected, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn buffering_modes_need_collect_tracing6_unless_drop() {
+        let request = |buffering_mode| TracingRequest {
+            circular_buffer_mb: 64,
+            providers: vec![FilteredProvider { provider: runtime_provider(), filter: None }],
+            rundown_keyword: 0,
+            request_stackwalk: true,
+            buffering_mode,
+        };
+        let code = |r: &TracingRequest, major| collect_tracing_for(r, major).map(|c| c.code());
+        let block = request(Some(BufferingMode::Block));
+        assert_eq!(code(&block, Some(11)), Ok(CommandCode::CollectTracing6));
+        let refused = collect_tracing_for(&block, Some(10)).unwrap_err();
+        assert_eq!(refused, NoCollectTracing6 { version: ".NET 10".into() });
+        assert!(refused.to_string().contains("--buffering-mode drop"), "{refused}");
+        assert_eq!(collect_tracing_for(&block, None).unwrap_err().version, "version unknown");
+        let drop = request(Some(BufferingMode::Drop));
+        assert_eq!(code(&drop, Some(12)), Ok(CommandCode::CollectTracing6));
+        assert_eq!(code(&drop, Some(8)), Ok(CommandCode::CollectTracing2), "falls back");
+        assert_eq!(code(&request(None), Some(11)), Ok(CommandCode::CollectTracing2));
+    }
 
     fn runtime_provider() -> ProviderConfig {
         ProviderConfig {
@@ -724,6 +878,7 @@ mod tests {
                 providers,
                 rundown_keyword,
                 request_stackwalk,
+                buffering_mode: None,
             })
             .code()
         };
@@ -742,6 +897,7 @@ mod tests {
             providers: vec![plain],
             rundown_keyword: 0,
             request_stackwalk: true,
+            buffering_mode: None,
         });
         assert_eq!(
             ct2,

@@ -285,6 +285,8 @@ pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: Session
     let hub = match (ctx.config.mode, ctx.user_events.take()) {
         (SessionMode::Streaming, _) | (_, None) => None,
         (SessionMode::UserEvents, Some(h)) => Some(h),
+        // CollectTracing6's buffering applies to streaming sessions.
+        (SessionMode::Auto, Some(_)) if ctx.config.request.buffering_mode.is_some() => None,
         (SessionMode::Auto, Some(h)) => {
             let major = runtime.as_ref().and_then(ProcessInfo::major_version);
             if major.is_some_and(|m| m >= 10) {

@@ -22,7 +22,10 @@ use tokio::time::Instant;
 
 use tracer_decode::budget::OutputBudget;
 use tracer_decode::counters::counter_sample;
-use tracer_decode::diagnostic_ipc::{ProcessInfo, oldest_collect_tracing};
+use tracer_decode::diagnostic_ipc::{
+    BufferingMode, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo, ServerError,
+    collect_tracing_for, oldest_collect_tracing,
+};
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::nettrace_file::NettraceFile;
@@ -86,8 +89,36 @@ pub(super) async fn run(
 ) {
     let SessionContext { config, clock, out, mut stop, labels, .. } = ctx;
     let labels = labels.get(pid);
-    let command = oldest_collect_tracing(&config.request);
-    let session = match client.start_streaming_session(&command).await {
+    let major = runtime.as_ref().and_then(ProcessInfo::major_version);
+    let mut command = match collect_tracing_for(&config.request, major) {
+        Ok(command) => command,
+        Err(e) => {
+            let _ = out
+                .send(SessionMessage::Failed { pid, error: e.to_string(), refused: false })
+                .await;
+            return;
+        }
+    };
+    if config.request.buffering_mode.is_some() && command.code() != CommandCode::CollectTracing6 {
+        log::info!(
+            "pid {pid}: runtime {} has no CollectTracing6 (.NET {COLLECT_TRACING6_MAJOR}+): a \
+             {} session with the runtime's usual dropping buffers",
+            runtime.as_ref().and_then(|r| r.clr_product_version.as_deref()).unwrap_or("< 6.0"),
+            command.code()
+        );
+    }
+    let mut started = client.start_streaming_session(&command).await;
+    // A runtime reporting 11+ that still lacks the command: with `drop`, nothing is lost by
+    // falling back.
+    if let Err(e) = &started
+        && e.server_error() == Some(ServerError::UnknownCommand)
+        && config.request.buffering_mode == Some(BufferingMode::Drop)
+    {
+        command = oldest_collect_tracing(&config.request);
+        log::info!("pid {pid}: CollectTracing6 is unknown to the runtime: {}", command.code());
+        started = client.start_streaming_session(&command).await;
+    }
+    let session = match started {
         Ok(s) => s,
         Err(e) => return super::report_failure(pid, e, &out).await,
     };
