@@ -213,3 +213,39 @@ fn runtime_between_bind_and_listen_is_traced_not_refused() {
     assert_eq!(summary.sessions_refused, 0);
     double.expect_session_ended(&id).expect("double saw StopTracing");
 }
+
+/// Real CoreCLR 8.0.4 runtimes started one after another while both CPUs are kept busy (the
+/// start-up window between bind() and listen(), and between the doublemapper mapping and the
+/// socket, widens under load): every one is traced — a session started, none failed.
+#[test]
+fn runtimes_started_under_cpu_load_are_traced_every_time() {
+    const STARTS: usize = 8;
+    let hogs: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .expect("a CPU hog")
+        })
+        .collect();
+    let mut tracer = start(config("Microsoft-Windows-DotNETRuntime:0x1:4", LOCATE));
+    let tmp = ScratchDir::new("ipcsock-load");
+    let mut pids = Vec::new();
+    for _ in 0..STARTS {
+        let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
+        let pid = host.host_pid;
+        tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+        host.exit().expect("host exits");
+        tracer.wait_for("session_ended", SESSION, |l| is(l, "session_ended", pid));
+        pids.push(pid);
+    }
+    for mut hog in hogs {
+        hog.kill().expect("kill the hog");
+        hog.wait().expect("reap the hog");
+    }
+    let (lines, _) = tracer.stop();
+    for pid in pids {
+        assert_eq!(count(&lines, |l| is(l, "session_started", pid)), 1, "pid {pid}");
+        assert_eq!(count(&lines, |l| is(l, "session_failed", pid)), 0, "pid {pid}");
+    }
+}
