@@ -568,6 +568,10 @@ class Server:
             self.next_id += 0x100
             return self.next_id
 
+    def user_events_sessions(self):
+        with self.lock:
+            return [s for s in self.sessions.values() if isinstance(s, UserEventsSession)]
+
     def session_ended(self, session):
         with self.lock:
             present = self.sessions.pop(session.sid, None)
@@ -848,20 +852,11 @@ def main():
                     say("SESSIONS", len(server.sessions))
             elif cmd[0] == "ue_amplify":
                 n = int(cmd[1])
-                with server.lock:
-                    sessions = [s for s in server.sessions.values()
-                                if isinstance(s, UserEventsSession)]
-                written = 0
-                for s in sessions:
-                    written += s.amplify(n)
-                say("UE_AMPLIFIED", written)
+                say("UE_AMPLIFIED", sum(s.amplify(n) for s in server.user_events_sessions()))
             elif cmd[0] == "pin":
                 n = int(cmd[1])
-                with server.lock:
-                    sessions = [s for s in server.sessions.values()
-                                if isinstance(s, UserEventsSession)]
                 pinned = 0
-                for s in sessions:
+                for s in server.user_events_sessions():
                     for k in range(n):
                         try:
                             pins.append(Tracepoint(s.fd, f"pin_{os.getpid()}_{k}"))

@@ -257,15 +257,14 @@ fn nobody() -> PeerOptions {
     PeerOptions { as_nobody: true, ..PeerOptions::default() }
 }
 
+/// What [`session::locate_and_probe`] returns, from a task.
+type LocateTask =
+    tokio::task::JoinHandle<Result<(DiagnosticClient, Option<ProcessInfo>), ClientError>>;
+type Reports = tokio::sync::mpsc::UnboundedReceiver<LocateReport>;
+
 /// [`session::locate_and_probe`] of `target` in a task, looking for up to `locate_for`; its
 /// reports arrive on the channel.
-fn locate_in_a_task(
-    target: Target,
-    locate_for: Duration,
-) -> Result<(
-    tokio::task::JoinHandle<Result<(DiagnosticClient, Option<ProcessInfo>), ClientError>>,
-    tokio::sync::mpsc::UnboundedReceiver<LocateReport>,
-)> {
+fn locate_in_a_task(target: Target, locate_for: Duration) -> Result<(LocateTask, Reports)> {
     let config = SessionConfig {
         request: TracingRequest {
             circular_buffer_mb: 64,

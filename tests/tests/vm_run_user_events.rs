@@ -54,6 +54,23 @@ fn tracer_events(tracefs: &std::path::Path) -> std::collections::BTreeSet<String
         .collect()
 }
 
+/// Two doubles, each with its user_events session of `tracer` started: (hostile, victim).
+fn hostile_and_victim(
+    tracer: &mut Running<RunSummary>,
+    tmpdir: &std::path::Path,
+) -> (Dotnet10Double, Dotnet10Double) {
+    let mut hostile = Dotnet10Double::spawn(tmpdir).expect("hostile double");
+    let mut victim = Dotnet10Double::spawn(tmpdir).expect("victim double");
+    for d in [&mut hostile, &mut victim] {
+        let pid = d.pid();
+        let started =
+            tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+        assert_eq!(started["session"], "user_events", "{started}");
+        d.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
+    }
+    (hostile, victim)
+}
+
 fn message(line: &Value) -> &str {
     line["fields"]["Message"].as_str().unwrap_or("")
 }
@@ -70,15 +87,7 @@ fn a_runtime_cannot_write_into_another_targets_session() {
     tracefs_with_user_events();
     let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
     let tmp = ScratchDir::new("vm-run-ue-forge");
-    let mut hostile = Dotnet10Double::spawn(tmp.path()).expect("hostile double");
-    let mut victim = Dotnet10Double::spawn(tmp.path()).expect("victim double");
-    for d in [&mut hostile, &mut victim] {
-        let pid = d.pid();
-        let started =
-            tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
-        assert_eq!(started["session"], "user_events", "{started}");
-        d.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
-    }
+    let (mut hostile, mut victim) = hostile_and_victim(&mut tracer, tmp.path());
     let (hostile_pid, victim_pid) = (hostile.pid(), victim.pid());
 
     assert!(hostile.forge(2).expect("forge") > 0, "the hostile double wrote nothing");
@@ -264,15 +273,7 @@ fn a_user_events_session_past_its_budget_ends_and_other_sessions_lose_nothing() 
     tracefs_with_user_events();
     let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
     let tmp = ScratchDir::new("vm-run-ue-budget");
-    let mut hostile = Dotnet10Double::spawn(tmp.path()).expect("hostile double");
-    let mut victim = Dotnet10Double::spawn(tmp.path()).expect("victim double");
-    for d in [&mut hostile, &mut victim] {
-        let pid = d.pid();
-        let started =
-            tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
-        assert_eq!(started["session"], "user_events", "{started}");
-        d.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
-    }
+    let (mut hostile, mut victim) = hostile_and_victim(&mut tracer, tmp.path());
     let (hostile_pid, victim_pid) = (hostile.pid(), victim.pid());
 
     let written = hostile.ue_amplify(RECORDS).expect("ue_amplify");

@@ -43,6 +43,8 @@ pub struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the size of `RunArgs` costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     Audit(AuditArgs),
     Run(RunArgs),

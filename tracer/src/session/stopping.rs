@@ -50,12 +50,13 @@ impl StoppingEvent {
         self.provider.eq_ignore_ascii_case(event.provider)
             && self.event.as_deref().is_none_or(|name| name == event.event)
             && self.fields.iter().all(|(field, wanted)| {
-                event.fields.get(&field.as_str()).is_some_and(|value| {
-                    match serde_json::to_value(value) {
-                        Ok(serde_json::Value::String(text)) => text == *wanted,
-                        Ok(other) => other.to_string() == *wanted,
-                        Err(_) => false,
-                    }
+                event.fields.get(field.as_str()).is_some_and(|value| {
+                    let text = match serde_json::to_value(value) {
+                        Ok(serde_json::Value::String(text)) => text,
+                        Ok(other) => other.to_string(),
+                        Err(_) => return false,
+                    };
+                    text == *wanted
                 })
             })
     }
