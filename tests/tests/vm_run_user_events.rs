@@ -393,3 +393,79 @@ fn a_stopping_event_ends_a_user_events_session() {
     let ticks: Vec<&str> = lines.iter().filter(|l| is_event(l, pid, "Tick")).map(message).collect();
     assert_eq!(ticks, ["tick 1", "tick 2", "tick 3"], "written before the stop: all read");
 }
+
+/// `--nettrace-dir` on a user_events session: its records become a NetTrace file (metadata,
+/// events, sequence point, end tag) that the project's parser reads back to the events of the
+/// JSON lines — the same ids, threads and timestamps in the same order, the payload bytes the
+/// runtime wrote — complete when the session ends.
+#[test]
+fn a_user_events_session_is_saved_as_a_nettrace_file() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    const TICKS: u32 = 20;
+    tracefs_with_user_events();
+    let tmp = ScratchDir::new("vm-run-ue-file");
+    let files = ScratchDir::new("vm-run-ue-files");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let mut config = run_config(
+        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble",
+        SessionMode::Auto,
+        Duration::from_secs(30),
+        1024,
+    );
+    config.target_pids = vec![pid];
+    config.session.nettrace_dir = Some(files.path().to_owned());
+    let mut tracer = tests::pipeline::start_run(TIMEOUT, config);
+    let started = tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+    assert_eq!(started["session"], "user_events", "{started}");
+    double.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT5");
+    assert_eq!(double.emit(TICKS).expect("emit"), (u64::from(TICKS), 0));
+    double.gc(3).expect("gc");
+    tracer.wait_for_count("GCEnd", TIMEOUT, 3, |l| is_event(l, pid, "GCEnd"));
+    let (lines, summary) = tracer.stop();
+
+    let ended = lines.iter().find(|l| is(l, "session_ended", pid)).expect("session_ended");
+    assert_eq!(ended["nettrace_file_complete"], true, "{ended}");
+    let path = ended["nettrace_file"].as_str().unwrap();
+    let bytes = std::fs::read(path).expect("the file");
+    assert_eq!(ended["nettrace_file_bytes"], bytes.len());
+    let mut parser = tracer_decode::nettrace::NettraceParser::default();
+    let mut events = Vec::new();
+    parser
+        .feed(&bytes, |ev| {
+            let d = ev.decode();
+            events.push((
+                d.id,
+                ev.thread_id,
+                ev.timestamp,
+                d.provider.to_owned(),
+                ev.payload.to_vec(),
+            ));
+        })
+        .expect("the file parses");
+    assert_eq!(parser.finish(), Ok(()), "it ends with the end tag");
+    assert_eq!(parser.stats().lost_events, 0);
+    let json: Vec<(u64, u64, i64)> = lines
+        .iter()
+        .filter(|l| is(l, "dotnet_event", pid))
+        .map(|l| {
+            (l["id"].as_u64().unwrap(), u64_field(l, "thread"), l["timestamp"].as_i64().unwrap())
+        })
+        .collect();
+    let file: Vec<(u64, u64, i64)> =
+        events.iter().map(|(id, thread, ts, _, _)| (u64::from(*id), *thread, *ts)).collect();
+    assert_eq!(file, json, "the same events, in the same order");
+    assert_eq!(json.len(), TICKS as usize + 6);
+    let ticks: Vec<&Vec<u8>> =
+        events.iter().filter(|e| e.3 == "TestDouble").map(|e| &e.4).collect();
+    let expected: Vec<Vec<u8>> = (1..=TICKS as i32)
+        .map(|k| {
+            let mut p = k.to_le_bytes().to_vec();
+            p.extend(format!("tick {k}").encode_utf16().chain([0]).flat_map(u16::to_le_bytes));
+            p
+        })
+        .collect();
+    assert_eq!(ticks, expected.iter().collect::<Vec<_>>(), "the payload bytes the runtime wrote");
+    assert_eq!(summary.nettrace_files_complete, 1);
+    double.exit().expect("double exits");
+}

@@ -5,6 +5,7 @@
 //! as a [`RecordLayout`]. Payloads are decoded by the nettrace metadata/payload code, so
 //! EventSource events and native runtime events decode the same way in both session kinds.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -73,6 +74,10 @@ pub enum ExtensionProblem {
 pub struct Record<'a> {
     pub event_id: u16,
     pub metadata: Option<EventMetadata>,
+    /// The metadata label's bytes in the NetTrace form (provider name UTF-16Z, then the body
+    /// from the event id on; the early form without the provider gets it prepended): what a
+    /// `.nettrace` file of the session defines the event with.
+    pub metadata_bytes: Option<Cow<'a, [u8]>>,
     pub activity_id: Option<[u8; 16]>,
     pub related_activity_id: Option<[u8; 16]>,
     pub extension_problem: Option<ExtensionProblem>,
@@ -123,6 +128,7 @@ pub fn parse_record<'a>(
     let mut parsed = Record {
         event_id,
         metadata: None,
+        metadata_bytes: None,
         activity_id: None,
         related_activity_id: None,
         extension_problem: None,
@@ -148,7 +154,16 @@ pub fn parse_record<'a>(
                     parsed.extension_problem = truncated;
                     break;
                 };
-                parsed.metadata = Some(parse_metadata(body, at + 5, event_id, provider, limits)?);
+                let (meta, with_provider) =
+                    parse_metadata(body, at + 5, event_id, provider, limits)?;
+                parsed.metadata_bytes = Some(if with_provider {
+                    Cow::Borrowed(body)
+                } else {
+                    let mut bytes = crate::nettrace::writer::utf16z(provider);
+                    bytes.extend_from_slice(body);
+                    Cow::Owned(bytes)
+                });
+                parsed.metadata = Some(meta);
                 at += 1 + 4 + size;
             }
             LABEL_ACTIVITY | LABEL_RELATED_ACTIVITY => {
@@ -174,24 +189,27 @@ pub fn parse_record<'a>(
 }
 
 /// Metadata label body: provider name UTF-16Z + NetTrace V5 body (since dotnet/runtime
-/// PR #118294), or the body alone (PR #115265). The form whose event id matches the record wins.
+/// PR #118294), or the body alone (PR #115265). The form whose event id matches the record wins;
+/// also returns whether that was the form with the provider name.
 fn parse_metadata(
     body: &[u8],
     at: usize,
     event_id: u16,
     provider: &str,
     limits: &MetadataLimits,
-) -> Result<EventMetadata, UserEventsError> {
+) -> Result<(EventMetadata, bool), UserEventsError> {
     let with_provider = metadata::parse_provider_prefix(body, limits)
         .and_then(|(name, used)| metadata::parse_metadata_body(&body[used..], name, limits));
     if let Ok(meta) = &with_provider
         && meta.event_id == u32::from(event_id)
     {
-        return with_provider.map_err(|source| UserEventsError::Metadata { at, source });
+        return with_provider
+            .map(|meta| (meta, true))
+            .map_err(|source| UserEventsError::Metadata { at, source });
     }
     let bare = metadata::parse_metadata_body(body, provider.to_owned(), limits);
     match (bare, with_provider) {
-        (Ok(meta), _) if meta.event_id == u32::from(event_id) => Ok(meta),
+        (Ok(meta), _) if meta.event_id == u32::from(event_id) => Ok((meta, false)),
         (Ok(meta), _) | (_, Ok(meta)) => Err(UserEventsError::MetadataEventMismatch {
             at,
             found: meta.event_id,
@@ -409,6 +427,9 @@ mod tests {
         assert_eq!(parsed.extension_problem, None);
         let fields = decode_payload(meta, parsed.payload, 8).unwrap();
         assert_eq!(serde_json::to_string(&fields).unwrap(), r#"{"n":77}"#);
+        let mut nettrace_form = utf16z("My-Source");
+        nettrace_form.extend(body(12));
+        assert_eq!(parsed.metadata_bytes.as_deref(), Some(&nettrace_form[..]), "as sent");
     }
 
     #[test]
@@ -416,6 +437,13 @@ mod tests {
         let rec = record(3, &metadata_label(&body(3)), &5u32.to_le_bytes());
         let parsed =
             parse_record(&LAYOUT, &rec, "Tp-Provider", &MetadataLimits::default()).unwrap();
+        let mut nettrace_form = utf16z("Tp-Provider");
+        nettrace_form.extend(body(3));
+        assert_eq!(
+            parsed.metadata_bytes.as_deref(),
+            Some(&nettrace_form[..]),
+            "provider prepended"
+        );
         let meta = parsed.metadata.unwrap();
         assert_eq!((meta.provider.as_str(), meta.event_id), ("Tp-Provider", 3));
     }

@@ -252,7 +252,8 @@ pub struct RunArgs {
     /// 0600, never over an existing file or through a symlink; a session that ends abnormally
     /// leaves a truncated file and its session_ended says so (nettrace_file_complete: false);
     /// a failed write (disk full) stops that file, reported, while tracing goes on.
-    /// user_events sessions are not saved.
+    /// A user_events session's records are written as a NetTrace stream of their own
+    /// (their metadata, one event per record, a sequence point and the end tag).
     #[arg(long, value_name = "DIR", value_parser = existing_dir)]
     pub nettrace_dir: Option<PathBuf>,
     /// Stop a process's session after the first event that matches

@@ -74,6 +74,20 @@ pub fn format_iso8601(epoch_ns: i128) -> String {
     )
 }
 
+/// Nanoseconds since the epoch as the eight UTC fields a NetTrace Trace object starts with:
+/// year, month, day of week (0 = Sunday), day, hour, minute, second, millisecond.
+pub fn utc_fields(epoch_ns: i128) -> [u16; 8] {
+    let secs = epoch_ns.div_euclid(1_000_000_000) as i64;
+    let millis = (epoch_ns.rem_euclid(1_000_000_000) / 1_000_000) as u16;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    // 1970-01-01 was a Thursday.
+    let weekday = (days + 4).rem_euclid(7) as u16;
+    let [h, min, sec] = [sod / 3600, (sod / 60) % 60, sod % 60].map(|v| v as u16);
+    [y as u16, m as u16, weekday, d as u16, h, min, sec, millis]
+}
+
 /// Days since 1970-01-01 → (year, month, day); Howard Hinnant's civil_from_days.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -100,6 +114,13 @@ mod tests {
         // 2026-11-29T22:30:00Z
         assert_eq!(format_iso8601(1_795_991_400_000_000_000), "2026-11-29T22:30:00.000000000Z");
         assert_eq!(format_iso8601(-1), "1969-12-31T23:59:59.999999999Z");
+    }
+
+    #[test]
+    fn utc_fields_name_the_weekday() {
+        assert_eq!(utc_fields(0), [1970, 1, 4, 1, 0, 0, 0, 0]);
+        // 2026-11-29T22:30:00.250Z was a Sunday.
+        assert_eq!(utc_fields(1_795_991_400_250_000_000), [2026, 11, 0, 29, 22, 30, 0, 250]);
     }
 
     #[test]

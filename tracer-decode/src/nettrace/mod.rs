@@ -14,6 +14,7 @@ pub mod metadata;
 pub mod payload;
 pub mod runtime_events;
 mod sequence;
+pub mod writer;
 
 use crate::ordered::OrderedMap;
 use std::borrow::Cow;

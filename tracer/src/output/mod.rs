@@ -253,8 +253,8 @@ pub struct NettraceFileTotals {
     pub nettrace_file_error: Option<String>,
 }
 
-/// What a user_events session's records lost.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What a user_events session's records lost (and, with `--nettrace-dir`, their file).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct RecordTotals {
     /// Records written into its tracepoints by a process that is not its target (dropped).
     pub foreign_writer: u64,
@@ -262,6 +262,9 @@ pub struct RecordTotals {
     pub undecodable: u64,
     /// Records decoded but not written: the session passed its output budget (then ended).
     pub unwritten_events: u64,
+    /// `--nettrace-dir`: the records written as a NetTrace stream.
+    #[serde(flatten)]
+    pub file: Option<NettraceFileTotals>,
     /// Records the shared ftrace buffer lost while the session ran; the buffer serves every
     /// user_events session, so these may be any session's.
     pub buffer_lost: u64,

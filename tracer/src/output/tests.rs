@@ -398,6 +398,13 @@ fn one_of_each_kind() -> Vec<Value> {
                 foreign_writer: 1,
                 undecodable: 2,
                 unwritten_events: 3,
+                file: Some(NettraceFileTotals {
+                    nettrace_file: "/d/1_app_20261201_000000_11.nettrace".into(),
+                    nettrace_file_bytes: 100,
+                    nettrace_file_complete: true,
+                    nettrace_file_unwritten_bytes: 0,
+                    nettrace_file_error: None,
+                }),
                 buffer_lost: 4,
             }),
             error: None,

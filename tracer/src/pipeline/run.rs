@@ -174,6 +174,17 @@ impl RunSummary {
         self.losses().iter().map(|l| l.count).sum()
     }
 
+    /// Counts a session's `--nettrace-dir` file.
+    fn count_nettrace_file(&mut self, file: Option<&crate::output::NettraceFileTotals>) {
+        let Some(file) = file else { return };
+        if file.nettrace_file_complete {
+            self.nettrace_files_complete += 1;
+        } else {
+            self.nettrace_files_truncated += 1;
+        }
+        self.nettrace_file_failures += u64::from(file.nettrace_file_error.is_some());
+    }
+
     /// Takes the user_events hub's counters.
     fn record_user_events_stats(&mut self, hub: &user_events::Hub) {
         self.user_events_reader = Some(hub.stats());
@@ -631,14 +642,7 @@ fn handle_message(
                 summary.unread_bytes_at_drain += end.unread_bytes;
                 summary.unwritten_over_budget += end.unwritten_events;
                 summary.stop_failures += u64::from(end.stop_error.is_some());
-                if let Some(file) = &end.file {
-                    if file.nettrace_file_complete {
-                        summary.nettrace_files_complete += 1;
-                    } else {
-                        summary.nettrace_files_truncated += 1;
-                    }
-                    summary.nettrace_file_failures += u64::from(file.nettrace_file_error.is_some());
-                }
+                summary.count_nettrace_file(end.file.as_ref());
                 if stats.lost_events > 0 {
                     log::warn!(
                         "pid {pid}: the runtime dropped {} events (sequence gaps)",
@@ -660,6 +664,9 @@ fn handle_message(
                     file: end.file,
                 }
             });
+            if let Some(records) = &records {
+                summary.count_nettrace_file(records.file.as_ref());
+            }
             let body = SessionEnded {
                 session_id: SessionId(session_id),
                 reason: reason.name(),

@@ -6,13 +6,25 @@
 //! existing file). It is complete (ends with the end-of-stream tag) when the session ended
 //! normally; otherwise its `session_ended` says it is truncated. A failed write (disk full)
 //! stops writing that file, counted and reported, while the session goes on.
+//!
+//! A user_events session has no stream: its records arrive through ftrace. [`RecordsFile`]
+//! writes them as a NetTrace stream of their own (`tracer_decode::nettrace::writer`): the
+//! metadata each event's first record carried (native runtime events get provider and id
+//! only), one event per record with its thread, timestamp and payload bytes, a sequence point
+//! and the end tag when the session ends.
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
+use tracer_decode::nettrace::writer::{
+    BlobEvent, NettraceWriter, TraceHeader, native_event_metadata,
+};
+
 use crate::output::{NettraceFileTotals, OUTPUT_FILE_MODE};
-use crate::time::Clock;
+use crate::time::{Clock, monotonic_ns, realtime_ns, utc_fields};
 
 /// Characters of a process name kept in a file name.
 const MAX_NAME_IN_FILE_NAME: usize = 32;
@@ -69,7 +81,7 @@ impl NettraceFile {
         }
     }
 
-    fn fail(&mut self, e: std::io::Error) {
+    fn fail(&mut self, e: impl std::fmt::Display) {
         log::error!(
             "writing {}: {e}; the file stays incomplete, tracing goes on",
             self.path.display()
@@ -99,6 +111,121 @@ impl NettraceFile {
             nettrace_file_unwritten_bytes: self.received.saturating_sub(bytes),
             nettrace_file_error: self.error,
         }
+    }
+}
+
+/// Events of distinct (tracepoint, event id) and distinct threads a [`RecordsFile`] keeps track
+/// of; a session past either stops its file (reported), its JSON lines go on.
+pub const MAX_RECORDS_FILE_KEYS: usize = 65_536;
+
+/// A user_events session's records as a NetTrace stream (see the module documentation).
+pub struct RecordsFile {
+    file: NettraceFile,
+    writer: NettraceWriter,
+    /// (tracepoint, event id) → its metadata id in the file.
+    metadata_ids: HashMap<(String, u16), u32>,
+    /// Capture thread → the last sequence number given to its events.
+    sequences: HashMap<u64, u32>,
+}
+
+/// One record of a [`RecordsFile`].
+pub struct FileRecord<'a> {
+    pub tracepoint: &'a str,
+    pub provider: &'a str,
+    pub event_id: u16,
+    /// The metadata the record carried (provider name first), if any.
+    pub metadata: Option<&'a [u8]>,
+    pub thread: u64,
+    pub timestamp: i64,
+    pub activity_id: [u8; 16],
+    pub related_activity_id: [u8; 16],
+    pub payload: &'a [u8],
+}
+
+impl RecordsFile {
+    /// Creates the file (named like a streaming session's, with `name_id` in the session id's
+    /// place) and writes its prologue and Trace object: timestamps are CLOCK_MONOTONIC
+    /// nanoseconds, like the records'.
+    pub fn create(
+        dir: &Path,
+        pid: u32,
+        name_id: u64,
+        pointer_size: u32,
+        clock: &Clock,
+    ) -> RecordsFile {
+        let mut file = NettraceFile::create(dir, pid, name_id, clock);
+        let header = TraceHeader {
+            sync_time_utc: utc_fields(i128::from(realtime_ns())),
+            sync_timestamp: monotonic_ns() as i64,
+            timestamp_frequency: 1_000_000_000,
+            pointer_size,
+            process_id: pid,
+            processors: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            sampling_interval_ns: 1_000_000,
+        };
+        let (writer, start) = NettraceWriter::start(&header);
+        file.write(&start);
+        RecordsFile { file, writer, metadata_ids: HashMap::new(), sequences: HashMap::new() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Appends one record (its metadata first, the first time its event appears).
+    pub fn record(&mut self, r: &FileRecord<'_>) {
+        if self.file.out.is_none() {
+            return;
+        }
+        let key = (r.tracepoint.to_owned(), r.event_id);
+        let metadata_id = match self.metadata_ids.get(&key) {
+            Some(&id) => id,
+            None if self.metadata_ids.len() >= MAX_RECORDS_FILE_KEYS => {
+                return self
+                    .file
+                    .fail(format!("more than {MAX_RECORDS_FILE_KEYS} distinct events"));
+            }
+            None => {
+                let id = self.metadata_ids.len() as u32 + 1;
+                let metadata = r.metadata.map_or_else(
+                    || Cow::Owned(native_event_metadata(r.provider, r.event_id.into())),
+                    Cow::Borrowed,
+                );
+                let block = self.writer.metadata_block(id, &metadata, r.timestamp);
+                self.file.write(&block);
+                self.metadata_ids.insert(key, id);
+                id
+            }
+        };
+        if !self.sequences.contains_key(&r.thread) && self.sequences.len() >= MAX_RECORDS_FILE_KEYS
+        {
+            return self.file.fail(format!("more than {MAX_RECORDS_FILE_KEYS} threads"));
+        }
+        let sequence = self.sequences.entry(r.thread).or_insert(0);
+        *sequence += 1;
+        let block = self.writer.event_block(&[BlobEvent {
+            metadata_id,
+            sequence: *sequence,
+            thread_id: r.thread,
+            capture_thread_id: r.thread,
+            processor: 0,
+            timestamp: r.timestamp,
+            activity_id: r.activity_id,
+            related_activity_id: r.related_activity_id,
+            payload: r.payload,
+        }]);
+        self.file.write(&block);
+    }
+
+    /// Ends the stream (sequence point, end tag) and closes the file.
+    pub fn finish(mut self) -> NettraceFileTotals {
+        let mut threads: Vec<(u64, u32)> = self.sequences.into_iter().collect();
+        threads.sort_unstable();
+        let sequence_point = self.writer.sequence_point(monotonic_ns() as i64, &threads);
+        self.file.write(&sequence_point);
+        let end = self.writer.end();
+        self.file.write(&end);
+        self.file.finish(true)
     }
 }
 

@@ -21,6 +21,7 @@
 //! (`foreign_writer`).
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -36,6 +37,7 @@ use tracer_decode::diagnostic_ipc::{
 use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
+use super::nettrace_file::{FileRecord, RecordsFile};
 use super::stopping::StoppingEvent;
 use super::{
     EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped,
@@ -70,6 +72,8 @@ pub enum Request {
         providers: Vec<String>,
         pointer_size: u32,
         stopping_event: Option<StoppingEvent>,
+        /// `--nettrace-dir`: where the session's records are also written as a `.nettrace`.
+        nettrace_dir: Option<PathBuf>,
         reply: oneshot::Sender<anyhow::Result<Prepared>>,
     },
     /// Read what is buffered, then disable and unregister `pid`'s tracepoints; replies with what
@@ -108,8 +112,14 @@ pub(super) async fn run(
         _ => 8,
     };
     let (reply, prepared) = oneshot::channel();
-    let stopping_event = config.stopping_event.clone();
-    let prepare = Request::Prepare { pid, providers, pointer_size, stopping_event, reply };
+    let prepare = Request::Prepare {
+        pid,
+        providers,
+        pointer_size,
+        stopping_event: config.stopping_event.clone(),
+        nettrace_dir: config.nettrace_dir.clone(),
+        reply,
+    };
     if hub.requests.send(prepare).await.is_err() {
         return;
     }
@@ -216,6 +226,8 @@ struct Grant {
     /// Output bytes earned by the session's record bytes (see `tracer_decode::budget`).
     budget: OutputBudget,
     stopping_event: Option<StoppingEvent>,
+    /// `--nettrace-dir`: the session's records as a NetTrace stream.
+    file: Option<RecordsFile>,
     /// Fired once, when the budget first refuses a line or the stopping event arrives: the
     /// session task then ends the session for that reason.
     end: Option<oneshot::Sender<EndReason>>,
@@ -335,8 +347,16 @@ impl Hub {
 
     fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
         match request {
-            Request::Prepare { pid, providers, pointer_size, stopping_event, reply } => {
-                let result = self.grant(pid, stopping_event).and_then(|end| {
+            Request::Prepare {
+                pid,
+                providers,
+                pointer_size,
+                stopping_event,
+                nettrace_dir,
+                reply,
+            } => {
+                let file = (nettrace_dir, pointer_size, clock);
+                let result = self.grant(pid, stopping_event, file).and_then(|end| {
                     let names = providers
                         .iter()
                         .map(|provider| self.prepare(pid, provider, pointer_size))
@@ -369,6 +389,7 @@ impl Hub {
         &mut self,
         pid: u32,
         stopping_event: Option<StoppingEvent>,
+        (nettrace_dir, pointer_size, clock): (Option<PathBuf>, u32, &Clock),
     ) -> anyhow::Result<oneshot::Receiver<EndReason>> {
         if self.grants.contains_key(&pid) {
             anyhow::bail!("pid {pid} already has a user_events session");
@@ -376,6 +397,10 @@ impl Hub {
         let data = Arc::new(UserEventsData::open(&self.tracefs)?);
         let nonce = name_nonce()?;
         let (end, end_rx) = oneshot::channel();
+        // Named like a streaming session's file, with the names' random part as the id.
+        let name_id = u64::from_str_radix(&nonce, 16).unwrap_or_default();
+        let file =
+            nettrace_dir.map(|dir| RecordsFile::create(&dir, pid, name_id, pointer_size, clock));
         let grant = Grant {
             data,
             nonce,
@@ -383,6 +408,7 @@ impl Hub {
             threads: HashMap::new(),
             budget: OutputBudget::default(),
             stopping_event,
+            file,
             end: Some(end),
             records: RecordTotals::default(),
             buffer_lost_at_start: self.reader.stats().lost(),
@@ -428,7 +454,7 @@ impl Hub {
     /// `user_events_data` (the kernel deletes the events once the runtime lets go of them too);
     /// returns what the session's records lost.
     fn release(&mut self, pid: u32) -> Option<RecordTotals> {
-        let grant = self.grants.remove(&pid)?;
+        let mut grant = self.grants.remove(&pid)?;
         for name in &grant.names {
             if let Some(info) = self.tracepoints.remove(name) {
                 self.reader.remove_tracepoint(info.id);
@@ -442,7 +468,8 @@ impl Hub {
             log::debug!("pid {pid}: user_events_data still referenced by its session task");
         }
         let buffer_lost = self.reader.stats().lost().saturating_sub(grant.buffer_lost_at_start);
-        let records = RecordTotals { buffer_lost, ..grant.records };
+        let file = grant.file.take().map(RecordsFile::finish);
+        let records = RecordTotals { buffer_lost, file, ..grant.records.clone() };
         drop(grant);
         self.cache.forget_process(pid);
         Some(records)
@@ -481,6 +508,7 @@ impl Hub {
                     continue;
                 }
             };
+            let metadata_bytes = record.metadata_bytes.take();
             let meta = self.cache.resolve(info.pid, name, &info.provider, &mut record);
             let context = EventContext {
                 thread: ev.common.pid as u64,
@@ -509,6 +537,19 @@ impl Hub {
                     let _ = end.send(EndReason::BudgetExceeded);
                 }
                 continue;
+            }
+            if let Some(file) = &mut grant.file {
+                file.record(&FileRecord {
+                    tracepoint: name,
+                    provider: &info.provider,
+                    event_id: record.event_id,
+                    metadata: metadata_bytes.as_deref(),
+                    thread: ev.common.pid as u64,
+                    timestamp: ev.ts as i64,
+                    activity_id: record.activity_id.unwrap_or_default(),
+                    related_activity_id: record.related_activity_id.unwrap_or_default(),
+                    payload: record.payload,
+                });
             }
             let provider = info.provider.clone();
             lines.push(EventLine { pid: info.pid, provider, line, counter });
