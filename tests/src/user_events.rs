@@ -35,6 +35,19 @@ pub fn tracefs_with_user_events() -> PathBuf {
     }
 }
 
+/// Whether the running kernel has user_events (tracer attaches its ioctl hooks only then).
+pub fn kernel_has_user_events() -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let (_, mount_point, fs_type) = (fields.next(), fields.next()?, fields.next()?);
+            (fs_type == "tracefs").then(|| PathBuf::from(mount_point))
+        })
+        .any(|dir| dir.join("user_events_data").exists())
+}
+
 /// Opens `user_events_data` read-write.
 pub fn open_data(tracefs: &std::path::Path) -> File {
     let path = tracefs.join("user_events_data");

@@ -225,7 +225,9 @@ fn tracer_check_on_this_host() {
         lines.contains(
             &"MISSING (optional) user_events: /sys/kernel/tracing/user_events_data absent (kernel \
          built without CONFIG_USER_EVENTS): `tracer run` will use streaming (EventPipe) sessions \
-         instead; rebuild with CONFIG_USER_EVENTS=y for user_events sessions"
+         instead, and the ioctl hooks are not attached (no process can register user_events, \
+         and every ioctl of the machine is spared them); rebuild with CONFIG_USER_EVENTS=y for \
+         user_events sessions"
                 .to_string()
         )
     );

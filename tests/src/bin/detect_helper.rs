@@ -13,9 +13,9 @@
 //!   second thread and ends the main (leader) thread alone; the second thread waits for that exit,
 //!   maps a `doublemapper` memfd, prints `leader_gone` with its tid, and on a stdin line exits the
 //!   process. The process ends with that thread, not with its leader.
-//! * `mmap-loop N`, `ioctl-loop N` — the hooked syscalls' common path, which every process on
-//!   the machine pays for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on
-//!   /dev/null; prints `{"ns_per_op":…}` (benchmarks).
+//! * `mmap-loop N`, `ioctl-loop N`, `getppid-loop N` — what every process on the machine pays
+//!   for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on /dev/null / N getppid()
+//!   (a syscall tracer hooks nothing of); prints `{"ns_per_op":…}` (benchmarks).
 //! * `latency N` — N children one after another, each mapping a fresh `dotnet_ipc_created`
 //!   memfd and printing `{"mapped_mono_ns":…,"addr":…}` with CLOCK_MONOTONIC read right after
 //!   mmap returned.
@@ -234,6 +234,15 @@ fn mmap_loop(n: u64) {
     say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
 }
 
+fn getppid_loop(n: u64) {
+    let start = Instant::now();
+    for _ in 0..n {
+        // SAFETY: getppid has no preconditions; the raw syscall (not a cached libc value).
+        unsafe { libc::syscall(libc::SYS_getppid) };
+    }
+    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+}
+
 fn ioctl_loop(n: u64) {
     // SAFETY: valid path.
     let fd = check(unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) }, "open");
@@ -291,6 +300,7 @@ fn main() {
         Some("leader-exits-first") => leader_exits_first(),
         Some("mmap-loop") => mmap_loop(count()),
         Some("ioctl-loop") => ioctl_loop(count()),
+        Some("getppid-loop") => getppid_loop(count()),
         Some("latency") => latency(count()),
         Some("map-repeat") => map_repeat(count()),
         Some("bind") => bind_names(std::env::args().skip(2).collect()),

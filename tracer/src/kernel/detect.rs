@@ -34,6 +34,10 @@ pub const PROGRAMS: [(&str, &str, &str); 12] = [
     ("sched_process_exit", "sched", "sched_process_exit"),
 ];
 
+/// The programs that see only user_events registrations: attached only when the kernel has
+/// user_events (`user_events_data` in tracefs).
+pub const USER_EVENTS_PROGRAMS: [&str; 2] = ["sys_enter_ioctl", "sys_exit_ioctl"];
+
 /// Lines of the verifier log shown when the kernel rejects a program (the reason is at the end).
 const VERIFIER_LOG_TAIL: usize = 30;
 
@@ -129,6 +133,15 @@ impl Detector {
             .map_err(|e| e.into_parts().1)
             .context("registering the BPF ring buffer with tokio")?;
 
+        // Every ioctl of every process pays for an attached ioctl pair; without
+        // user_events_data no registration can happen, so they are not attached.
+        let user_events = tracefs.path("user_events_data").exists();
+        if !user_events {
+            log::info!(
+                "this kernel has no user_events (no {}): the ioctl hooks stay off",
+                tracefs.path("user_events_data").display()
+            );
+        }
         let mut links = Vec::with_capacity(PROGRAMS.len());
         for (prog_name, category, name) in PROGRAMS {
             let program: &mut TracePoint = ebpf
@@ -136,12 +149,20 @@ impl Detector {
                 .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
                 .try_into()?;
             program.load().map_err(|e| load_error(prog_name, e))?;
+            if !user_events && USER_EVENTS_PROGRAMS.contains(&prog_name) {
+                continue;
+            }
             let link = program.attach(category, name).with_context(|| {
                 format!("attaching program {prog_name} to tracepoint {category}:{name}")
             })?;
             links.push((prog_name, link));
         }
         Ok(Detector { ebpf, ring, links, seq: SeqTracker::default(), decode_errors: 0 })
+    }
+
+    /// The programs attached (the ioctl pair only on kernels with user_events).
+    pub fn attached(&self) -> Vec<&'static str> {
+        self.links.iter().map(|(name, _)| *name).collect()
     }
 
     /// Waits until the ring has records, then decodes all available ones into `out`.

@@ -194,7 +194,11 @@ fn user_events(tracefs: &Tracefs) -> Finding {
         finding(
             Status::Ok,
             "user_events",
-            format!("{} present: `tracer run` can use user_events sessions", path.display()),
+            format!(
+                "{} present: `tracer run` can use user_events sessions, and `tracer audit` \
+                 attaches its ioctl hooks (registrations)",
+                path.display()
+            ),
         )
     } else {
         finding(
@@ -202,8 +206,9 @@ fn user_events(tracefs: &Tracefs) -> Finding {
             "user_events",
             format!(
                 "{} absent (kernel built without CONFIG_USER_EVENTS): `tracer run` will use \
-                 streaming (EventPipe) sessions instead; rebuild with CONFIG_USER_EVENTS=y for \
-                 user_events sessions",
+                 streaming (EventPipe) sessions instead, and the ioctl hooks are not attached \
+                 (no process can register user_events, and every ioctl of the machine is spared \
+                 them); rebuild with CONFIG_USER_EVENTS=y for user_events sessions",
                 path.display()
             ),
         )
