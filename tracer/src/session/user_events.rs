@@ -151,7 +151,10 @@ pub(super) async fn run(
     let session = match started {
         Ok(s) => s,
         Err(e) => {
-            let _ = release(&hub, pid).await;
+            // No session: its `.nettrace` (only a header so far) goes too.
+            if let Some(file) = release(&hub, pid).await.and_then(|r| r.file) {
+                let _ = std::fs::remove_file(&file.nettrace_file);
+            }
             return super::report_failure(pid, e, &out).await;
         }
     };
@@ -355,15 +358,16 @@ impl Hub {
                 nettrace_dir,
                 reply,
             } => {
-                let file = (nettrace_dir, pointer_size, clock);
-                let result = self.grant(pid, stopping_event, file).and_then(|end| {
-                    let names = providers
-                        .iter()
-                        .map(|provider| self.prepare(pid, provider, pointer_size))
-                        .collect::<anyhow::Result<Vec<String>>>()?;
-                    let data = self.grants[&pid].data.clone();
-                    Ok(Prepared { names, data, end })
-                });
+                let file = nettrace_dir.as_deref();
+                let result =
+                    self.grant(pid, stopping_event, file, pointer_size, clock).and_then(|end| {
+                        let names = providers
+                            .iter()
+                            .map(|provider| self.prepare(pid, provider, pointer_size))
+                            .collect::<anyhow::Result<Vec<String>>>()?;
+                        let data = self.grants[&pid].data.clone();
+                        Ok(Prepared { names, data, end })
+                    });
                 if result.is_err() {
                     self.disable(pid);
                     self.release(pid);
@@ -385,11 +389,14 @@ impl Hub {
 
     /// Opens `pid`'s own `user_events_data` and draws its tracepoint names' random part;
     /// returns word of why the session must end, when its records decide it.
+    /// With `nettrace_dir`, the session's records are also written to a `.nettrace` there.
     fn grant(
         &mut self,
         pid: u32,
         stopping_event: Option<StoppingEvent>,
-        (nettrace_dir, pointer_size, clock): (Option<PathBuf>, u32, &Clock),
+        nettrace_dir: Option<&std::path::Path>,
+        pointer_size: u32,
+        clock: &Clock,
     ) -> anyhow::Result<oneshot::Receiver<EndReason>> {
         if self.grants.contains_key(&pid) {
             anyhow::bail!("pid {pid} already has a user_events session");
@@ -400,7 +407,7 @@ impl Hub {
         // Named like a streaming session's file, with the names' random part as the id.
         let name_id = u64::from_str_radix(&nonce, 16).unwrap_or_default();
         let file =
-            nettrace_dir.map(|dir| RecordsFile::create(&dir, pid, name_id, pointer_size, clock));
+            nettrace_dir.map(|dir| RecordsFile::create(dir, pid, name_id, pointer_size, clock));
         let grant = Grant {
             data,
             nonce,
