@@ -13,7 +13,7 @@ use tracer_decode::ftrace::record::Fields as FtraceFields;
 use tracer_decode::nettrace::DecodedEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
-pub use self::writer::{JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest};
+pub use self::writer::{JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns};

@@ -164,20 +164,20 @@ impl JsonLines {
     }
 }
 
+/// How tracer opens every file it writes about other processes: for writing, mode
+/// [`OUTPUT_FILE_MODE`] when created, never through a symlink.
+pub fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.write(true).mode(OUTPUT_FILE_MODE).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    options
+}
+
 fn open_output(path: &Path, truncate: bool) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(truncate)
-        .append(!truncate)
-        .mode(OUTPUT_FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .with_context(|| {
-            format!(
-                "opening output file {} (a symlink is refused: the output holds other users' \
+    private_file().create(true).truncate(truncate).append(!truncate).open(path).with_context(|| {
+        format!(
+            "opening output file {} (a symlink is refused: the output holds other users' \
                  data)",
-                path.display()
-            )
-        })
+            path.display()
+        )
+    })
 }

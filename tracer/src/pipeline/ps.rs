@@ -132,23 +132,19 @@ async fn describe(
     Listed { pid, labels: read_labels(pid), process }
 }
 
-/// `pid`'s diagnostic socket, pinned and checked as a session's would be (one look, no
-/// waiting); the error says why not, with the names refused on the way (at most
-/// [`MAX_NAMED_REFUSALS`]).
+/// `pid`'s diagnostic socket, pinned and located as a session's would be (one look, no
+/// waiting, off the async workers); the error says why not, with the names refused on the way
+/// (at most [`MAX_NAMED_REFUSALS`]).
 async fn locate(pid: u32) -> Result<socket::DiagnosticSocket, String> {
-    let looked = tokio::task::spawn_blocking(move || {
-        let target = Target::pin(pid).map_err(|e| e.to_string())?;
-        let mut refused = Vec::new();
-        socket::locate_target(&target, &mut refused).map_err(|e| {
-            let mut why = e.to_string();
-            for (path, refusal) in refused.iter().take(MAX_NAMED_REFUSALS) {
-                why += &format!("; refused {path:?}: {refusal}");
-            }
-            why
-        })
+    let target = Target::pin(pid).map_err(|e| e.to_string())?;
+    let (located, refused) = crate::session::locate_off_the_workers(&target).await;
+    located.map_err(|e| {
+        let mut why = e.to_string();
+        for (path, refusal) in refused.iter().take(MAX_NAMED_REFUSALS) {
+            why += &format!("; refused {path:?}: {refusal}");
+        }
+        why
     })
-    .await;
-    looked.unwrap_or_else(|e| Err(format!("looking for the socket panicked: {e}")))
 }
 
 /// A `/proc/<pid>/` text file another process controls, bounded.

@@ -430,7 +430,7 @@ where
 pub const MAX_CONCURRENT_LOCATES: usize = 8;
 
 /// [`socket::locate_target`] on a blocking thread, at most [`MAX_CONCURRENT_LOCATES`] at once.
-async fn locate_off_the_workers(
+pub(crate) async fn locate_off_the_workers(
     target: &Target,
 ) -> (Result<socket::DiagnosticSocket, SocketError>, Vec<(PathBuf, Refusal)>) {
     static LOCATES: tokio::sync::Semaphore =

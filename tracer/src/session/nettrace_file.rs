@@ -14,16 +14,15 @@
 //! and the end tag when the session ends.
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use tracer_decode::nettrace::writer::{
     BlobEvent, NettraceWriter, TraceHeader, native_event_metadata,
 };
 
-use crate::output::{NettraceFileTotals, OUTPUT_FILE_MODE};
+use crate::output::{NettraceFileTotals, private_file};
 use crate::time::{Clock, monotonic_ns, realtime_ns, utc_fields};
 
 /// Characters of a process name kept in a file name.
@@ -47,12 +46,7 @@ impl NettraceFile {
     pub fn create(dir: &Path, pid: u32, session_id: u64, clock: &Clock) -> NettraceFile {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let path = dir.join(file_name(pid, comm.trim_end(), session_id, clock));
-        let opened = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(OUTPUT_FILE_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path);
+        let opened = private_file().create_new(true).open(&path);
         let mut file = NettraceFile { path, out: None, failed: None, received: 0, error: None };
         match opened {
             Ok(f) => file.out = Some(BufWriter::with_capacity(64 << 10, f)),
