@@ -20,10 +20,14 @@ use tracer::pipeline::ps::{self, Listed, PsConfig};
 const PEER: &str = env!("CARGO_BIN_EXE_hostile_peer");
 const IPC: Duration = Duration::from_secs(5);
 
-fn listed() -> Vec<Listed> {
-    let config = PsConfig { timeouts: Timeouts { connect: IPC, write: IPC, read: IPC } };
+fn listed_with(ipc: Duration, deadline: Duration) -> Vec<Listed> {
+    let config = PsConfig { timeouts: Timeouts { connect: ipc, write: ipc, read: ipc }, deadline };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(ps::list(&config)).expect("tracer ps")
+}
+
+fn listed() -> Vec<Listed> {
+    listed_with(IPC, Duration::from_secs(60))
 }
 
 fn of(listed: &[Listed], pid: u32) -> &DotnetProcess {
@@ -126,4 +130,26 @@ fn ps_lists_every_runtime_with_its_version_sessions_and_socket() {
         host.ping().expect("runtime healthy");
     }
     drop(double);
+}
+
+/// Fake runtimes that accept and never answer cannot hold `tracer ps` past its `--timeout`:
+/// each is listed with that reason (not after its own 30 s exchange limit), and a runtime asked
+/// at the same time is listed with its answer.
+#[test]
+fn silent_fakes_are_listed_at_the_deadline() {
+    const FAKES: usize = 10;
+    let tmp = ScratchDir::new("ps-silent");
+    let fakes: Vec<HostilePeer> = (0..FAKES)
+        .map(|_| HostilePeer::spawn_with(PEER, tmp.path(), &["silent"], true).expect("fake"))
+        .collect();
+    let double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let listed = listed_with(Duration::from_secs(30), Duration::from_secs(2));
+    for fake in &fakes {
+        let p = of(&listed, fake.pid());
+        assert_eq!(p.error.as_deref(), Some("no answer within the listing's 2 s (--timeout)"));
+        assert_eq!((p.socket.clone(), p.sessions.clone()), (None, Vec::<&str>::new()));
+    }
+    let p = of(&listed, double.pid());
+    assert_eq!(p.runtime_version.as_deref(), Some("10.0.0+test-double"));
+    assert_eq!(p.error, None);
 }

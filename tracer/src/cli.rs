@@ -619,6 +619,10 @@ pub struct PsArgs {
     /// Time limit for each step of the ProcessInfo exchange (connect, write, read reply).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub ipc_timeout: Duration,
+    /// How long the whole listing may take: a runtime that has not answered by then (a silent
+    /// peer, or one waiting behind 16 others) is listed with that reason.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 /// `tracer ps`: a table on a terminal, JSON lines otherwise.
@@ -629,6 +633,7 @@ fn ps_main(args: PsArgs) -> ExitCode {
             write: args.ipc_timeout,
             read: args.ipc_timeout,
         },
+        deadline: args.timeout,
     };
     let table = !args.json && args.output.is_none() && std::io::stdout().is_terminal();
     if table {

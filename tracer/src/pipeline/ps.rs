@@ -31,7 +31,11 @@ const MAX_NAMED_REFUSALS: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct PsConfig {
+    /// Limits of each step of one ProcessInfo exchange.
     pub timeouts: Timeouts,
+    /// How long the whole listing may take: runtimes not answered by then (silent, or waiting
+    /// behind [`MAX_CONCURRENT_PROBES`] others) are listed with the reason.
+    pub deadline: std::time::Duration,
 }
 
 /// One process `tracer ps` lists.
@@ -62,12 +66,20 @@ pub async fn list(config: &PsConfig) -> anyhow::Result<Vec<Listed>> {
     let user_events =
         Tracefs::find_or_mount().is_ok_and(|tracefs| tracefs.path("user_events_data").exists());
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_PROBES));
+    let deadline = tokio::time::Instant::now() + config.deadline;
     let mut probes = tokio::task::JoinSet::new();
     for (pid, how) in found_by {
-        let (permits, timeouts) = (permits.clone(), config.timeouts);
+        let (permits, timeouts, limit) = (permits.clone(), config.timeouts, config.deadline);
         probes.spawn(async move {
-            let _permit = permits.acquire_owned().await.expect("never closed");
-            describe(pid, how, timeouts, user_events).await
+            let asked = tokio::time::timeout_at(deadline, async {
+                let _permit = permits.acquire_owned().await.expect("never closed");
+                ask(pid, timeouts).await
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!("no answer within the listing's {} s (--timeout)", limit.as_secs_f64()))
+            });
+            describe(pid, how, asked, user_events)
         });
     }
     let mut listed = Vec::new();
@@ -78,13 +90,20 @@ pub async fn list(config: &PsConfig) -> anyhow::Result<Vec<Listed>> {
     Ok(listed)
 }
 
-/// What `pid` is: asks it for ProcessInfo when its socket is found and passes the checks.
-async fn describe(
-    pid: u32,
-    found_by: Vec<&'static str>,
-    timeouts: Timeouts,
-    user_events: bool,
-) -> Listed {
+/// What asking `pid` gave: its socket (found and checked), then its ProcessInfo answer —
+/// or why there is none.
+type Asked = Result<(String, Result<RuntimeInfo, String>), String>;
+
+/// Locates `pid`'s socket and asks it for ProcessInfo.
+async fn ask(pid: u32, timeouts: Timeouts) -> Asked {
+    let located = locate(pid).await?;
+    let socket = located.path().to_string_lossy().into_owned();
+    let answer = DiagnosticClient::new(located, timeouts).probe().await.map_err(|e| e.to_string());
+    Ok((socket, answer))
+}
+
+/// What `pid` is, from what it answered (when it could be asked) and its `/proc` files.
+fn describe(pid: u32, found_by: Vec<&'static str>, asked: Asked, user_events: bool) -> Listed {
     let mut process = DotnetProcess {
         command_line: None,
         runtime_version: None,
@@ -94,11 +113,11 @@ async fn describe(
         socket: None,
         error: None,
     };
-    match locate(pid).await {
+    match asked {
         Err(e) => process.error = Some(e),
-        Ok(located) => {
-            process.socket = Some(located.path().to_string_lossy().into_owned());
-            match DiagnosticClient::new(located, timeouts).probe().await {
+        Ok((socket, answer)) => {
+            process.socket = Some(socket);
+            match answer {
                 Ok(RuntimeInfo::Known { info, .. }) => {
                     process.command_line = Some(info.command_line.clone());
                     process.runtime_version = info.clr_product_version.clone();
@@ -107,7 +126,7 @@ async fn describe(
                     process.sessions.push("streaming");
                 }
                 Ok(RuntimeInfo::PreNet5) => process.sessions.push("streaming"),
-                Err(e) => process.error = Some(e.to_string()),
+                Err(e) => process.error = Some(e),
             }
         }
     }
