@@ -808,9 +808,7 @@ def main():
                 say("AMPLIFIED", events, target.offset if target else 0)
             elif cmd[0] == "forge":
                 n = int(cmd[1])
-                with server.lock:
-                    fds = [s.fd for s in server.sessions.values()
-                           if isinstance(s, UserEventsSession)]
+                fds = [s.fd for s in server.user_events_sessions()]
                 ok = 0
                 for fd in fds:
                     for index in range(FORGE_INDICES):
@@ -823,12 +821,10 @@ def main():
                 say("FORGED", ok)
             elif cmd[0] == "fork_write":
                 n = int(cmd[1])
-                with server.lock:
-                    targets = [(s.fd, s.tracepoints[p.tracepoint_default].write_index)
-                               for s in server.sessions.values()
-                               if isinstance(s, UserEventsSession)
-                               for p in s.providers
-                               if p.name == DOUBLE_PROVIDER and p.tracepoint_default]
+                targets = [(s.fd, s.tracepoints[p.tracepoint_default].write_index)
+                           for s in server.user_events_sessions()
+                           for p in s.providers
+                           if p.name == DOUBLE_PROVIDER and p.tracepoint_default]
                 r, w = os.pipe()
                 child = os.fork()
                 if child == 0:

@@ -13,39 +13,34 @@ pub const DIAG_IOCSUNREG: libc::c_ulong = 0x4008_2A02;
 
 pub use tracer_common::{UserReg, UserUnreg};
 
-/// The tracefs mount of a kernel with CONFIG_USER_EVENTS. Panics (so the test FAILS, never
-/// skips) with what to do when the running kernel has no user_events, as on the host.
-pub fn tracefs_with_user_events() -> PathBuf {
+/// The tracefs mount that has `user_events_data`, if any.
+fn user_events_tracefs() -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/mounts").expect("reading /proc/mounts");
-    let tracefs = mounts
+    mounts
         .lines()
         .filter_map(|line| {
             let mut fields = line.split(' ');
             let (_, mount_point, fs_type) = (fields.next(), fields.next()?, fields.next()?);
             (fs_type == "tracefs").then(|| PathBuf::from(mount_point))
         })
-        .find(|dir| dir.join("user_events_data").exists());
-    match tracefs {
-        Some(dir) => dir,
-        None => panic!(
+        .find(|dir| dir.join("user_events_data").exists())
+}
+
+/// The tracefs mount of a kernel with CONFIG_USER_EVENTS. Panics (so the test FAILS, never
+/// skips) with what to do when the running kernel has no user_events, as on the host.
+pub fn tracefs_with_user_events() -> PathBuf {
+    user_events_tracefs().unwrap_or_else(|| {
+        panic!(
             "this kernel ({}) has no user_events (no tracefs mount with user_events_data): \
              vm_* tests need the test kernel, run them with `cargo xtask vm-test`",
             std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
-        ),
-    }
+        )
+    })
 }
 
 /// Whether the running kernel has user_events (tracer attaches its ioctl hooks only then).
 pub fn kernel_has_user_events() -> bool {
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split(' ');
-            let (_, mount_point, fs_type) = (fields.next(), fields.next()?, fields.next()?);
-            (fs_type == "tracefs").then(|| PathBuf::from(mount_point))
-        })
-        .any(|dir| dir.join("user_events_data").exists())
+    user_events_tracefs().is_some()
 }
 
 /// Opens `user_events_data` read-write.
