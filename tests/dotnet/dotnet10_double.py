@@ -562,6 +562,7 @@ class Server:
         self.gc_count = 0
         self.tick_seq = 0
         self.cookie = os.urandom(16)
+        self.unanswered = []
 
     def new_session_id(self):
         with self.lock:
@@ -579,13 +580,18 @@ class Server:
             say("SESSION_ENDED", hex(session.sid))
 
     def serve(self, listener):
+        # One thread per connection: every tracer on the host (tests run in parallel) may talk
+        # to this double, and a client slow to send its command must not hold up the others.
         while True:
             conn, _ = listener.accept()
-            try:
-                self.handle(conn)
-            except Exception as e:  # a broken client must not stop the server
-                say("CLIENT_ERROR", repr(e))
-                conn.close()
+            threading.Thread(target=self.serve_one, args=(conn,), daemon=True).start()
+
+    def serve_one(self, conn):
+        try:
+            self.handle(conn)
+        except Exception as e:  # a broken client must not stop the server
+            say("CLIENT_ERROR", repr(e))
+            conn.close()
 
     @staticmethod
     def recv_exact(conn, n):
@@ -621,7 +627,8 @@ class Server:
                 conn.close()
                 return
             if IGNORE_STOP:
-                return  # the connection stays open, unanswered
+                self.unanswered.append(conn)  # the connection stays open, unanswered
+                return
             # Like the runtime: the session is disabled (its stream flushed to the end, which
             # waits for a writer blocked on a full socket) before StopTracing is answered.
             session.stop()

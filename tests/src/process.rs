@@ -2,7 +2,7 @@
 //! lines are awaited with a timeout, never with sleeps, and the child is killed on drop.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -136,23 +136,64 @@ fn exit_status_within(
     ensure!(fd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
     // SAFETY: a fresh descriptor that nothing else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    Ok(wait_readable(pidfd.as_fd(), timeout)?.then(|| child.wait()).transpose()?)
+}
+
+/// Waits until `fd` is readable (data, end of file or a process exit for a pidfd); false when
+/// `timeout` passed first.
+fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<bool> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let millis = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
         // SAFETY: one valid pollfd for the duration of the call.
         let ready = unsafe { libc::poll(&mut poll, 1, millis) };
         if ready < 0 {
             let err = std::io::Error::last_os_error();
-            ensure!(err.kind() == std::io::ErrorKind::Interrupted, "poll on a pidfd: {err}");
+            ensure!(err.kind() == std::io::ErrorKind::Interrupted, "poll: {err}");
             continue;
         }
         if ready > 0 {
-            return Ok(Some(child.wait()?));
+            return Ok(true);
         }
         if left.is_zero() {
-            return Ok(None);
+            return Ok(false);
+        }
+    }
+}
+
+/// The next line of a child's piped output, read on this thread — dropping `reader` then closes
+/// the pipe at once (`| head -1`), which a reader thread blocked in `read` would not — or an
+/// error when no complete line arrives within `timeout` or the output is closed.
+pub fn read_line_within<R: Read + AsFd>(
+    reader: &mut BufReader<R>,
+    timeout: Duration,
+) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    let mut line = Vec::new();
+    loop {
+        if reader.buffer().is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let partial = String::from_utf8_lossy(&line);
+            ensure!(
+                wait_readable(reader.get_ref().as_fd(), left)?,
+                "no complete line within {timeout:?} (so far {partial:?})"
+            );
+        }
+        let buf = reader.fill_buf()?;
+        ensure!(!buf.is_empty(), "output closed (after {:?})", String::from_utf8_lossy(&line));
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                line.extend_from_slice(&buf[..=end]);
+                reader.consume(end + 1);
+                return String::from_utf8(line).context("a line that is not UTF-8");
+            }
+            None => {
+                let n = buf.len();
+                line.extend_from_slice(buf);
+                reader.consume(n);
+            }
         }
     }
 }

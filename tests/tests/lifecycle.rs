@@ -11,7 +11,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use tests::double::Dotnet10Double;
-use tests::process::{line_channel, tracer_binary, wait_child_exit};
+use tests::process::{line_channel, read_line_within, tracer_binary, wait_child_exit};
 use tests::scratch::ScratchDir;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -154,8 +154,7 @@ fn closed_stdout_stops_with_a_summary_and_removes_the_instance() {
     let mut tracer = Tracer::ftrace(&[], Stdio::piped());
     let mut stdout = BufReader::new(tracer.child.stdout.take().unwrap());
     tracer.mark("first\n");
-    let mut first = String::new();
-    stdout.read_line(&mut first).unwrap();
+    let first = read_line_within(&mut stdout, TIMEOUT).expect("the first marker's line");
     assert!(first.contains("\"buf\":\"first\\n\""), "{first}");
     drop(stdout); // `| head -1`
     tracer.mark("second\n");
@@ -181,8 +180,7 @@ fn closed_stdout_of_run_stops_its_sessions_with_a_summary() {
     let mut tracer = Tracer::spawn(&args, Stdio::piped());
     let mut stdout = BufReader::new(tracer.child.stdout.take().unwrap());
     let started = loop {
-        let mut line = String::new();
-        assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "tracer closed its stdout");
+        let line = read_line_within(&mut stdout, TIMEOUT).expect("tracer's output");
         let v: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
         if v["kind"] == "session_started" && v["pid"] == pid {
             break v;
@@ -192,7 +190,11 @@ fn closed_stdout_of_run_stops_its_sessions_with_a_summary() {
     double.expect_session_started(id).expect("the double saw its session");
     drop(stdout); // `| head -1`
     double.gc(2).expect("gc");
-    double.expect_session_ended(id).expect("StopTracing reached the runtime");
+    if let Err(e) = double.expect_session_ended(id) {
+        tracer.signal(libc::SIGKILL);
+        let (_, stderr) = tracer.finish();
+        panic!("StopTracing did not reach the runtime: {e:#}\ntracer's stderr:\n{stderr}");
+    }
     let (code, stderr) = tracer.finish();
     assert_eq!(code, Some(3), "documented exit status for a failed output: {stderr}");
     assert!(stderr.contains("tracer run summary"), "{stderr}");
