@@ -87,16 +87,19 @@ fn real_coreclr_gc_session_reports_exactly_the_induced_gcs_and_leaves_the_runtim
     assert_eq!(host.ping().expect("runtime healthy after the session"), after);
 }
 
-/// dotnet-trace's default profiles, `--profile dotnet-common,dotnet-sampled-thread-time`, on a
-/// real CoreCLR 8: the runtime accepts both providers, thread samples arrive, and the induced
-/// GCs are exactly the ones asked for.
+/// dotnet-trace's default profiles, `--profile dotnet-common,dotnet-sampled-thread-time`, with
+/// rundown, on a real CoreCLR 8: the runtime accepts both providers, the induced GCs are exactly
+/// the ones asked for, and every event of the runtime's own providers — thread samples and the
+/// rundown at the end included — has its name and its fields from the runtime-event table: no
+/// `EventID(n)`, no raw bytes, no decode error.
 #[test]
-fn dotnet_trace_default_profiles_trace_a_real_coreclr() {
+fn dotnet_trace_default_profiles_with_rundown_name_and_decode_every_runtime_event() {
     const N: u32 = 3;
     let profiles = ["dotnet-common".to_string(), "dotnet-sampled-thread-time".to_string()];
     let providers = tracer::ipc::providers::profiles(&profiles).expect("profiles");
     let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4");
     config.session.request.providers = providers.clone();
+    config.session.request.rundown_keyword = tracer_decode::diagnostic_ipc::DEFAULT_RUNDOWN_KEYWORD;
     config.providers = providers;
     let mut tracer = start(config);
     let tmp = ScratchDir::new("run-coreclr-profiles");
@@ -108,9 +111,7 @@ fn dotnet_trace_default_profiles_trace_a_real_coreclr() {
     tracer.wait_for_count("induced GCStart", EVENTS, N as usize, |l| {
         is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced"
     });
-    tracer.wait_for("a thread sample", EVENTS, |l| {
-        is(l, "dotnet_event", pid) && l["provider"] == "Microsoft-DotNETCore-SampleProfiler"
-    });
+    tracer.wait_for("a thread sample", EVENTS, |l| is_event(l, pid, "ThreadSample"));
     let (lines, _) = tracer.stop();
     let induced =
         count(&lines, |l| is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced");
@@ -118,6 +119,39 @@ fn dotnet_trace_default_profiles_trace_a_real_coreclr() {
     let ended: Vec<&Value> = lines.iter().filter(|l| is(l, "session_ended", pid)).collect();
     assert_eq!(ended.len(), 1);
     assert_eq!(ended[0]["reason"], "stopped");
+    assert_eq!(ended[0]["unrequested_events"], 0, "rundown events are asked for by keyword");
+
+    let runtime_events: Vec<&Value> = lines
+        .iter()
+        .filter(|l| is(l, "dotnet_event", pid))
+        .filter(|l| {
+            let provider = l["provider"].as_str().unwrap();
+            provider.starts_with("Microsoft-Windows-DotNETRuntime")
+                || provider == "Microsoft-DotNETCore-SampleProfiler"
+        })
+        .collect();
+    for l in &runtime_events {
+        let name = l["event"].as_str().unwrap();
+        assert!(!name.starts_with("EventID("), "an unnamed runtime event: {l}");
+        assert!(l.get("decode_error").is_none(), "undecodable: {l}");
+        let fields = l["fields"].as_object().unwrap();
+        assert!(!fields.contains_key("raw_payload") && !fields.contains_key("raw_tail"), "{l}");
+    }
+    let samples: Vec<&Value> =
+        runtime_events.iter().copied().filter(|l| l["event"] == "ThreadSample").collect();
+    assert!(!samples.is_empty());
+    for s in &samples {
+        assert!(["External", "Managed"].contains(&s["fields"]["Type"].as_str().unwrap()), "{s}");
+        assert!(s["stack_id"].as_u64().unwrap() > 0, "a sample names its stack: {s}");
+    }
+    // The rundown at the end names the methods and modules for symbolization.
+    let rundown = |event: &str| {
+        count(&lines, |l| {
+            is_event(l, pid, event) && l["provider"] == "Microsoft-Windows-DotNETRuntimeRundown"
+        })
+    };
+    assert!(rundown("MethodDCEndVerbose") > 100, "methods of the rundown");
+    assert!(rundown("ModuleDCEnd") > 0 && rundown("DCEndComplete") == 1, "modules, then the end");
 }
 
 #[test]

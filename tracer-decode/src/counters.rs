@@ -294,6 +294,7 @@ mod tests {
             timestamp: 0,
             activity_id: None,
             related_activity_id: None,
+            stack_id: None,
             fields,
             decode_error: None,
         }

@@ -6,6 +6,7 @@
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
+//! * `gen-runtime-events` — regenerate the runtime-event layout table from the manifests.
 mod bench;
 mod bench_agent;
 mod bench_detect;
@@ -14,6 +15,7 @@ mod bench_hostile;
 mod bench_ipc;
 mod bench_nettrace;
 mod fuzz;
+mod gen_events;
 mod libtest;
 mod setup;
 mod test;
@@ -79,6 +81,14 @@ enum Command {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// Regenerate the runtime-event layout table (tracer-decode/src/nettrace/runtime_events/
+    /// generated.rs) from ClrEtwAll.man and the overlays in xtask/data (later ones win; see
+    /// docs/protocol/runtime-events.md).
+    GenRuntimeEvents {
+        /// The manifests, base first.
+        #[arg(required = true)]
+        manifests: Vec<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -95,6 +105,7 @@ fn main() -> ExitCode {
         Command::Fuzz { seconds, targets } => {
             setup::run().and_then(|()| fuzz::run_checked(seconds, &targets))
         }
+        Command::GenRuntimeEvents { manifests } => gen_events::run(&manifests),
         Command::Bench { name, args } => match name.as_str() {
             "agent" => bench_agent::run(),
             "detect" => bench_detect::run(),

@@ -36,6 +36,14 @@ impl<'a> Cursor<'a> {
         Some(bytes)
     }
 
+    /// Bytes up to a NUL byte (which is consumed, not returned); `None` without one.
+    pub(crate) fn nul_terminated(&mut self) -> Option<&'a [u8]> {
+        let rest = &self.buf[self.pos..];
+        let end = rest.iter().position(|&b| b == 0)?;
+        self.pos += end + 1;
+        Some(&rest[..end])
+    }
+
     fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
         self.take(N).map(|b| b.try_into().expect("take returned N bytes"))
     }

@@ -96,9 +96,15 @@ impl EventMetadata {
         meta
     }
 
+    /// Whether the metadata or the built-in table names the event (else it shows as
+    /// `EventID(<id>)`, counted as unnamed).
+    pub fn is_named(&self) -> bool {
+        !self.event_name.is_empty()
+    }
+
     /// The name to show: the metadata's, the built-in table's, or `EventID(<id>)`.
     pub fn display_name(&self) -> Cow<'_, str> {
-        if !self.event_name.is_empty() {
+        if self.is_named() {
             Cow::Borrowed(&self.event_name)
         } else {
             Cow::Owned(format!("EventID({})", self.event_id))

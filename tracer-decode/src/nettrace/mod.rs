@@ -150,6 +150,9 @@ pub struct DecodedEvent<'a> {
     pub activity_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub related_activity_id: Option<String>,
+    /// The stack the runtime captured with the event (its StackBlock id; nettrace only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<u32>,
     pub fields: Fields<'a>,
     /// Set when the payload did not match its layout; `fields` then holds `raw_payload`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,6 +172,7 @@ impl<'a> Event<'a> {
                 timestamp: self.timestamp,
                 activity_id: self.activity_id,
                 related_activity_id: self.related_activity_id,
+                stack_id: self.stack_id,
             },
         )
     }
@@ -182,6 +186,8 @@ pub struct EventContext {
     pub timestamp: i64,
     pub activity_id: [u8; 16],
     pub related_activity_id: [u8; 16],
+    /// 0: no stack.
+    pub stack_id: u32,
 }
 
 impl<'a> DecodedEvent<'a> {
@@ -213,6 +219,7 @@ impl<'a> DecodedEvent<'a> {
             timestamp: context.timestamp,
             activity_id: guid(&context.activity_id),
             related_activity_id: guid(&context.related_activity_id),
+            stack_id: (context.stack_id != 0).then_some(context.stack_id),
             fields,
             decode_error,
         }

@@ -7,7 +7,7 @@ use serde::{Serialize, Serializer};
 
 use super::cursor::{Cursor, Utf16Problem};
 use super::metadata::{EventMetadata, FieldDef, FieldType};
-use super::runtime_events::{Kind, RuntimeField};
+use super::runtime_events::{Count, Kind, RuntimeField};
 
 /// One decoded value. Serialises to plain JSON: numbers, strings, arrays, objects.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +26,13 @@ pub enum Value<'m> {
         value: u64,
         name: &'static str,
     },
+    /// A value of a manifest bit map; shown as its bit names joined by ` | ` (and the
+    /// unnamed bits in hex, if any).
+    Flags {
+        value: u64,
+        names: Vec<&'static str>,
+        unnamed: u64,
+    },
     /// Bytes no layout describes; shown as lowercase hex.
     Bytes(Vec<u8>),
 }
@@ -37,7 +44,7 @@ impl Value<'_> {
     /// The integer behind an integer or mapped value.
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
-            Value::U64(v) | Value::Enum { value: v, .. } => Some(v),
+            Value::U64(v) | Value::Enum { value: v, .. } | Value::Flags { value: v, .. } => Some(v),
             Value::I64(v) => u64::try_from(v).ok(),
             _ => None,
         }
@@ -62,6 +69,14 @@ impl Serialize for Value<'_> {
             }
             Value::Object(fields) => fields.serialize(s),
             Value::Enum { name, .. } => s.serialize_str(name),
+            Value::Flags { names, unnamed, .. } => {
+                let mut text = names.join(" | ");
+                if *unnamed != 0 || names.is_empty() {
+                    let sep = if text.is_empty() { "" } else { " | " };
+                    text = format!("{text}{sep}{unnamed:#x}");
+                }
+                s.serialize_str(&text)
+            }
             Value::Bytes(bytes) => s.serialize_str(&hex(bytes)),
         }
     }
@@ -166,23 +181,49 @@ pub fn decode_payload<'m>(
         return decoder.fields(&meta.fields);
     }
     if let Some(runtime) = meta.runtime_event {
-        let candidates = runtime.layouts_for(meta.version);
+        // A layout the payload fills exactly wins; else the first that decodes (its extra bytes
+        // kept as `raw_tail`); else the first error.
+        let mut first_decoded = None;
         let mut first_error = None;
-        for layout in candidates {
+        for layout in runtime.layouts_for(meta.version) {
             let mut attempt = Decoder { cur: Cursor::new(payload), ..decoder };
             match attempt.runtime_fields(layout) {
-                Ok(fields) => return Ok(fields),
+                Ok(fields) if fields.get("raw_tail").is_none() => return Ok(fields),
+                Ok(fields) => {
+                    first_decoded.get_or_insert(fields);
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
         }
-        return Err(first_error.expect("every runtime event has a layout"));
+        return match (first_decoded, first_error) {
+            (Some(fields), _) => Ok(fields),
+            (None, Some(e)) => Err(e),
+            (None, None) => unreachable!("every runtime event has a layout"),
+        };
     }
     if payload.is_empty() {
         return Ok(Fields::default());
     }
     Ok(OrderedMap(vec![("raw_payload", Value::Bytes(payload.to_vec()))]))
+}
+
+/// The newest template version of a native event that `payload` fills exactly: the version a
+/// record without one (user_events) was most likely written with. `None` for events the table
+/// lacks or payloads no template fits.
+pub fn fitting_version(provider: &str, event_id: u32, payload: &[u8], pointer_size: u32) -> Option<u32> {
+    let runtime = super::runtime_events::lookup(provider, event_id)?;
+    runtime.versions().iter().rev().find_map(|&(version, layout)| {
+        let mut decoder = Decoder {
+            cur: Cursor::new(payload),
+            len: payload.len(),
+            pointer_size,
+            budget: MAX_VALUES,
+            cost: cost_budget(payload.len()),
+        };
+        decoder.runtime_group(layout).ok().filter(|_| decoder.cur.remaining() == 0).map(|_| version)
+    })
 }
 
 struct Decoder<'p> {
@@ -287,29 +328,97 @@ impl<'p> Decoder<'p> {
         })
     }
 
+    /// Decodes `layout` (a manifest template); bytes left after it are kept as `raw_tail`.
     fn runtime_fields(
         &mut self,
         layout: &'static [RuntimeField],
     ) -> Result<Fields<'static>, PayloadError> {
-        let mut out = Vec::with_capacity(layout.len());
+        let mut fields = self.runtime_group(layout)?;
+        if self.cur.remaining() > 0 {
+            let rest = self.take("raw_tail", self.cur.remaining())?;
+            fields.0.push(("raw_tail", Value::Bytes(rest.to_vec())));
+        }
+        Ok(fields)
+    }
+
+    fn runtime_group(
+        &mut self,
+        layout: &'static [RuntimeField],
+    ) -> Result<Fields<'static>, PayloadError> {
+        let mut out: Vec<(&'static str, Value<'static>)> = Vec::with_capacity(layout.len());
         for field in layout {
-            let raw = match field.kind {
-                Kind::U16 => Value::U64(u16::from_le_bytes(self.fixed(field.name)?).into()),
-                Kind::U32 => Value::U64(u32::from_le_bytes(self.fixed(field.name)?).into()),
-                Kind::U64 => Value::U64(u64::from_le_bytes(self.fixed(field.name)?)),
-                Kind::F64 => Value::F64(f64::from_le_bytes(self.fixed(field.name)?)),
-                Kind::Pointer => Value::U64(self.pointer(field.name)?),
-                Kind::Utf16Z => Value::Str(self.string(field.name)?),
+            let count = match field.count {
+                Count::One => None,
+                Count::Fixed(n) => Some(u64::from(n)),
+                // The generator and its test guarantee an earlier integer field.
+                Count::Field(i) => Some(out[i].1.as_u64().unwrap_or(0)),
             };
-            let value = match (field.map, raw.as_u64()) {
-                (Some(map), Some(value)) => match map(value) {
-                    Some(name) => Value::Enum { value, name },
-                    None => raw,
-                },
-                _ => raw,
+            let value = match (count, field.kind) {
+                (None, _) => self.runtime_value(field)?,
+                (Some(n), Kind::Binary) => {
+                    let n = usize::try_from(n).unwrap_or(usize::MAX);
+                    Value::Bytes(self.take(field.name, n)?.to_vec())
+                }
+                (Some(n), _) => {
+                    // Every element takes payload bytes, so a huge count ends at `Short` (or at
+                    // the value budget) long before it costs memory.
+                    let mut items = Vec::new();
+                    for _ in 0..n {
+                        items.push(self.runtime_value(field)?);
+                    }
+                    Value::Array(items)
+                }
             };
             out.push((field.name, value));
         }
         Ok(OrderedMap(out))
+    }
+
+    fn runtime_value(&mut self, field: &'static RuntimeField) -> Result<Value<'static>, PayloadError> {
+        let name = field.name;
+        let at = self.cur.pos();
+        self.budget = self
+            .budget
+            .checked_sub(1)
+            .ok_or_else(|| self.error(name, at, PayloadProblem::TooManyValues))?;
+        let raw = match field.kind {
+            Kind::U8 => Value::U64(self.fixed::<1>(name)?[0].into()),
+            Kind::U16 => Value::U64(u16::from_le_bytes(self.fixed(name)?).into()),
+            Kind::U32 => Value::U64(u32::from_le_bytes(self.fixed(name)?).into()),
+            Kind::U64 => Value::U64(u64::from_le_bytes(self.fixed(name)?)),
+            Kind::I8 => Value::I64(i8::from_le_bytes(self.fixed(name)?).into()),
+            Kind::I16 => Value::I64(i16::from_le_bytes(self.fixed(name)?).into()),
+            Kind::I32 => Value::I64(i32::from_le_bytes(self.fixed(name)?).into()),
+            Kind::I64 => Value::I64(i64::from_le_bytes(self.fixed(name)?)),
+            Kind::F32 => Value::F64(f32::from_le_bytes(self.fixed(name)?).into()),
+            Kind::F64 => Value::F64(f64::from_le_bytes(self.fixed(name)?)),
+            Kind::Bool32 => Value::Bool(u32::from_le_bytes(self.fixed(name)?) != 0),
+            Kind::Pointer => Value::U64(self.pointer(name)?),
+            Kind::Guid => Value::Guid(self.fixed(name)?),
+            Kind::Utf16Z => Value::Str(self.string(name)?),
+            Kind::AnsiZ => Value::Str(self.ansi_string(name)?),
+            Kind::Binary => Value::Bytes(self.take(name, 1)?.to_vec()),
+            Kind::Struct(members) => Value::Object(self.runtime_group(members)?),
+        };
+        let Some(map) = field.map else { return Ok(raw) };
+        let Some(value) = raw.as_u64() else { return Ok(raw) };
+        Ok(if map.bitmap {
+            let (names, unnamed) = map.flags(value);
+            Value::Flags { value, names, unnamed }
+        } else {
+            match map.name(value) {
+                Some(name) => Value::Enum { value, name },
+                None => raw,
+            }
+        })
+    }
+
+    fn ansi_string(&mut self, field: &str) -> Result<String, PayloadError> {
+        let at = self.cur.pos();
+        let bytes = self
+            .cur
+            .nul_terminated()
+            .ok_or_else(|| self.error(field, at, PayloadProblem::UnterminatedString))?;
+        Ok(String::from_utf8_lossy(bytes).into_owned())
     }
 }

@@ -631,7 +631,7 @@ fn metadata_limits_are_enforced() {
 }
 
 #[test]
-fn runtime_layouts_reject_short_and_tolerate_long_payloads() {
+fn runtime_layouts_reject_short_payloads_and_keep_the_rest_of_long_ones() {
     let mut meta = EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 1);
     meta.version = Some(2);
     let mut payload = [1u32, 2, 1, 0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>();
@@ -643,16 +643,24 @@ fn runtime_layouts_reject_short_and_tolerate_long_payloads() {
     );
     payload.extend(9u64.to_le_bytes());
     payload.extend([0xFF; 6]);
+    // A newer runtime's fields beyond the table's template are kept, not dropped.
     let fields = decode_payload(&meta, &payload, 8).unwrap();
     assert_eq!(fields.get("ClientSequenceNumber"), Some(&Value::U64(9)));
     assert_eq!(fields.get("Reason"), Some(&Value::Enum { value: 1, name: "Induced" }));
+    assert_eq!(fields.get("raw_tail"), Some(&Value::Bytes(vec![0xFF; 6])));
 
-    // Without a version (user_events), the newest template that fits is used.
+    // Without a version (user_events), the newest template the payload fills exactly is used,
+    // else the newest that decodes, its extra bytes kept.
     let stats = EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 4);
     assert_eq!(stats.event_name, "GCHeapStats");
-    assert_eq!(decode_payload(&stats, &[0; 94], 8).unwrap().0.len(), 14);
-    assert_eq!(decode_payload(&stats, &[0; 110], 8).unwrap().0.len(), 16);
-    assert!(decode_payload(&stats, &[0; 93], 8).is_err());
+    let names = |len| -> Vec<&str> {
+        decode_payload(&stats, &vec![0; len], 8).unwrap().0.iter().map(|(n, _)| *n).collect()
+    };
+    assert_eq!(names(92).len(), 13, "V0: {:?}", names(92));
+    assert_eq!(names(94).last(), Some(&"ClrInstanceID"));
+    assert_eq!(names(110)[14..], ["GenerationSize4", "TotalPromotedSize4"]);
+    assert_eq!(names(95)[14..], ["raw_tail"], "V1 and one byte more");
+    assert!(decode_payload(&stats, &[0; 91], 8).is_err(), "shorter than every version");
 }
 
 #[test]
@@ -950,5 +958,31 @@ fn real_captures_stay_far_below_the_output_rate() {
         // The documented 3.6–9.2 bytes per input byte, well under OUTPUT_BYTES_PER_INPUT_BYTE.
         let rate = output as f64 / data.len() as f64;
         assert!((3.0..=10.0).contains(&rate), "{name}: {rate:.2} output bytes per input byte");
+    }
+}
+
+/// Every event of the captured CoreCLR 8 streams (GC, exceptions, allocations, thread pool,
+/// counters) has a name and decodes exactly: the table has each (id, version) the runtime sent.
+#[test]
+fn every_event_of_the_coreclr8_fixtures_is_named_and_decodes_exactly() {
+    for name in [
+        "coreclr8_gc_induced5.nettrace",
+        "coreclr8_verbose.nettrace",
+        "coreclr8_threadpool.nettrace",
+        "coreclr8_counters.nettrace",
+    ] {
+        let mut parser = NettraceParser::default();
+        let mut events = 0;
+        parser
+            .feed(&fixture(name), |e| {
+                events += 1;
+                assert!(e.metadata.is_named(), "{name}: {} {}", e.metadata.provider, e.metadata.event_id);
+                let fields = decode_payload(e.metadata, e.payload, 8)
+                    .unwrap_or_else(|err| panic!("{name}: {}: {err}", e.metadata.event_name));
+                assert!(fields.get("raw_tail").is_none(), "{name}: {} has more bytes", e.metadata.event_name);
+                assert!(fields.get("raw_payload").is_none(), "{name}: {}", e.metadata.event_name);
+            })
+            .unwrap();
+        assert!(events > 0, "{name}");
     }
 }

@@ -155,14 +155,15 @@ pub fn utf16z(s: &str) -> Vec<u8> {
 }
 
 /// The metadata of a native runtime event, which user_events records never carry: provider,
-/// event id, no name, no keywords, version 0 (not transmitted; readers choose the template
-/// that fits the payload), no level, no fields — as the runtime's own streams define them.
-pub fn native_event_metadata(provider: &str, event_id: u32) -> Vec<u8> {
+/// event id, no name, no keywords, `version` (not transmitted either: the caller infers it from
+/// the payload, [`super::payload::fitting_version`]), no level, no fields — as the runtime's own
+/// streams define them.
+pub fn native_event_metadata(provider: &str, event_id: u32, version: u32) -> Vec<u8> {
     let mut bytes = utf16z(provider);
     bytes.extend(event_id.to_le_bytes());
     bytes.extend(utf16z(""));
     bytes.extend(0u64.to_le_bytes()); // keywords
-    bytes.extend([0u32, 0, 0].iter().flat_map(|v| v.to_le_bytes())); // version, level, fields
+    bytes.extend([version, 0, 0].iter().flat_map(|v| v.to_le_bytes())); // version, level, fields
     bytes
 }
 

@@ -367,6 +367,10 @@ pub struct SummaryBody<'a> {
     pub command: &'static str,
     /// Lines of events written (detections, runtime events, records).
     pub events: u64,
+    /// `run`: runtime events no metadata or table names (`EventID(<id>)`); other commands
+    /// have no runtime events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unnamed_events: Option<u64>,
     /// The sum of `losses`.
     pub lost: u64,
     /// Every kind of loss tracer counts, zero counts left out.
@@ -381,8 +385,16 @@ pub fn summary_line<'a>(
     losses: &'a [LossCount],
 ) -> Line<SummaryBody<'a>> {
     let lost = losses.iter().map(|l| l.count).sum();
-    let body = SummaryBody { command, events, lost, losses };
+    let body = SummaryBody { command, events, unnamed_events: None, lost, losses };
     Line::new(clock, monotonic_ns(), Kind::Summary, Source::Tracer, Pid::NotApplicable, body)
+}
+
+impl Line<SummaryBody<'_>> {
+    /// `run`'s summary also says how many runtime events had no name.
+    pub fn with_unnamed_events(mut self, unnamed: u64) -> Self {
+        self.body.unnamed_events = Some(unnamed);
+        self
+    }
 }
 
 /// The loss counts of an ftrace reader (`source`: whose instance it reads).

@@ -346,6 +346,7 @@ fn one_of_each_kind() -> Vec<Value> {
         timestamp: 4,
         activity_id: Some("a".into()),
         related_activity_id: Some("b".into()),
+        stack_id: Some(6),
         fields: tracer_decode::ordered::OrderedMap(Vec::new()),
         decode_error: Some("e".into()),
     };
@@ -441,7 +442,7 @@ fn one_of_each_kind() -> Vec<Value> {
     };
     lines.push(json_of(&Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, ftrace)));
     let losses = [LossCount { source: "output", reason: "write_failed", count: 2 }];
-    lines.push(json_of(&summary_line(&clock, "run", 5, &losses)));
+    lines.push(json_of(&summary_line(&clock, "run", 5, &losses).with_unnamed_events(2)));
     lines
 }
 

@@ -79,6 +79,9 @@ pub struct RunSummary {
     /// Files whose creation or a write failed (disk full).
     pub nettrace_file_failures: u64,
     pub events_by_provider: BTreeMap<String, u64>,
+    /// Runtime events that neither their metadata nor the runtime-event table names: written
+    /// as `EventID(<id>)` with a `raw_payload`.
+    pub unnamed_events: u64,
     /// Events the runtimes numbered but never delivered (nettrace sequence gaps), all sessions.
     pub runtime_lost_events: u64,
     /// Events of providers no session asked for, dropped undecoded.
@@ -238,6 +241,9 @@ impl RunSummary {
         eprintln!("  events: {}", self.events());
         for (provider, n) in &self.events_by_provider {
             eprintln!("    {}: {n}", escape_control(provider));
+        }
+        if self.unnamed_events > 0 {
+            eprintln!("    unnamed (not in the runtime-event table): {}", self.unnamed_events);
         }
         if let Some(otlp) = &self.otlp {
             eprintln!("  OTLP records sent: {}, lost: {}", otlp.exported, otlp.lost());
@@ -525,7 +531,9 @@ pub async fn run(
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
     summary.otlp = export.flush(export_deadline).await;
     let losses = summary.losses();
-    sink.emit(&output::summary_line(&clock, "run", summary.events(), &losses));
+    let line = output::summary_line(&clock, "run", summary.events(), &losses)
+        .with_unnamed_events(summary.unnamed_events);
+    sink.emit(&line);
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();
@@ -595,6 +603,7 @@ fn emit_event(
     labels: &LabelRegistry,
 ) {
     *summary.events_by_provider.entry(event.provider).or_default() += 1;
+    summary.unnamed_events += u64::from(event.unnamed);
     *events_by_pid.entry(event.pid).or_default() += 1;
     sink.emit_rendered(&event.line);
     if let (Some(counters), Some(sample)) = (&mut summary.runtime_counters, event.counter) {

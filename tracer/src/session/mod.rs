@@ -173,6 +173,8 @@ pub struct EventLine {
     pub pid: u32,
     pub provider: String,
     pub line: RenderedLine,
+    /// Neither its metadata nor the runtime-event table names it (`EventID(<id>)`).
+    pub unnamed: bool,
     /// The runtime counter value an `EventCounters` event carries (for `--metrics-addr`).
     pub counter: Option<Result<CounterSample, CounterError>>,
 }

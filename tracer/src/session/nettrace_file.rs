@@ -18,6 +18,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
+use tracer_decode::nettrace::payload::fitting_version;
 use tracer_decode::nettrace::writer::{
     BlobEvent, NettraceWriter, TraceHeader, native_event_metadata,
 };
@@ -120,6 +121,8 @@ pub struct RecordsFile {
     metadata_ids: HashMap<(String, u16), u32>,
     /// Capture thread → the last sequence number given to its events.
     sequences: HashMap<u64, u32>,
+    /// The target's pointer size (native event templates have pointer-sized fields).
+    pointer_size: u32,
 }
 
 /// One record of a [`RecordsFile`].
@@ -159,7 +162,13 @@ impl RecordsFile {
         };
         let (writer, start) = NettraceWriter::start(&header);
         file.write(&start);
-        RecordsFile { file, writer, metadata_ids: HashMap::new(), sequences: HashMap::new() }
+        RecordsFile {
+            file,
+            writer,
+            metadata_ids: HashMap::new(),
+            sequences: HashMap::new(),
+            pointer_size,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -182,7 +191,11 @@ impl RecordsFile {
             None => {
                 let id = self.metadata_ids.len() as u32 + 1;
                 let metadata = r.metadata.map_or_else(
-                    || Cow::Owned(native_event_metadata(r.provider, r.event_id.into())),
+                    || {
+                        let id = r.event_id.into();
+                        let version = fitting_version(r.provider, id, r.payload, self.pointer_size);
+                        Cow::Owned(native_event_metadata(r.provider, id, version.unwrap_or(0)))
+                    },
                     Cow::Borrowed,
                 );
                 let block = self.writer.metadata_block(id, &metadata, r.timestamp);

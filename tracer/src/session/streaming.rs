@@ -26,6 +26,7 @@ use tracer_decode::diagnostic_ipc::{
     BufferingMode, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo, ServerError,
     collect_tracing_for, oldest_collect_tracing,
 };
+use tracer_decode::nettrace::runtime_events::{EVENTPIPE_PROVIDER, RUNDOWN_PROVIDER};
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::nettrace_file::NettraceFile;
@@ -134,8 +135,14 @@ pub(super) async fn run(
         return;
     }
 
-    let requested: Vec<&str> =
+    // EventPipe's own ProcessInfo event comes with every session, and a rundown (asked for by
+    // keyword, not by provider) from a provider of its own (docs/protocol/runtime-events.md).
+    let mut requested: Vec<&str> =
         config.request.providers.iter().map(|p| p.provider.name.as_str()).collect();
+    requested.push(EVENTPIPE_PROVIDER);
+    if config.request.rundown_keyword != 0 {
+        requested.push(RUNDOWN_PROVIDER);
+    }
     let mut unrequested = 0u64;
     let mut parser = NettraceParser::default();
     let mut budget = OutputBudget::default();
@@ -223,7 +230,8 @@ pub(super) async fn run(
                 not_written += 1;
                 return;
             }
-            let mut event = EventLine { pid, provider, line, counter };
+            let unnamed = !ev.metadata.is_named();
+            let mut event = EventLine { pid, provider, line, unnamed, counter };
             // Handed on at once unless the pipeline is behind (then in order, after the held).
             if pending.is_empty() {
                 match out.try_send(SessionMessage::Event(event)) {

@@ -523,7 +523,9 @@ impl Hub {
                 timestamp: ev.ts as i64,
                 activity_id: record.activity_id.unwrap_or_default(),
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
+                stack_id: 0,
             };
+            let unnamed = !meta.is_named();
             let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
             if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&decoded))
                 && let Some(end) = grant.end.take()
@@ -559,7 +561,7 @@ impl Hub {
                 });
             }
             let provider = info.provider.clone();
-            lines.push(EventLine { pid: info.pid, provider, line, counter });
+            lines.push(EventLine { pid: info.pid, provider, line, unnamed, counter });
         }
         lines
     }
