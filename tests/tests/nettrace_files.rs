@@ -48,7 +48,9 @@ fn parse_file(path: &str) -> (BTreeMap<String, usize>, Result<(), NettraceError>
     let bytes = std::fs::read(path).expect("the nettrace file");
     let mut parser = NettraceParser::default();
     let mut events = BTreeMap::new();
-    let requested = ["Microsoft-Windows-DotNETRuntime", "TestDouble"];
+    // What the sessions asked for, and EventPipe's ProcessInfo that starts every stream.
+    let requested =
+        ["Microsoft-Windows-DotNETRuntime", "TestDouble", "Microsoft-DotNETCore-EventPipe"];
     parser
         .feed(&bytes, |ev| {
             if requested.contains(&ev.metadata.provider.as_str()) {

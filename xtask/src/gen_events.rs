@@ -140,10 +140,10 @@ impl Table {
     fn add(&mut self, text: &str) -> anyhow::Result<()> {
         let doc = roxmltree::Document::parse(text).context("parsing the manifest XML")?;
         // Strings come first: an overlay's maps may use the base's labels and vice versa.
-        let strings = doc
-            .descendants()
-            .filter(|n| n.has_tag_name((NS, "string")))
-            .filter_map(|n| Some((n.attribute("id")?.to_owned(), n.attribute("value")?.to_owned())));
+        let strings =
+            doc.descendants().filter(|n| n.has_tag_name((NS, "string"))).filter_map(|n| {
+                Some((n.attribute("id")?.to_owned(), n.attribute("value")?.to_owned()))
+            });
         self.strings.extend(strings);
         for provider in doc.descendants().filter(|n| n.has_tag_name((NS, "provider"))) {
             let name = attr(provider, "name")?;
@@ -170,14 +170,13 @@ impl Table {
                 for entry in children(map, "map") {
                     let message = attr(entry, "message")?;
                     let id = message.strip_prefix("$(string.").and_then(|m| m.strip_suffix(')'));
-                    let label = match id {
-                        Some(id) => self
-                            .strings
-                            .get(id)
-                            .cloned()
-                            .ok_or_else(|| anyhow!("map label {id} is not in a string table"))?,
-                        None => message.to_owned(),
-                    };
+                    let label =
+                        match id {
+                            Some(id) => self.strings.get(id).cloned().ok_or_else(|| {
+                                anyhow!("map label {id} is not in a string table")
+                            })?,
+                            None => message.to_owned(),
+                        };
                     entries.push((number(attr(entry, "value")?)?, label.trim().to_owned()));
                 }
                 entries.sort();
@@ -279,6 +278,7 @@ impl Table {
         for s in sources {
             writeln!(out, "//! - {s}")?;
         }
+        writeln!(out, "//!")?;
         writeln!(out, "//! Do not edit: see docs/protocol/runtime-events.md.")?;
         writeln!(out, "#![cfg_attr(rustfmt, rustfmt_skip)]")?;
         writeln!(out, "use super::Count::*;")?;
@@ -437,18 +437,39 @@ mod tests {
         table.add(MANIFEST).unwrap();
         let rust = table.render(&["m.man".into()]).unwrap();
         assert!(rust.contains("static M0: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, \"AllocSmall\"), (0x1, \"Induced\")] };"), "{rust}");
-        assert!(rust.contains("RuntimeField { name: \"Data\", kind: Binary, count: Field(2), map: None }"), "{rust}");
+        assert!(
+            rust.contains(
+                "RuntimeField { name: \"Data\", kind: Binary, count: Field(2), map: None }"
+            ),
+            "{rust}"
+        );
         assert!(rust.contains("kind: Struct(T"), "{rust}");
-        assert!(rust.contains("RuntimeEvent { id: 1, name: \"GCStart\", versions: &[(0, T0), (1, T2)] }"), "{rust}");
-        assert!(rust.contains("RuntimeEvent { id: 7, name: \"GCRestartEEBegin\", versions: &[(0, &[])] }"), "{rust}");
+        assert!(
+            rust.contains(
+                "RuntimeEvent { id: 1, name: \"GCStart\", versions: &[(0, T0), (1, T2)] }"
+            ),
+            "{rust}"
+        );
+        assert!(
+            rust.contains(
+                "RuntimeEvent { id: 7, name: \"GCRestartEEBegin\", versions: &[(0, &[])] }"
+            ),
+            "{rust}"
+        );
         assert!(!rust.contains("Other"), "{rust}");
     }
 
     #[test]
     fn an_overlay_adds_versions_and_uses_earlier_templates() {
         let overlay = MANIFEST
-            .replace(r#"<event value="7" symbol="GCRestartEEBegin"/>"#, r#"<event value="1" version="2" symbol="GCStart_V2" template="GCStart"/>"#)
-            .replace(r#"<template tid="GCStart"><data name="Count" inType="win:UInt32"/></template>"#, "");
+            .replace(
+                r#"<event value="7" symbol="GCRestartEEBegin"/>"#,
+                r#"<event value="1" version="2" symbol="GCStart_V2" template="GCStart"/>"#,
+            )
+            .replace(
+                r#"<template tid="GCStart"><data name="Count" inType="win:UInt32"/></template>"#,
+                "",
+            );
         let mut table = Table::default();
         table.add(MANIFEST).unwrap();
         table.add(&overlay).unwrap();

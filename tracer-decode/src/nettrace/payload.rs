@@ -212,7 +212,12 @@ pub fn decode_payload<'m>(
 /// The newest template version of a native event that `payload` fills exactly: the version a
 /// record without one (user_events) was most likely written with. `None` for events the table
 /// lacks or payloads no template fits.
-pub fn fitting_version(provider: &str, event_id: u32, payload: &[u8], pointer_size: u32) -> Option<u32> {
+pub fn fitting_version(
+    provider: &str,
+    event_id: u32,
+    payload: &[u8],
+    pointer_size: u32,
+) -> Option<u32> {
     let runtime = super::runtime_events::lookup(provider, event_id)?;
     runtime.versions().iter().rev().find_map(|&(version, layout)| {
         let mut decoder = Decoder {
@@ -374,7 +379,10 @@ impl<'p> Decoder<'p> {
         Ok(OrderedMap(out))
     }
 
-    fn runtime_value(&mut self, field: &'static RuntimeField) -> Result<Value<'static>, PayloadError> {
+    fn runtime_value(
+        &mut self,
+        field: &'static RuntimeField,
+    ) -> Result<Value<'static>, PayloadError> {
         let name = field.name;
         let at = self.cur.pos();
         self.budget = self

@@ -976,13 +976,75 @@ fn every_event_of_the_coreclr8_fixtures_is_named_and_decodes_exactly() {
         parser
             .feed(&fixture(name), |e| {
                 events += 1;
-                assert!(e.metadata.is_named(), "{name}: {} {}", e.metadata.provider, e.metadata.event_id);
+                assert!(
+                    e.metadata.is_named(),
+                    "{name}: {} {}",
+                    e.metadata.provider,
+                    e.metadata.event_id
+                );
                 let fields = decode_payload(e.metadata, e.payload, 8)
                     .unwrap_or_else(|err| panic!("{name}: {}: {err}", e.metadata.event_name));
-                assert!(fields.get("raw_tail").is_none(), "{name}: {} has more bytes", e.metadata.event_name);
+                assert!(
+                    fields.get("raw_tail").is_none(),
+                    "{name}: {} has more bytes",
+                    e.metadata.event_name
+                );
                 assert!(fields.get("raw_payload").is_none(), "{name}: {}", e.metadata.event_name);
             })
             .unwrap();
         assert!(events > 0, "{name}");
     }
+}
+
+/// BulkType: an array of structs counted by an earlier field, each with a bit map, a string and
+/// an array of its own counted inside the struct — exact JSON.
+#[test]
+fn struct_arrays_counted_fields_and_bit_maps_decode_to_exact_json() {
+    let meta = EventMetadata {
+        version: Some(0),
+        ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 15)
+    };
+    let mut payload = Vec::new();
+    payload.extend(2u32.to_le_bytes()); // Count
+    payload.extend(7u16.to_le_bytes()); // ClrInstanceID
+    for (type_id, flags, name, params) in
+        [(0x10u64, 0x0Au32, "A", &[0x99u64][..]), (0x20, 0x4000, "Bc", &[][..])]
+    {
+        payload.extend(type_id.to_le_bytes());
+        payload.extend(0x30u64.to_le_bytes()); // ModuleID
+        payload.extend(5u32.to_le_bytes()); // TypeNameID
+        payload.extend(flags.to_le_bytes());
+        payload.push(0x12); // CorElementType
+        payload.extend(writer::utf16z(name));
+        payload.extend((params.len() as u32).to_le_bytes());
+        params.iter().for_each(|p| payload.extend(p.to_le_bytes()));
+    }
+    let fields = decode_payload(&meta, &payload, 8).unwrap();
+    assert_eq!(
+        serde_json::to_string(&fields).unwrap(),
+        concat!(
+            r#"{"Count":2,"ClrInstanceID":7,"Values":["#,
+            r#"{"TypeID":16,"ModuleID":48,"TypeNameID":5,"Flags":"Finalizable | Array","#,
+            r#""CorElementType":18,"Name":"A","TypeParameterCount":1,"TypeParameters":[153]},"#,
+            r#"{"TypeID":32,"ModuleID":48,"TypeNameID":5,"Flags":"0x4000","#,
+            r#""CorElementType":18,"Name":"Bc","TypeParameterCount":0,"TypeParameters":[]}]}"#
+        )
+    );
+    // A count the payload cannot hold ends at the first missing element, with its offset.
+    let mut huge = payload.clone();
+    huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = decode_payload(&meta, &huge, 8).unwrap_err();
+    assert_eq!(
+        (err.field.as_str(), err.at, err.problem),
+        ("TypeID", payload.len(), payload::PayloadProblem::Short)
+    );
+}
+
+#[test]
+fn a_records_version_is_the_newest_template_it_fills_exactly() {
+    let version =
+        |len| payload::fitting_version(runtime_events::RUNTIME_PROVIDER, 4, &vec![0; len], 8);
+    assert_eq!((version(92), version(94), version(110)), (Some(0), Some(1), Some(2)));
+    assert_eq!(version(93), None);
+    assert_eq!(payload::fitting_version("Other", 4, &[0; 94], 8), None);
 }

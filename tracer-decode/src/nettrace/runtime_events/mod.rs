@@ -140,7 +140,12 @@ static SAMPLE_PROFILER: RuntimeProvider = RuntimeProvider {
         name: "ThreadSample",
         versions: &[(
             0,
-            &[RuntimeField { name: "Type", kind: Kind::U32, count: Count::One, map: Some(&SAMPLE_TYPE) }],
+            &[RuntimeField {
+                name: "Type",
+                kind: Kind::U32,
+                count: Count::One,
+                map: Some(&SAMPLE_TYPE),
+            }],
         )],
     }],
 };
