@@ -167,13 +167,7 @@ pub fn decode_payload<'m>(
     payload: &[u8],
     pointer_size: u32,
 ) -> Result<Fields<'m>, PayloadError> {
-    let mut decoder = Decoder {
-        cur: Cursor::new(payload),
-        len: payload.len(),
-        pointer_size,
-        budget: MAX_VALUES,
-        cost: cost_budget(payload.len()),
-    };
+    let mut decoder = Decoder::new(payload, pointer_size);
     if meta.field_error.is_some() {
         return Err(decoder.error("", 0, PayloadProblem::UnusableMetadata));
     }
@@ -186,7 +180,7 @@ pub fn decode_payload<'m>(
         let mut first_decoded = None;
         let mut first_error = None;
         for layout in runtime.layouts_for(meta.version) {
-            let mut attempt = Decoder { cur: Cursor::new(payload), ..decoder };
+            let mut attempt = Decoder::new(payload, pointer_size);
             match attempt.runtime_fields(layout) {
                 Ok(fields) if fields.get("raw_tail").is_none() => return Ok(fields),
                 Ok(fields) => {
@@ -220,13 +214,7 @@ pub fn fitting_version(
 ) -> Option<u32> {
     let runtime = super::runtime_events::lookup(provider, event_id)?;
     runtime.versions().iter().rev().find_map(|&(version, layout)| {
-        let mut decoder = Decoder {
-            cur: Cursor::new(payload),
-            len: payload.len(),
-            pointer_size,
-            budget: MAX_VALUES,
-            cost: cost_budget(payload.len()),
-        };
+        let mut decoder = Decoder::new(payload, pointer_size);
         decoder.runtime_group(layout).ok().filter(|_| decoder.cur.remaining() == 0).map(|_| version)
     })
 }
@@ -242,6 +230,16 @@ struct Decoder<'p> {
 }
 
 impl<'p> Decoder<'p> {
+    fn new(payload: &'p [u8], pointer_size: u32) -> Self {
+        Decoder {
+            cur: Cursor::new(payload),
+            len: payload.len(),
+            pointer_size,
+            budget: MAX_VALUES,
+            cost: cost_budget(payload.len()),
+        }
+    }
+
     fn error(&self, field: &str, at: usize, problem: PayloadProblem) -> PayloadError {
         PayloadError { field: field.to_owned(), at, len: self.len, problem }
     }
