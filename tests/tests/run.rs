@@ -521,6 +521,45 @@ fn a_stopping_event_ends_a_real_runtimes_session() {
     assert_eq!(induced, [before + 1], "the GCs after the session are not traced");
 }
 
+/// `--profile gc-collect` asks for dotnet-trace's GC-only rundown: a .NET 10 runtime (the double)
+/// gets it with CollectTracing4; a real CoreCLR 8, which cannot be asked for a rundown mask, is
+/// traced without rundown (CollectTracing2), its induced GCs exactly.
+#[test]
+fn gc_collect_asks_for_the_gc_rundown_where_the_runtime_can_give_it() {
+    let names = ["gc-collect".to_string()];
+    let providers = tracer::ipc::providers::profiles(&names).expect("gc-collect");
+    let tmp = ScratchDir::new("run-gc-collect");
+    let mut net10 = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
+    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    cfg.session.request.providers = providers.clone();
+    cfg.session.request.rundown_keyword = tracer::ipc::providers::profiles_rundown_keyword(&names);
+    cfg.providers = providers;
+    cfg.target_pids = vec![net10.pid(), host.host_pid];
+    let mut tracer = start(cfg);
+    let started =
+        tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", net10.pid()));
+    assert_eq!(started["command"], "CollectTracing4 (0x0205)");
+    net10.expect_session_started(started["session_id"].as_str().unwrap()).expect("CT4");
+    let pid = host.host_pid;
+    let started = tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    assert_eq!(started["command"], "CollectTracing2 (0x0203)");
+    let before = host.gc(0).expect("gc 0");
+    assert_eq!(host.gc(2).expect("induce GCs"), before + 2);
+    let induced = |l: &Value| is_event(l, pid, "GCStart") && l["fields"]["Reason"] == "Induced";
+    tracer.wait_for_count("induced GCStart", EVENTS, 2, induced);
+    let (lines, _) = tracer.stop();
+    assert_eq!(count(&lines, induced), 2);
+    let rundown = |l: &Value| {
+        is(l, "dotnet_event", pid) && l["provider"] == "Microsoft-Windows-DotNETRuntimeRundown"
+    };
+    assert_eq!(count(&lines, rundown), 0, "no rundown was asked of .NET 8");
+    for pid in [net10.pid(), pid] {
+        let ended = lines.iter().find(|l| is(l, "session_ended", pid)).expect("session_ended");
+        assert_eq!(ended["reason"], "stopped", "{ended}");
+    }
+}
+
 /// `--buffering-mode block` (CollectTracing6): a .NET 11 runtime (the double reporting 11.0.0)
 /// gets a lossless session and is traced; a .NET 10 one cannot give one, and its session fails
 /// saying why.

@@ -14,7 +14,7 @@ use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
 
 use crate::identity::ProcessFilter;
 use crate::ipc::client::Timeouts;
-use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profiles};
+use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profiles, profiles_rundown_keyword};
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
 use tracer_decode::text::escape_control;
 
@@ -223,7 +223,8 @@ pub struct RunArgs {
     /// `gc-verbose` (GC, GC handles, exceptions at Verbose: allocation samples), `gc-collect`
     /// (GC collections only) and `database` (ADO.NET and Entity Framework Core commands).
     /// dotnet-trace's current default is `dotnet-common,dotnet-sampled-thread-time`.
-    /// (`gc-collect` asks for no rundown unless --rundown is given.)
+    /// (`gc-collect` also asks for the GC-only rundown, on .NET 9+; --rundown asks for the full
+    /// one.)
     #[arg(long, default_value = "default", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
     pub profile: Vec<String>,
     /// Trace these processes (repeatable; dotnet-trace's `-p`) and their children; default:
@@ -452,7 +453,11 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
             request: TracingRequest {
                 circular_buffer_mb: args.buffer_mb,
                 providers: providers.clone(),
-                rundown_keyword: if args.rundown { DEFAULT_RUNDOWN_KEYWORD } else { 0 },
+                rundown_keyword: match (args.rundown, &args.providers) {
+                    (true, _) => DEFAULT_RUNDOWN_KEYWORD,
+                    (false, None) => profiles_rundown_keyword(&args.profile),
+                    (false, Some(_)) => 0,
+                },
                 request_stackwalk: true,
                 buffering_mode: args.buffering_mode.map(Into::into),
             },
@@ -702,6 +707,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rundown_keyword(args: &[&str]) -> u64 {
+        let cli = Cli::try_parse_from(["tracer", "run"].iter().chain(args)).unwrap();
+        let Command::Run(run) = cli.command else { unreachable!("a run command") };
+        run_config(&run).unwrap().session.request.rundown_keyword
+    }
+
+    #[test]
+    fn gc_collect_asks_for_the_gc_rundown_and_rundown_for_the_full_one() {
+        assert_eq!(rundown_keyword(&[]), 0);
+        assert_eq!(rundown_keyword(&["--profile", "gc-collect"]), 0x1);
+        assert_eq!(rundown_keyword(&["--profile", "counters,gc-collect"]), 0x1);
+        assert_eq!(rundown_keyword(&["--profile", "gc-collect", "--rundown"]), 0x8002_0139);
+        assert_eq!(rundown_keyword(&["--rundown"]), DEFAULT_RUNDOWN_KEYWORD);
+        // Explicit providers replace the profiles, rundown included.
+        let providers =
+            ["--providers", "Microsoft-Windows-DotNETRuntime:0x1:4", "--profile", "gc-collect"];
+        assert_eq!(rundown_keyword(&providers), 0);
+    }
 
     #[test]
     fn durations() {

@@ -260,6 +260,17 @@ pub enum BufferingMode {
 
 /// The first runtime version with CollectTracing6.
 pub const COLLECT_TRACING6_MAJOR: u32 = 11;
+/// The first runtime version with CollectTracing4, whose rundown is a keyword mask.
+pub const COLLECT_TRACING4_MAJOR: u32 = 9;
+
+/// Whether `request` asks for a rundown keyword mask (neither none nor the default rundown)
+/// that a runtime of `major` cannot be asked for (no CollectTracing4). Such a session runs
+/// without rundown: the mask narrows a rundown, so dropping it is the lighter fallback (what
+/// dotnet-trace's `gc-collect` retry does too).
+pub fn rundown_mask_unsupported(request: &TracingRequest, major: Option<u32>) -> bool {
+    !matches!(request.rundown_keyword, 0 | DEFAULT_RUNDOWN_KEYWORD)
+        && !major.is_some_and(|m| m >= COLLECT_TRACING4_MAJOR)
+}
 
 /// What a caller wants from a streaming session, independent of the command that carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,8 +296,9 @@ pub struct NoCollectTracing6 {
 
 /// The command for `request` to a runtime of `major` version (`None`: unknown, e.g. .NET Core
 /// 3.x, which answers no ProcessInfo): CollectTracing6 when a buffering mode is asked and the
-/// runtime has it; else [`oldest_collect_tracing`] — unless `Block` was asked, which only
-/// CollectTracing6 can give.
+/// runtime has it; else [`oldest_collect_tracing`] — without the rundown when its keyword mask
+/// is beyond the runtime ([`rundown_mask_unsupported`]), and unless `Block` was asked, which
+/// only CollectTracing6 can give.
 pub fn collect_tracing_for(
     request: &TracingRequest,
     major: Option<u32>,
@@ -305,6 +317,9 @@ pub fn collect_tracing_for(
         Some(BufferingMode::Block) => Err(NoCollectTracing6 {
             version: major.map_or("version unknown".into(), |m| format!(".NET {m}")),
         }),
+        _ if rundown_mask_unsupported(request, major) => {
+            Ok(oldest_collect_tracing(&TracingRequest { rundown_keyword: 0, ..request.clone() }))
+        }
         _ => Ok(oldest_collect_tracing(request)),
     }
 }
@@ -601,6 +616,31 @@ mod tests {
         assert_eq!(code(&drop, Some(12)), Ok(CommandCode::CollectTracing6));
         assert_eq!(code(&drop, Some(8)), Ok(CommandCode::CollectTracing2), "falls back");
         assert_eq!(code(&request(None), Some(11)), Ok(CommandCode::CollectTracing2));
+    }
+
+    /// `gc-collect`'s GC-only rundown: CollectTracing4 where the runtime has it; older (or
+    /// unknown) runtimes get the session without rundown, not a refusal.
+    #[test]
+    fn a_rundown_keyword_mask_needs_collect_tracing4_and_is_dropped_before() {
+        let request = |rundown_keyword| TracingRequest {
+            circular_buffer_mb: 64,
+            providers: vec![FilteredProvider { provider: runtime_provider(), filter: None }],
+            rundown_keyword,
+            request_stackwalk: true,
+            buffering_mode: None,
+        };
+        let gc_only = request(0x1);
+        let v4 = collect_tracing_for(&gc_only, Some(9)).unwrap();
+        assert_eq!(v4.code(), CommandCode::CollectTracing4);
+        assert!(matches!(v4, CollectTracing::V4 { rundown_keyword: 0x1, .. }), "{v4:?}");
+        for older in [Some(8), Some(5), None] {
+            let v2 = collect_tracing_for(&gc_only, older).unwrap();
+            assert!(matches!(v2, CollectTracing::V2 { request_rundown: false, .. }), "{v2:?}");
+        }
+        // The default rundown and none are what every runtime takes.
+        let default = collect_tracing_for(&request(DEFAULT_RUNDOWN_KEYWORD), Some(8)).unwrap();
+        assert_eq!(default.code(), CommandCode::CollectTracing);
+        assert!(!rundown_mask_unsupported(&request(0), None));
     }
 
     fn runtime_provider() -> ProviderConfig {

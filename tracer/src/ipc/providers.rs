@@ -191,6 +191,17 @@ pub fn profiles(names: &[String]) -> Result<Vec<FilteredProvider>, ProviderSpecE
     Ok(providers)
 }
 
+/// The runtime's GC keyword: `gc-collect`'s rundown mask (the GC state at the end, nothing
+/// about methods or modules).
+pub const GC_RUNDOWN_KEYWORD: u64 = 0x1;
+
+/// The rundown keyword mask the profiles ask for, 0 for none: `gc-collect` asks for the GC-only
+/// rundown, as dotnet-trace's does (runtimes before .NET 9 cannot be asked for a mask: their
+/// sessions run without rundown, docs/protocol/diagnostic-ipc.md §3.3).
+pub fn profiles_rundown_keyword(names: &[String]) -> u64 {
+    if names.iter().any(|n| n.trim() == "gc-collect") { GC_RUNDOWN_KEYWORD } else { 0 }
+}
+
 /// The providers of a named profile.
 pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
     let with_arguments =

@@ -23,8 +23,8 @@ use tokio::time::Instant;
 use tracer_decode::budget::OutputBudget;
 use tracer_decode::counters::counter_sample;
 use tracer_decode::diagnostic_ipc::{
-    BufferingMode, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo, ServerError,
-    collect_tracing_for, oldest_collect_tracing,
+    BufferingMode, COLLECT_TRACING4_MAJOR, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo,
+    ServerError, collect_tracing_for, oldest_collect_tracing, rundown_mask_unsupported,
 };
 use tracer_decode::nettrace::runtime_events::{EVENTPIPE_PROVIDER, RUNDOWN_PROVIDER};
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
@@ -100,6 +100,13 @@ pub(super) async fn run(
             return;
         }
     };
+    if rundown_mask_unsupported(&config.request, major) {
+        log::info!(
+            "pid {pid}: runtime {} has no CollectTracing4 (.NET {COLLECT_TRACING4_MAJOR}+) for a \
+             rundown keyword mask: the session runs without rundown",
+            runtime.as_ref().and_then(|r| r.clr_product_version.as_deref()).unwrap_or("< 6.0"),
+        );
+    }
     if config.request.buffering_mode.is_some() && command.code() != CommandCode::CollectTracing6 {
         log::info!(
             "pid {pid}: runtime {} has no CollectTracing6 (.NET {COLLECT_TRACING6_MAJOR}+): a \
