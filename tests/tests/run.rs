@@ -121,6 +121,33 @@ fn dotnet_trace_default_profiles_with_rundown_name_and_decode_every_runtime_even
     assert_eq!(ended[0]["reason"], "stopped");
     assert_eq!(ended[0]["unrequested_events"], 0, "rundown events are asked for by keyword");
 
+    assert_runtime_events_named_with_samples_and_rundown(&lines, pid);
+}
+
+/// tracer's own `default` profile (CPU samples + the runtime's default keywords) with rundown:
+/// every runtime event named and decoded, as with dotnet-trace's profiles.
+#[test]
+fn the_default_profile_with_rundown_names_and_decodes_every_runtime_event() {
+    let providers = tracer::ipc::providers::profile("default").expect("default");
+    let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4");
+    config.session.request.providers = providers.clone();
+    config.session.request.rundown_keyword = tracer_decode::diagnostic_ipc::DEFAULT_RUNDOWN_KEYWORD;
+    config.providers = providers;
+    let mut tracer = start(config);
+    let tmp = ScratchDir::new("run-coreclr-default");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
+    let pid = host.host_pid;
+    tracer.wait_for("session_started", SESSION, |l| is(l, "session_started", pid));
+    host.gc(2).expect("induce GCs");
+    tracer.wait_for("a thread sample", EVENTS, |l| is_event(l, pid, "ThreadSample"));
+    let (lines, _) = tracer.stop();
+    assert_runtime_events_named_with_samples_and_rundown(&lines, pid);
+}
+
+/// Every event of `pid` from the runtime's own providers has its name and decoded fields (no
+/// `EventID(n)`, raw bytes or decode error); thread samples have a type and a stack; the
+/// rundown names methods and modules, then ends.
+fn assert_runtime_events_named_with_samples_and_rundown(lines: &[Value], pid: u32) {
     let runtime_events: Vec<&Value> = lines
         .iter()
         .filter(|l| is(l, "dotnet_event", pid))
@@ -146,7 +173,7 @@ fn dotnet_trace_default_profiles_with_rundown_name_and_decode_every_runtime_even
     }
     // The rundown at the end names the methods and modules for symbolization.
     let rundown = |event: &str| {
-        count(&lines, |l| {
+        count(lines, |l| {
             is_event(l, pid, event) && l["provider"] == "Microsoft-Windows-DotNETRuntimeRundown"
         })
     };
