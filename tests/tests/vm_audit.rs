@@ -509,3 +509,45 @@ fn exec_and_exit_drop_registrations_and_delete_follows_the_references() {
     );
     parent.child_send("exit");
 }
+
+/// 1 000 registrations as fast as a process can make them, with tracer not reading the ring
+/// (the consumer paused): every one arrives — registrations are submitted without waking the
+/// reader, so what carries them is the forced wake-up past the fill threshold and the drain
+/// timer (docs/protocol/bpf-detection.md §6) — and nothing is lost.
+#[test]
+fn a_burst_of_registrations_with_the_consumer_paused_loses_nothing() {
+    use tracer::kernel::detect::{DetectOptions, Detector};
+    use tracer_decode::bpf_event::EventBody;
+    const BURST: u64 = 1000;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let mut detector = Detector::attach(&DetectOptions::for_targets(&[])).expect("attach");
+        let mut helper = LineProcess::spawn("user_events_helper", Command::new(HELPER)).unwrap();
+        let ready: Value = serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap();
+        let pid = ready["pid"].as_u64().unwrap() as u32;
+        let reply = helper.request(&format!("burst {BURST}"), "", TIMEOUT).unwrap();
+        let reply: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["registered"], BURST, "{reply}");
+        // The consumer stays paused a while longer after the burst: 10 ms, the case to survive.
+        std::thread::sleep(Duration::from_millis(10));
+        let registered = |events: &[tracer_decode::bpf_event::DetectionEvent]| {
+            events
+                .iter()
+                .filter(|e| e.meta.pid == pid)
+                .filter(|e| matches!(&e.body, EventBody::UserEvents(io) if io.cmd == tests::user_events::DIAG_IOCSREG as u64 && io.ret == 0))
+                .count() as u64
+        };
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let (mut seen, mut batch) = (Vec::new(), Vec::new());
+        while registered(&seen) < BURST {
+            let read = tokio::time::timeout_at(deadline, detector.read(&mut batch)).await;
+            let Ok(read) = read else { panic!("{} of {BURST} registrations", registered(&seen)) };
+            read.expect("reading the ring");
+            seen.append(&mut batch);
+        }
+        assert_eq!(registered(&seen), BURST);
+        assert_eq!(detector.losses().expect("losses"), vec![], "nothing lost");
+        helper.send_line("exit").unwrap();
+        helper.wait_exit(TIMEOUT).unwrap();
+    });
+}

@@ -10,7 +10,9 @@
 //! * Lifecycle (fork / exec / exit) of the processes that did any of the above, so user space can
 //!   keep the per-process registration table the kernel keeps per mm.
 //!
-//! Events are reserved directly in the ring buffer and filled in place. The ring entry is the
+//! Events are reserved directly in the ring buffer and filled in place; lifecycle events are
+//! submitted without waking the reader, detections with a forced wake-up
+//! (docs/protocol/bpf-detection.md §6). The ring entry is the
 //! scratch space for the 512-byte `name_args` (never the stack): on ≥ 6.13 kernels syscall
 //! tracepoint programs are preemptible, so a per-CPU scratch slot shared by several programs
 //! could be overwritten mid-use by another program on the same CPU; a reservation cannot.
@@ -51,6 +53,28 @@ const SYSCALL_RET: usize = 16;
 /// 1 MiB: thousands of events of headroom for a consumer that drains it promptly, while the
 /// doubly-mapped data pages stay a small part of tracer's resident memory. Full = counted loss.
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// `bpf_ringbuf_submit` flags and the `bpf_ringbuf_query` selector of the bytes waiting.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+/// Bytes waiting in the ring past which a lazily submitted event wakes the reader anyway: a
+/// quarter of the ring, so a burst wakes it long before the ring is full.
+const LAZY_WAKEUP_BYTES: u64 = 256 << 10;
+
+/// Submit flags of an event that need not reach user space at once (process lifecycle, memfd
+/// creation, user_events registrations): no wake-up — user space drains the ring on a timer
+/// too — unless `LAZY_WAKEUP_BYTES` are waiting. Detections wake the reader with
+/// `BPF_RB_FORCE_WAKEUP`: the kernel's default wakes it only when this record is the first
+/// unread one, never behind lazy records (docs/protocol/bpf-detection.md "Wake-ups").
+#[inline(always)]
+fn lazy_wakeup() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= LAZY_WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
 
 /// Per-CPU loss counters, indexed by `LossReason::counter_index(kind, reason)`.
 #[map]
@@ -412,7 +436,7 @@ pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
         ev.name[i] = src[i];
         i += 1;
     }
-    entry.submit(0);
+    entry.submit(lazy_wakeup());
     0
 }
 
@@ -562,7 +586,7 @@ pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
     ev.prot = pending.prot;
     ev.flags = pending.flags;
     ev.offset = pending.offset;
-    entry.submit(0);
+    entry.submit(BPF_RB_FORCE_WAKEUP);
     0
 }
 
@@ -710,7 +734,7 @@ pub fn sys_enter_bind(ctx: TracePointContext) -> u32 {
     for k in 0..SOCKADDR_BUF_LEN {
         ev.path[k] = if k < path_len { at(&buf, start + k) } else { 0 };
     }
-    entry.submit(0);
+    entry.submit(BPF_RB_FORCE_WAKEUP);
     0
 }
 
@@ -824,7 +848,7 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
                 }
             };
     }
-    entry.submit(0);
+    entry.submit(lazy_wakeup());
     0
 }
 
@@ -898,7 +922,7 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
     ev.child_pid = child;
     ev._pad = 0;
     ev.clone_flags = clone_flags;
-    entry.submit(0);
+    entry.submit(lazy_wakeup());
     0
 }
 
@@ -933,7 +957,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
             Err(e) => e,
         };
     }
-    entry.submit(0);
+    entry.submit(lazy_wakeup());
     0
 }
 
@@ -975,7 +999,7 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     // SAFETY: the reservation is exactly one ProcessExitEvent.
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, EventKind::ProcessExit, seq);
-    entry.submit(0);
+    entry.submit(lazy_wakeup());
     0
 }
 

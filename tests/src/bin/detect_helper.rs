@@ -23,6 +23,9 @@
 //!   name `x`; addrlen = family + name, no NUL, as CPython passes it; `full:NAME` passes
 //!   `sizeof(struct sockaddr_un)` instead), prints `{"phase":"bound","pid":…,"fds":[…]}` with
 //!   each socket's fd (-errno when its bind failed), and holds until stdin closes.
+//! * `fork-burst N` — creates a `dotnet_ipc_created` memfd (so the kernel programs track it),
+//!   prints `{"phase":"tracked","pid":…}`; on a stdin line forks N children one after another,
+//!   each exiting at once, reaps them, and prints `{"phase":"forked","children":[…]}`.
 //! * `map-repeat N` — maps its `dotnet_ipc_created` memfd N times, then a second such memfd once,
 //!   prints `{"phase":"mapped","pid":…,"times":N}` and holds until stdin closes.
 use std::ffi::CStr;
@@ -291,6 +294,27 @@ fn map_repeat(n: u64) {
     let _ = std::io::stdin().lock().lines().count();
 }
 
+fn fork_burst(n: u64) {
+    memfd(c"dotnet_ipc_created");
+    // SAFETY: getpid has no preconditions.
+    say(json!({"phase": "tracked", "pid": unsafe { libc::getpid() }}));
+    wait_for_go();
+    let mut children = Vec::new();
+    for _ in 0..n {
+        // SAFETY: the child only calls _exit.
+        let child = check(unsafe { libc::fork() }, "fork");
+        if child == 0 {
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        check(unsafe { libc::waitpid(child, &mut status, 0) }, "waitpid");
+        children.push(child);
+    }
+    say(json!({"phase": "forked", "children": children}));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let count = || args.get(1).and_then(|n| n.parse().ok()).expect("a count argument");
@@ -303,10 +327,12 @@ fn main() {
         Some("getppid-loop") => getppid_loop(count()),
         Some("latency") => latency(count()),
         Some("map-repeat") => map_repeat(count()),
+        Some("fork-burst") => fork_burst(count()),
         Some("bind") => bind_names(std::env::args().skip(2).collect()),
         _ => {
             eprintln!(
                 "usage: detect_helper sequence|map-and-hold|leader-exits-first|mmap-loop N|\
+                 getppid-loop N|map-repeat N|fork-burst N|bind NAME...|\
                  ioctl-loop N|latency N"
             );
             std::process::exit(2);

@@ -9,6 +9,9 @@
 //!   8-byte aligned) of a static array;
 //! * `unreg ADDR BIT` — `DIAG_IOCSUNREG` (ADDR in hex);
 //! * `del NAME` — `DIAG_IOCSDEL`;
+//! * `burst N` — N `DIAG_IOCSREG` of distinct events (`burst_<pid>_<i> u32 v`, each with an
+//!   enable word of its own) as fast as possible; answers `{"op":"burst","registered":…}` (the
+//!   events go when the process exits);
 //! * `fork` — the child answers (`{"op":"ready","image":"fork",…}`) and from then on reads its
 //!   commands from the `--child-commands` fd, so the test drives both processes separately;
 //! * `exec` — re-executes this program, which keeps reading the same command fd and answers
@@ -132,6 +135,30 @@ impl Helper {
         })
     }
 
+    fn burst(&mut self, args: &str) -> Value {
+        let n: usize = args.trim().parse().expect("burst N");
+        let fd = self.data_fd();
+        // Leaked: the kernel writes the enable bits until the process exits.
+        let words: &'static [AtomicU64] = Vec::from_iter((0..n).map(|_| AtomicU64::new(0))).leak();
+        let mut registered = 0;
+        for (i, word) in words.iter().enumerate() {
+            let name = CString::new(format!("burst_{}_{i} u32 v", pid())).expect("no NUL");
+            let mut reg = UserReg {
+                size: size_of::<UserReg>() as u32,
+                enable_bit: 0,
+                enable_size: 8,
+                flags: 0,
+                enable_addr: word.as_ptr() as u64,
+                name_args: name.as_ptr() as u64,
+                write_index: u32::MAX,
+            };
+            // SAFETY: reg and the name outlive the call; the word lives until exit.
+            let (ret, _) = outcome(unsafe { libc::ioctl(fd, DIAG_IOCSREG, &mut reg) });
+            registered += usize::from(ret == 0);
+        }
+        json!({"op": "burst", "pid": pid(), "registered": registered})
+    }
+
     /// Serves commands from `input` until `exit` or its end.
     fn serve(&mut self, input: impl BufRead, commands_fd: RawFd) {
         for line in input.lines() {
@@ -141,6 +168,7 @@ impl Helper {
                 "reg" => say(self.register(args)),
                 "unreg" => say(self.unregister(args)),
                 "del" => say(self.delete(args)),
+                "burst" => say(self.burst(args)),
                 "fork" => self.fork(),
                 "exec" => exec_self(commands_fd),
                 "exit" => return,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
@@ -34,6 +35,12 @@ pub const PROGRAMS: [(&str, &str, &str); 12] = [
     ("sched_process_exit", "sched", "sched_process_exit"),
 ];
 
+/// How long an event submitted without a wake-up (process lifecycle, memfd creation,
+/// user_events registrations) may wait in the ring: the reader drains it this often. Detections
+/// wake the reader at once, and so does a burst of lazy events (`LAZY_WAKEUP_BYTES` in the
+/// programs); docs/protocol/bpf-detection.md "Wake-ups".
+pub const LAZY_DRAIN_INTERVAL: Duration = Duration::from_millis(100);
+
 /// The programs that see only user_events registrations: attached only when the kernel has
 /// user_events (`user_events_data` in tracefs).
 pub const USER_EVENTS_PROGRAMS: [&str; 2] = ["sys_enter_ioctl", "sys_exit_ioctl"];
@@ -41,16 +48,28 @@ pub const USER_EVENTS_PROGRAMS: [&str; 2] = ["sys_enter_ioctl", "sys_exit_ioctl"
 /// Lines of the verifier log shown when the kernel rejects a program (the reason is at the end).
 const VERIFIER_LOG_TAIL: usize = 30;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct DetectOptions {
     /// Report only these processes (and their descendants); empty = every process.
     pub target_pids: Vec<u32>,
+    /// How often the ring is drained of events submitted without a wake-up
+    /// ([`LAZY_DRAIN_INTERVAL`]).
+    pub lazy_drain: Duration,
+}
+
+impl DetectOptions {
+    /// Every process, or only `target_pids` and their descendants.
+    pub fn for_targets(target_pids: &[u32]) -> DetectOptions {
+        DetectOptions { target_pids: target_pids.to_vec(), lazy_drain: LAZY_DRAIN_INTERVAL }
+    }
 }
 
 /// The detection programs, loaded and attached, and their ring buffer.
 pub struct Detector {
     ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
+    /// Drains what the programs submitted without waking the reader (lifecycle events).
+    lazy_drain: tokio::time::Interval,
     links: Vec<(&'static str, TracePointLinkId)>,
     seq: SeqTracker,
     decode_errors: u64,
@@ -157,7 +176,9 @@ impl Detector {
             })?;
             links.push((prog_name, link));
         }
-        Ok(Detector { ebpf, ring, links, seq: SeqTracker::default(), decode_errors: 0 })
+        let mut lazy_drain = tokio::time::interval(options.lazy_drain);
+        lazy_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Detector { ebpf, ring, lazy_drain, links, seq: SeqTracker::default(), decode_errors: 0 })
     }
 
     /// The programs attached (the ioctl pair only on kernels with user_events).
@@ -166,10 +187,15 @@ impl Detector {
     }
 
     /// Waits until the ring has records, then decodes all available ones into `out`.
+    /// Waits until the kernel wakes the reader (a detection, or a burst of lazy events) or
+    /// [`LAZY_DRAIN_INTERVAL`] passed, then decodes every record in the ring into `out`.
+    /// Cancel-safe: the interval keeps its schedule across calls.
     pub async fn read(&mut self, out: &mut Vec<DetectionEvent>) -> io::Result<()> {
-        let mut guard = self.ring.readable_mut().await?;
-        guard.clear_ready();
-        drain_ring(guard.get_inner_mut(), &mut self.seq, &mut self.decode_errors, out);
+        tokio::select! {
+            guard = self.ring.readable_mut() => guard?.clear_ready(),
+            _ = self.lazy_drain.tick() => {}
+        }
+        drain_ring(self.ring.get_mut(), &mut self.seq, &mut self.decode_errors, out);
         Ok(())
     }
 

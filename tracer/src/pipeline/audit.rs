@@ -183,8 +183,7 @@ pub async fn run(
         config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
     }
     let metrics = config.metrics.clone().unwrap_or_default();
-    let mut detector =
-        Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
+    let mut detector = Detector::attach(&DetectOptions::for_targets(&config.target_pids))?;
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
     let mut summary = AuditSummary::default();

@@ -321,8 +321,7 @@ pub async fn run(
     let metrics = config.metrics.clone().unwrap_or_default();
     let mut tracker = ProcessTracker::new(config.filter.clone());
     let labels = LabelRegistry::default();
-    let mut detector =
-        Detector::attach(&DetectOptions { target_pids: config.target_pids.clone() })?;
+    let mut detector = Detector::attach(&DetectOptions::for_targets(&config.target_pids))?;
     let mut user_events = start_user_events(&config)?;
     if let Some(hub) = &mut user_events {
         hub.set_labels(labels.clone());
