@@ -6,7 +6,8 @@
 //!
 //! Later manifests win for the same (provider, event id, version): an overlay adds the events
 //! and versions a base manifest lacks. A template or map an overlay names but does not define
-//! is looked up in the earlier manifests of the same provider.
+//! is looked up in the earlier manifests of the same provider, and a map an overlay redefines
+//! (new values) replaces the earlier one in every event of that provider.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -78,7 +79,8 @@ struct Field {
     name: String,
     kind: Kind,
     count: Count,
-    map: Option<ValueMap>,
+    /// The map's name (what a later manifest redefines) and its entries.
+    map: Option<(String, ValueMap)>,
 }
 
 #[derive(Clone, Debug)]
@@ -139,7 +141,7 @@ fn base_name(symbol: &str) -> &str {
 impl Table {
     fn add(&mut self, text: &str) -> anyhow::Result<()> {
         let doc = roxmltree::Document::parse(text).context("parsing the manifest XML")?;
-        // Strings come first: an overlay's maps may use the base's labels and vice versa.
+        // Strings come first: an overlay's maps may use the labels of the manifests before it.
         let strings =
             doc.descendants().filter(|n| n.has_tag_name((NS, "string"))).filter_map(|n| {
                 Some((n.attribute("id")?.to_owned(), n.attribute("value")?.to_owned()))
@@ -183,6 +185,10 @@ impl Table {
                 defs.maps.insert(attr(map, "name")?.to_owned(), ValueMap { bitmap, entries });
             }
         }
+        // Events of earlier manifests take the maps this one redefines.
+        for event in self.providers.entry(provider).or_default().values_mut() {
+            remap(&mut event.fields, &defs.maps);
+        }
         if let Some(templates) = child(node, "templates") {
             for template in children(templates, "template") {
                 let tid = attr(template, "tid")?;
@@ -197,13 +203,15 @@ impl Table {
             let id = u32::try_from(number(attr(event, "value")?)?)?;
             let version = u32::try_from(number(event.attribute("version").unwrap_or("0"))?)?;
             let symbol = attr(event, "symbol")?;
-            let fields = match event.attribute("template") {
+            let mut fields = match event.attribute("template") {
                 None => Vec::new(),
                 Some(tid) => self
                     .template(provider, tid, &defs)
                     .with_context(|| format!("event {symbol}"))?
                     .clone(),
             };
+            // A template of an earlier manifest takes the maps this one redefines.
+            remap(&mut fields, &defs.maps);
             let entry = Event { name: base_name(symbol).to_owned(), fields };
             self.providers.entry(provider).or_default().insert((id, version), entry);
         }
@@ -266,7 +274,10 @@ impl Table {
             if kind == Kind::Scalar("Binary") && count == Count::One {
                 bail!("{name}: binary data without a length");
             }
-            let map = node.attribute("map").map(|m| self.map(provider, m, defs)).transpose()?;
+            let map = match node.attribute("map") {
+                Some(m) => Some((m.to_owned(), self.map(provider, m, defs)?)),
+                None => None,
+            };
             fields.push(Field { name, kind, count, map });
         }
         Ok(fields)
@@ -312,6 +323,20 @@ impl Table {
         out.push_str(&providers);
         writeln!(out, "];")?;
         Ok(out)
+    }
+}
+
+/// Replaces every map of `fields` (structs included) that `maps` redefines.
+fn remap(fields: &mut [Field], maps: &HashMap<String, ValueMap>) {
+    for f in fields {
+        if let Some((name, map)) = &mut f.map
+            && let Some(newer) = maps.get(name.as_str())
+        {
+            *map = newer.clone();
+        }
+        if let Kind::Struct(members) = &mut f.kind {
+            remap(members, maps);
+        }
     }
 }
 
@@ -366,7 +391,7 @@ impl Consts {
             };
             let map = match &f.map {
                 None => "None".to_owned(),
-                Some(m) => format!("Some(&{})", self.map(m)?),
+                Some((_, m)) => format!("Some(&{})", self.map(m)?),
             };
             items.push(format!(
                 "    RuntimeField {{ name: {:?}, kind: {kind}, count: {count}, map: {map} }},\n",
@@ -476,6 +501,22 @@ mod tests {
         let versions: Vec<u32> =
             table.providers["Microsoft-Windows-DotNETRuntime"].keys().map(|k| k.1).collect();
         assert_eq!(versions, [0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn a_map_an_overlay_redefines_reaches_the_earlier_events() {
+        let overlay = MANIFEST
+            .replace(r#"<map value="0x1" message="$(string.R.Induced)"/>"#, r#"<map value="0x1" message="$(string.R.Induced)"/><map value="0x2" message="$(string.R.Low)"/>"#)
+            .replace(r#"<string id="R.Small" value="AllocSmall"/>"#, r#"<string id="R.Small" value="AllocSmall"/><string id="R.Low" value="LowMemory"/>"#)
+            .replace(r#"<event value="7" symbol="GCRestartEEBegin"/>"#, "")
+            .replace(r#"<event value="1" version="0" symbol="GCStart" template="GCStart"/>"#, "")
+            .replace(r#"<event value="1" version="1" symbol="GCStart_V1" template="GCStart_V1"/>"#, "");
+        let mut table = Table::default();
+        table.add(MANIFEST).unwrap();
+        table.add(&overlay).unwrap();
+        let rust = table.render(&[]).unwrap();
+        assert!(rust.contains(r#"(0x2, "LowMemory")"#), "{rust}");
+        assert!(!rust.contains(r#"entries: &[(0x0, "AllocSmall"), (0x1, "Induced")] }"#), "{rust}");
     }
 
     #[test]

@@ -262,7 +262,7 @@ const T45: &[RuntimeField] = &[
     RuntimeField { name: "GenerationSize4", kind: U64, count: One, map: None },
     RuntimeField { name: "TotalPromotedSize4", kind: U64, count: One, map: None },
 ];
-static M7: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "SmallObjectHeap"), (0x1, "LargeObjectHeap"), (0x2, "ReadOnlyHeap")] };
+static M7: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "SmallObjectHeap"), (0x1, "LargeObjectHeap"), (0x2, "ReadOnlyHeap"), (0x3, "PinnedHeap")] };
 const T46: &[RuntimeField] = &[
     RuntimeField { name: "Address", kind: U64, count: One, map: None },
     RuntimeField { name: "Size", kind: U64, count: One, map: None },
@@ -290,7 +290,7 @@ const T51: &[RuntimeField] = &[
     RuntimeField { name: "Count", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M9: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Small"), (0x1, "Large")] };
+static M9: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Small"), (0x1, "Large"), (0x2, "Pinned")] };
 const T52: &[RuntimeField] = &[
     RuntimeField { name: "AllocationAmount", kind: U32, count: One, map: None },
     RuntimeField { name: "AllocationKind", kind: U32, count: One, map: Some(&M9) },
@@ -319,10 +319,9 @@ const T55: &[RuntimeField] = &[
     RuntimeField { name: "HeapIndex", kind: U32, count: One, map: None },
     RuntimeField { name: "Address", kind: Pointer, count: One, map: None },
 ];
-static M10: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Small"), (0x1, "Large"), (0x2, "Pinned")] };
 const T56: &[RuntimeField] = &[
     RuntimeField { name: "AllocationAmount", kind: U32, count: One, map: None },
-    RuntimeField { name: "AllocationKind", kind: U32, count: One, map: Some(&M10) },
+    RuntimeField { name: "AllocationKind", kind: U32, count: One, map: Some(&M9) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "AllocationAmount64", kind: U64, count: One, map: None },
     RuntimeField { name: "TypeID", kind: Pointer, count: One, map: None },
@@ -338,12 +337,12 @@ const T58: &[RuntimeField] = &[
     RuntimeField { name: "Count", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M11: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Delegate"), (0x2, "Finalizable"), (0x4, "ExternallyImplementedCOMObject"), (0x8, "Array"), (0x100, "ArrayRankBit0"), (0x200, "ArrayRankBit1"), (0x400, "ArrayRankBit2"), (0x800, "ArrayRankBit3"), (0x1000, "ArrayRankBit4"), (0x2000, "ArrayRankBit5")] };
+static M10: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Delegate"), (0x2, "Finalizable"), (0x4, "ExternallyImplementedCOMObject"), (0x8, "Array"), (0x100, "ArrayRankBit0"), (0x200, "ArrayRankBit1"), (0x400, "ArrayRankBit2"), (0x800, "ArrayRankBit3"), (0x1000, "ArrayRankBit4"), (0x2000, "ArrayRankBit5")] };
 const T59: &[RuntimeField] = &[
     RuntimeField { name: "TypeID", kind: U64, count: One, map: None },
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "TypeNameID", kind: U32, count: One, map: None },
-    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M11) },
+    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M10) },
     RuntimeField { name: "CorElementType", kind: U8, count: One, map: None },
     RuntimeField { name: "Name", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "TypeParameterCount", kind: U32, count: One, map: None },
@@ -354,12 +353,12 @@ const T60: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "Values", kind: Struct(T59), count: Field(0), map: None },
 ];
-static M12: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Stack"), (0x1, "Finalizer"), (0x2, "Handle"), (0x3, "Older"), (0x4, "SizedRef"), (0x5, "Overflow")] };
-static M13: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Pinning"), (0x2, "WeakRef"), (0x4, "Interior"), (0x8, "RefCounted")] };
+static M11: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Stack"), (0x1, "Finalizer"), (0x2, "Handle"), (0x3, "Older"), (0x4, "SizedRef"), (0x5, "Overflow"), (0x6, "DependentHandle"), (0x7, "NewFQ"), (0x8, "Steal"), (0x9, "BGC")] };
+static M12: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Pinning"), (0x2, "WeakRef"), (0x4, "Interior"), (0x8, "RefCounted")] };
 const T61: &[RuntimeField] = &[
     RuntimeField { name: "RootedNodeAddress", kind: Pointer, count: One, map: None },
-    RuntimeField { name: "GCRootKind", kind: U8, count: One, map: Some(&M12) },
-    RuntimeField { name: "GCRootFlag", kind: U32, count: One, map: Some(&M13) },
+    RuntimeField { name: "GCRootKind", kind: U8, count: One, map: Some(&M11) },
+    RuntimeField { name: "GCRootFlag", kind: U32, count: One, map: Some(&M12) },
     RuntimeField { name: "GCRootID", kind: Pointer, count: One, map: None },
 ];
 const T62: &[RuntimeField] = &[
@@ -445,11 +444,11 @@ const T76: &[RuntimeField] = &[
     RuntimeField { name: "ObjectID", kind: Pointer, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M14: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "WeakShort"), (0x1, "WeakLong"), (0x2, "Strong"), (0x3, "Pinned"), (0x4, "Variable"), (0x5, "RefCounted"), (0x6, "Dependent"), (0x7, "AsyncPinned"), (0x8, "SizedRef")] };
+static M13: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "WeakShort"), (0x1, "WeakLong"), (0x2, "Strong"), (0x3, "Pinned"), (0x4, "Variable"), (0x5, "RefCounted"), (0x6, "Dependent"), (0x7, "AsyncPinned"), (0x8, "SizedRef")] };
 const T77: &[RuntimeField] = &[
     RuntimeField { name: "HandleID", kind: Pointer, count: One, map: None },
     RuntimeField { name: "ObjectID", kind: Pointer, count: One, map: None },
-    RuntimeField { name: "Kind", kind: U32, count: One, map: Some(&M14) },
+    RuntimeField { name: "Kind", kind: U32, count: One, map: Some(&M13) },
     RuntimeField { name: "Generation", kind: U32, count: One, map: None },
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
@@ -469,7 +468,7 @@ const T80: &[RuntimeField] = &[
     RuntimeField { name: "Reason", kind: U32, count: One, map: Some(&M5) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M15: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Strong"), (0x2, "Pegged")] };
+static M14: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Strong"), (0x2, "Pegged")] };
 const T81: &[RuntimeField] = &[
     RuntimeField { name: "GCRootID", kind: U64, count: One, map: None },
     RuntimeField { name: "ObjectID", kind: U64, count: One, map: None },
@@ -477,7 +476,7 @@ const T81: &[RuntimeField] = &[
     RuntimeField { name: "IUnknown", kind: U64, count: One, map: None },
     RuntimeField { name: "RefCount", kind: U32, count: One, map: None },
     RuntimeField { name: "PeggedRefCount", kind: U32, count: One, map: None },
-    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M15) },
+    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M14) },
 ];
 const T82: &[RuntimeField] = &[
     RuntimeField { name: "Count", kind: U32, count: One, map: None },
@@ -497,12 +496,12 @@ const T84: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "Values", kind: Struct(T83), count: Field(0), map: None },
 ];
-static M16: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "ThreadLocal")] };
+static M15: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "ThreadLocal")] };
 const T85: &[RuntimeField] = &[
     RuntimeField { name: "GCRootID", kind: U64, count: One, map: None },
     RuntimeField { name: "ObjectID", kind: U64, count: One, map: None },
     RuntimeField { name: "TypeID", kind: U64, count: One, map: None },
-    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M16) },
+    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M15) },
     RuntimeField { name: "FieldName", kind: Utf16Z, count: One, map: None },
 ];
 const T86: &[RuntimeField] = &[
@@ -543,11 +542,11 @@ const T93: &[RuntimeField] = &[
     RuntimeField { name: "Throughput", kind: F64, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M17: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Warmup"), (0x1, "Initializing"), (0x2, "RandomMove"), (0x3, "ClimbingMove"), (0x4, "ChangePoint"), (0x5, "Stabilizing"), (0x6, "Starvation"), (0x7, "ThreadTimedOut")] };
+static M16: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Warmup"), (0x1, "Initializing"), (0x2, "RandomMove"), (0x3, "ClimbingMove"), (0x4, "ChangePoint"), (0x5, "Stabilizing"), (0x6, "Starvation"), (0x7, "ThreadTimedOut")] };
 const T94: &[RuntimeField] = &[
     RuntimeField { name: "AverageThroughput", kind: F64, count: One, map: None },
     RuntimeField { name: "NewWorkerThreadCount", kind: U32, count: One, map: None },
-    RuntimeField { name: "Reason", kind: U32, count: One, map: Some(&M17) },
+    RuntimeField { name: "Reason", kind: U32, count: One, map: Some(&M16) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
 const T95: &[RuntimeField] = &[
@@ -613,22 +612,22 @@ const T104: &[RuntimeField] = &[
     RuntimeField { name: "TypeID", kind: U64, count: One, map: None },
     RuntimeField { name: "TypeName", kind: Utf16Z, count: One, map: None },
 ];
-static M18: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "HasInnerException"), (0x2, "Nested"), (0x4, "ReThrown"), (0x8, "CorruptedState"), (0x10, "CLSCompliant")] };
+static M17: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "HasInnerException"), (0x2, "Nested"), (0x4, "ReThrown"), (0x8, "CorruptedState"), (0x10, "CLSCompliant")] };
 const T105: &[RuntimeField] = &[
     RuntimeField { name: "ExceptionType", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ExceptionMessage", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ExceptionEIP", kind: Pointer, count: One, map: None },
     RuntimeField { name: "ExceptionHRESULT", kind: U32, count: One, map: None },
-    RuntimeField { name: "ExceptionFlags", kind: U16, count: One, map: Some(&M18) },
+    RuntimeField { name: "ExceptionFlags", kind: U16, count: One, map: Some(&M17) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M19: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Managed"), (0x1, "Native")] };
+static M18: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Managed"), (0x1, "Native")] };
 const T106: &[RuntimeField] = &[
-    RuntimeField { name: "ContentionFlags", kind: U8, count: One, map: Some(&M19) },
+    RuntimeField { name: "ContentionFlags", kind: U8, count: One, map: Some(&M18) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
 const T107: &[RuntimeField] = &[
-    RuntimeField { name: "ContentionFlags", kind: U8, count: One, map: Some(&M19) },
+    RuntimeField { name: "ContentionFlags", kind: U8, count: One, map: Some(&M18) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "LockID", kind: Pointer, count: One, map: None },
     RuntimeField { name: "AssociatedObjectID", kind: Pointer, count: One, map: None },
@@ -652,11 +651,11 @@ const T110: &[RuntimeField] = &[
     RuntimeField { name: "ProcessSurvived", kind: U64, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M20: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "GCSpecial"), (0x2, "Finalizer"), (0x4, "ThreadPoolWorker")] };
+static M19: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "GCSpecial"), (0x2, "Finalizer"), (0x4, "ThreadPoolWorker")] };
 const T111: &[RuntimeField] = &[
     RuntimeField { name: "ManagedThreadID", kind: U64, count: One, map: None },
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
-    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M20) },
+    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M19) },
     RuntimeField { name: "ManagedThreadIndex", kind: U32, count: One, map: None },
     RuntimeField { name: "OSThreadID", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
@@ -666,12 +665,12 @@ const T112: &[RuntimeField] = &[
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M21: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "ReverseInterop"), (0x2, "ComInterop"), (0x4, "NGenedStub"), (0x8, "Delegate"), (0x10, "VarArg"), (0x20, "UnmanagedCallee"), (0x40, "StructMarshal")] };
+static M20: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "ReverseInterop"), (0x2, "ComInterop"), (0x4, "NGenedStub"), (0x8, "Delegate"), (0x10, "VarArg"), (0x20, "UnmanagedCallee"), (0x40, "StructMarshal")] };
 const T113: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "StubMethodID", kind: U64, count: One, map: None },
-    RuntimeField { name: "StubFlags", kind: U32, count: One, map: Some(&M21) },
+    RuntimeField { name: "StubFlags", kind: U32, count: One, map: Some(&M20) },
     RuntimeField { name: "ManagedInteropMethodToken", kind: U32, count: One, map: None },
     RuntimeField { name: "ManagedInteropMethodNamespace", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ManagedInteropMethodName", kind: Utf16Z, count: One, map: None },
@@ -695,18 +694,18 @@ const T115: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
 const T116: &[RuntimeField] = &[
-    RuntimeField { name: "ContentionFlags", kind: U8, count: One, map: Some(&M19) },
+    RuntimeField { name: "ContentionFlags", kind: U8, count: One, map: Some(&M18) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "DurationNs", kind: F64, count: One, map: None },
 ];
-static M22: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Dynamic"), (0x2, "Generic"), (0x4, "HasSharedGenericCode"), (0x8, "Jitted"), (0x10, "JitHelper"), (0x20, "ProfilerRejectedPrecompiledCode"), (0x40, "ReadyToRunRejectedPrecompiledCode")] };
+static M21: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Dynamic"), (0x2, "Generic"), (0x4, "HasSharedGenericCode"), (0x8, "Jitted"), (0x10, "JitHelper"), (0x20, "ProfilerRejectedPrecompiledCode"), (0x40, "ReadyToRunRejectedPrecompiledCode")] };
 const T117: &[RuntimeField] = &[
     RuntimeField { name: "MethodID", kind: U64, count: One, map: None },
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodStartAddress", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodSize", kind: U32, count: One, map: None },
     RuntimeField { name: "MethodToken", kind: U32, count: One, map: None },
-    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M22) },
+    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M21) },
 ];
 const T118: &[RuntimeField] = &[
     RuntimeField { name: "MethodID", kind: U64, count: One, map: None },
@@ -714,7 +713,7 @@ const T118: &[RuntimeField] = &[
     RuntimeField { name: "MethodStartAddress", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodSize", kind: U32, count: One, map: None },
     RuntimeField { name: "MethodToken", kind: U32, count: One, map: None },
-    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M22) },
+    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M21) },
     RuntimeField { name: "MethodNamespace", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodSignature", kind: Utf16Z, count: One, map: None },
@@ -725,7 +724,7 @@ const T119: &[RuntimeField] = &[
     RuntimeField { name: "MethodStartAddress", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodSize", kind: U32, count: One, map: None },
     RuntimeField { name: "MethodToken", kind: U32, count: One, map: None },
-    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M22) },
+    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M21) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
 const T120: &[RuntimeField] = &[
@@ -734,7 +733,7 @@ const T120: &[RuntimeField] = &[
     RuntimeField { name: "MethodStartAddress", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodSize", kind: U32, count: One, map: None },
     RuntimeField { name: "MethodToken", kind: U32, count: One, map: None },
-    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M22) },
+    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M21) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "ReJITID", kind: U64, count: One, map: None },
 ];
@@ -744,7 +743,7 @@ const T121: &[RuntimeField] = &[
     RuntimeField { name: "MethodStartAddress", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodSize", kind: U32, count: One, map: None },
     RuntimeField { name: "MethodToken", kind: U32, count: One, map: None },
-    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M22) },
+    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M21) },
     RuntimeField { name: "MethodNamespace", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodSignature", kind: Utf16Z, count: One, map: None },
@@ -756,7 +755,7 @@ const T122: &[RuntimeField] = &[
     RuntimeField { name: "MethodStartAddress", kind: U64, count: One, map: None },
     RuntimeField { name: "MethodSize", kind: U32, count: One, map: None },
     RuntimeField { name: "MethodToken", kind: U32, count: One, map: None },
-    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M22) },
+    RuntimeField { name: "MethodFlags", kind: U32, count: One, map: Some(&M21) },
     RuntimeField { name: "MethodNamespace", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodSignature", kind: Utf16Z, count: One, map: None },
@@ -791,11 +790,11 @@ const T125: &[RuntimeField] = &[
     RuntimeField { name: "JitAllocFlag", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M23: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "DomainNeutral"), (0x2, "Native"), (0x4, "Dynamic"), (0x8, "Manifest"), (0x10, "IbcOptimized"), (0x20, "ReadyToRunModule"), (0x40, "PartialReadyToRunModule")] };
+static M22: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "DomainNeutral"), (0x2, "Native"), (0x4, "Dynamic"), (0x8, "Manifest"), (0x10, "IbcOptimized"), (0x20, "ReadyToRunModule"), (0x40, "PartialReadyToRunModule")] };
 const T126: &[RuntimeField] = &[
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
-    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M23) },
+    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M22) },
     RuntimeField { name: "Reserved1", kind: U32, count: One, map: None },
     RuntimeField { name: "ModuleILPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ModuleNativePath", kind: Utf16Z, count: One, map: None },
@@ -804,7 +803,7 @@ const T127: &[RuntimeField] = &[
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
-    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M23) },
+    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M22) },
     RuntimeField { name: "Reserved1", kind: U32, count: One, map: None },
     RuntimeField { name: "ModuleILPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ModuleNativePath", kind: Utf16Z, count: One, map: None },
@@ -813,7 +812,7 @@ const T128: &[RuntimeField] = &[
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
-    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M23) },
+    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M22) },
     RuntimeField { name: "Reserved1", kind: U32, count: One, map: None },
     RuntimeField { name: "ModuleILPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ModuleNativePath", kind: Utf16Z, count: One, map: None },
@@ -822,7 +821,7 @@ const T128: &[RuntimeField] = &[
 const T129: &[RuntimeField] = &[
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
-    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M23) },
+    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M22) },
     RuntimeField { name: "Reserved1", kind: U32, count: One, map: None },
     RuntimeField { name: "ModuleILPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ModuleNativePath", kind: Utf16Z, count: One, map: None },
@@ -831,7 +830,7 @@ const T129: &[RuntimeField] = &[
 const T130: &[RuntimeField] = &[
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
-    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M23) },
+    RuntimeField { name: "ModuleFlags", kind: U32, count: One, map: Some(&M22) },
     RuntimeField { name: "Reserved1", kind: U32, count: One, map: None },
     RuntimeField { name: "ModuleILPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ModuleNativePath", kind: Utf16Z, count: One, map: None },
@@ -843,41 +842,41 @@ const T130: &[RuntimeField] = &[
     RuntimeField { name: "NativePdbAge", kind: U32, count: One, map: None },
     RuntimeField { name: "NativePdbBuildPath", kind: Utf16Z, count: One, map: None },
 ];
-static M24: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "DomainNeutral"), (0x2, "Dynamic"), (0x4, "Native"), (0x8, "Collectible")] };
+static M23: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "DomainNeutral"), (0x2, "Dynamic"), (0x4, "Native"), (0x8, "Collectible")] };
 const T131: &[RuntimeField] = &[
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
-    RuntimeField { name: "AssemblyFlags", kind: U32, count: One, map: Some(&M24) },
+    RuntimeField { name: "AssemblyFlags", kind: U32, count: One, map: Some(&M23) },
     RuntimeField { name: "FullyQualifiedAssemblyName", kind: Utf16Z, count: One, map: None },
 ];
 const T132: &[RuntimeField] = &[
     RuntimeField { name: "AssemblyID", kind: U64, count: One, map: None },
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
     RuntimeField { name: "BindingID", kind: U64, count: One, map: None },
-    RuntimeField { name: "AssemblyFlags", kind: U32, count: One, map: Some(&M24) },
+    RuntimeField { name: "AssemblyFlags", kind: U32, count: One, map: Some(&M23) },
     RuntimeField { name: "FullyQualifiedAssemblyName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M25: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Default"), (0x2, "Executable"), (0x4, "Shared")] };
+static M24: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "Default"), (0x2, "Executable"), (0x4, "Shared")] };
 const T133: &[RuntimeField] = &[
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
-    RuntimeField { name: "AppDomainFlags", kind: U32, count: One, map: Some(&M25) },
+    RuntimeField { name: "AppDomainFlags", kind: U32, count: One, map: Some(&M24) },
     RuntimeField { name: "AppDomainName", kind: Utf16Z, count: One, map: None },
 ];
 const T134: &[RuntimeField] = &[
     RuntimeField { name: "AppDomainID", kind: U64, count: One, map: None },
-    RuntimeField { name: "AppDomainFlags", kind: U32, count: One, map: Some(&M25) },
+    RuntimeField { name: "AppDomainFlags", kind: U32, count: One, map: Some(&M24) },
     RuntimeField { name: "AppDomainName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "AppDomainIndex", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M26: ValueMap = ValueMap { bitmap: true, entries: &[(0x4, "ColdRange")] };
+static M25: ValueMap = ValueMap { bitmap: true, entries: &[(0x4, "ColdRange")] };
 const T135: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "RangeBegin", kind: U32, count: One, map: None },
     RuntimeField { name: "RangeSize", kind: U32, count: One, map: None },
-    RuntimeField { name: "RangeType", kind: U8, count: One, map: Some(&M26) },
+    RuntimeField { name: "RangeType", kind: U8, count: One, map: Some(&M25) },
 ];
 const T136: &[RuntimeField] = &[
     RuntimeField { name: "MethodID", kind: U64, count: One, map: None },
@@ -939,12 +938,12 @@ const T143: &[RuntimeField] = &[
     RuntimeField { name: "FailReason", kind: AnsiZ, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M27: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "DesktopClr"), (0x2, "CoreClr")] };
-static M28: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "CONCURRENT_GC"), (0x2, "LOADER_OPTIMIZATION_SINGLE_DOMAIN"), (0x4, "LOADER_OPTIMIZATION_MULTI_DOMAIN"), (0x10, "LOADER_SAFEMODE"), (0x100, "LOADER_SETPREFERENCE"), (0x1000, "SERVER_GC"), (0x2000, "HOARD_GC_VM"), (0x4000, "SINGLE_VERSION_HOSTING_INTERFACE"), (0x10000, "LEGACY_IMPERSONATION"), (0x20000, "DISABLE_COMMITTHREADSTACK"), (0x40000, "ALWAYSFLOW_IMPERSONATION"), (0x80000, "TRIM_GC_COMMIT"), (0x100000, "ETW"), (0x200000, "SERVER_BUILD"), (0x400000, "ARM")] };
-static M29: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "ManagedExe"), (0x2, "HostedClr"), (0x4, "IjwDll"), (0x8, "ComActivated"), (0x10, "Other")] };
+static M26: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "DesktopClr"), (0x2, "CoreClr"), (0x4, "Mono")] };
+static M27: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "CONCURRENT_GC"), (0x2, "LOADER_OPTIMIZATION_SINGLE_DOMAIN"), (0x4, "LOADER_OPTIMIZATION_MULTI_DOMAIN"), (0x10, "LOADER_SAFEMODE"), (0x100, "LOADER_SETPREFERENCE"), (0x1000, "SERVER_GC"), (0x2000, "HOARD_GC_VM"), (0x4000, "SINGLE_VERSION_HOSTING_INTERFACE"), (0x10000, "LEGACY_IMPERSONATION"), (0x20000, "DISABLE_COMMITTHREADSTACK"), (0x40000, "ALWAYSFLOW_IMPERSONATION"), (0x80000, "TRIM_GC_COMMIT"), (0x100000, "ETW"), (0x200000, "SERVER_BUILD"), (0x400000, "ARM")] };
+static M28: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "ManagedExe"), (0x2, "HostedClr"), (0x4, "IjwDll"), (0x8, "ComActivated"), (0x10, "Other")] };
 const T144: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
-    RuntimeField { name: "Sku", kind: U16, count: One, map: Some(&M27) },
+    RuntimeField { name: "Sku", kind: U16, count: One, map: Some(&M26) },
     RuntimeField { name: "BclMajorVersion", kind: U16, count: One, map: None },
     RuntimeField { name: "BclMinorVersion", kind: U16, count: One, map: None },
     RuntimeField { name: "BclBuildNumber", kind: U16, count: One, map: None },
@@ -953,13 +952,13 @@ const T144: &[RuntimeField] = &[
     RuntimeField { name: "VMMinorVersion", kind: U16, count: One, map: None },
     RuntimeField { name: "VMBuildNumber", kind: U16, count: One, map: None },
     RuntimeField { name: "VMQfeNumber", kind: U16, count: One, map: None },
-    RuntimeField { name: "StartupFlags", kind: U32, count: One, map: Some(&M28) },
-    RuntimeField { name: "StartupMode", kind: U8, count: One, map: Some(&M29) },
+    RuntimeField { name: "StartupFlags", kind: U32, count: One, map: Some(&M27) },
+    RuntimeField { name: "StartupMode", kind: U8, count: One, map: Some(&M28) },
     RuntimeField { name: "CommandLine", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ComObjectGuid", kind: Guid, count: One, map: None },
     RuntimeField { name: "RuntimeDllPath", kind: Utf16Z, count: One, map: None },
 ];
-static M30: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "OptimizedTailCall"), (0x1, "RecursiveLoop"), (0x2, "HelperAssistedTailCall")] };
+static M29: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "OptimizedTailCall"), (0x1, "RecursiveLoop"), (0x2, "HelperAssistedTailCall")] };
 const T145: &[RuntimeField] = &[
     RuntimeField { name: "MethodBeingCompiledNamespace", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "MethodBeingCompiledName", kind: Utf16Z, count: One, map: None },
@@ -971,7 +970,7 @@ const T145: &[RuntimeField] = &[
     RuntimeField { name: "CalleeName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "CalleeNameSignature", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "TailPrefix", kind: Bool32, count: One, map: None },
-    RuntimeField { name: "TailCallType", kind: U32, count: One, map: Some(&M30) },
+    RuntimeField { name: "TailCallType", kind: U32, count: One, map: Some(&M29) },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
 const T146: &[RuntimeField] = &[
@@ -1046,7 +1045,7 @@ const T152: &[RuntimeField] = &[
 const T153: &[RuntimeField] = &[
     RuntimeField { name: "HeapNum", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
-    RuntimeField { name: "Type", kind: U32, count: One, map: Some(&M12) },
+    RuntimeField { name: "Type", kind: U32, count: One, map: Some(&M11) },
     RuntimeField { name: "Bytes", kind: U64, count: One, map: None },
 ];
 const T154: &[RuntimeField] = &[
@@ -1140,7 +1139,7 @@ const T162: &[RuntimeField] = &[
     RuntimeField { name: "Count", kind: U16, count: One, map: None },
     RuntimeField { name: "Values", kind: Struct(T161), count: Field(1), map: None },
 ];
-static M31: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "FLItem"), (0x1, "Plug")] };
+static M30: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "FLItem"), (0x1, "Plug")] };
 const T163: &[RuntimeField] = &[
     RuntimeField { name: "Index", kind: U16, count: One, map: None },
     RuntimeField { name: "Count", kind: U32, count: One, map: None },
@@ -1148,7 +1147,7 @@ const T163: &[RuntimeField] = &[
 ];
 const T164: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
-    RuntimeField { name: "BucketKind", kind: U16, count: One, map: Some(&M31) },
+    RuntimeField { name: "BucketKind", kind: U16, count: One, map: Some(&M30) },
     RuntimeField { name: "TotalSize", kind: U64, count: One, map: None },
     RuntimeField { name: "Count", kind: U16, count: One, map: None },
     RuntimeField { name: "Values", kind: Struct(T163), count: Field(3), map: None },
@@ -1173,10 +1172,10 @@ const T167: &[RuntimeField] = &[
     RuntimeField { name: "EventSourceName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "Payload", kind: Utf16Z, count: One, map: None },
 ];
-static M32: ValueMap = ValueMap { bitmap: true, entries: &[(0x0, "None"), (0x1, "QuickJit"), (0x2, "QuickJitForLoops")] };
+static M31: ValueMap = ValueMap { bitmap: true, entries: &[(0x0, "None"), (0x1, "QuickJit"), (0x2, "QuickJitForLoops"), (0x4, "TieredPGO"), (0x8, "ReadyToRun")] };
 const T168: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
-    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M32) },
+    RuntimeField { name: "Flags", kind: U32, count: One, map: Some(&M31) },
 ];
 const T169: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
@@ -1211,14 +1210,14 @@ const T173: &[RuntimeField] = &[
     RuntimeField { name: "ResultAssemblyPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "Cached", kind: Bool32, count: One, map: None },
 ];
-static M33: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "FindInLoadContext"), (0x1, "AssemblyLoadContextLoad"), (0x2, "ApplicationAssemblies"), (0x3, "DefaultAssemblyLoadContextFallback"), (0x4, "ResolveSatelliteAssembly"), (0x5, "AssemblyLoadContextResolvingEvent"), (0x6, "AppDomainAssemblyResolveEvent")] };
-static M34: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Success"), (0x1, "AssemblyNotFound"), (0x2, "MismatchedAssemblyName"), (0x3, "IncompatibleVersion"), (0x4, "Failure"), (0x5, "Exception")] };
+static M32: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "FindInLoadContext"), (0x1, "AssemblyLoadContextLoad"), (0x2, "ApplicationAssemblies"), (0x3, "DefaultAssemblyLoadContextFallback"), (0x4, "ResolveSatelliteAssembly"), (0x5, "AssemblyLoadContextResolvingEvent"), (0x6, "AppDomainAssemblyResolveEvent")] };
+static M33: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "Success"), (0x1, "AssemblyNotFound"), (0x2, "MismatchedAssemblyName"), (0x3, "IncompatibleVersion"), (0x4, "Failure"), (0x5, "Exception")] };
 const T174: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "AssemblyName", kind: Utf16Z, count: One, map: None },
-    RuntimeField { name: "Stage", kind: U16, count: One, map: Some(&M33) },
+    RuntimeField { name: "Stage", kind: U16, count: One, map: Some(&M32) },
     RuntimeField { name: "AssemblyLoadContext", kind: Utf16Z, count: One, map: None },
-    RuntimeField { name: "Result", kind: U16, count: One, map: Some(&M34) },
+    RuntimeField { name: "Result", kind: U16, count: One, map: Some(&M33) },
     RuntimeField { name: "ResultAssemblyName", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ResultAssemblyPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ErrorMessage", kind: Utf16Z, count: One, map: None },
@@ -1245,11 +1244,11 @@ const T177: &[RuntimeField] = &[
     RuntimeField { name: "RequestingAssemblyPath", kind: Utf16Z, count: One, map: None },
     RuntimeField { name: "ComputedRequestedAssemblyPath", kind: Utf16Z, count: One, map: None },
 ];
-static M35: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "ApplicationAssemblies"), (0x1, "Unused"), (0x2, "AppPaths"), (0x3, "PlatformResourceRoots"), (0x4, "SatelliteSubdirectory")] };
+static M34: ValueMap = ValueMap { bitmap: false, entries: &[(0x0, "ApplicationAssemblies"), (0x1, "Unused"), (0x2, "AppPaths"), (0x3, "PlatformResourceRoots"), (0x4, "SatelliteSubdirectory")] };
 const T178: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "FilePath", kind: Utf16Z, count: One, map: None },
-    RuntimeField { name: "Source", kind: U16, count: One, map: Some(&M35) },
+    RuntimeField { name: "Source", kind: U16, count: One, map: Some(&M34) },
     RuntimeField { name: "Result", kind: I32, count: One, map: None },
 ];
 const T179: &[RuntimeField] = &[
@@ -1382,17 +1381,17 @@ const T201: &[RuntimeField] = &[
     RuntimeField { name: "GenNumber", kind: U32, count: One, map: None },
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
 ];
-static M36: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "HotRange"), (0x2, "WarmRange"), (0x4, "ColdRange"), (0x8, "HotColdSortedRange")] };
-static M37: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "IBCUnprofiledSection"), (0x2, "IBCProfiledSection")] };
-static M38: ValueMap = ValueMap { bitmap: false, entries: &[(0x1, "ModuleSection"), (0x2, "EETableSection"), (0x3, "WriteDataSection"), (0x4, "WriteableDataSection"), (0x5, "DataSection"), (0x6, "RVAStaticsSection"), (0x7, "EEDataSection"), (0x8, "DelayLoadInfoTableEagerSection"), (0x9, "DelayLoadInfoTableSection"), (0xa, "EEReadonlyData"), (0xb, "ReadonlyData"), (0xc, "ClassSection"), (0xd, "CrossDomainInfoSection"), (0xe, "MethodDescSection"), (0xf, "MethodDescWriteableSection"), (0x10, "ExceptionSection"), (0x11, "InstrumentSection"), (0x12, "VirtualImportThunkSection"), (0x13, "ExternalMethodThunkSection"), (0x14, "HelperTableSection"), (0x15, "MethodPrecodeWriteableSection"), (0x16, "MethodPrecodeWriteSection"), (0x17, "MethodPrecodeSection"), (0x18, "Win32ResourcesSection"), (0x19, "HeaderSection"), (0x1a, "MetadataSection"), (0x1b, "DelayLoadInfoSection"), (0x1c, "ImportTableSection"), (0x1d, "CodeSection"), (0x1e, "CodeHeaderSection"), (0x1f, "CodeManagerSection"), (0x20, "UnwindDataSection"), (0x21, "RuntimeFunctionSection"), (0x22, "StubsSection"), (0x23, "StubDispatchDataSection"), (0x24, "ExternalMethodDataSection"), (0x25, "DelayLoadInfoDelayListSection"), (0x26, "ReadonlySharedSection"), (0x27, "ReadonlySection"), (0x28, "ILSection"), (0x29, "GCInfoSection"), (0x2a, "ILMetadataSection"), (0x2b, "ResourcesSection"), (0x2c, "CompressedMapsSection"), (0x2d, "DebugSection"), (0x2e, "BaseRelocsSection")] };
+static M35: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "HotRange"), (0x2, "WarmRange"), (0x4, "ColdRange"), (0x8, "HotColdSortedRange")] };
+static M36: ValueMap = ValueMap { bitmap: true, entries: &[(0x1, "IBCUnprofiledSection"), (0x2, "IBCProfiledSection")] };
+static M37: ValueMap = ValueMap { bitmap: false, entries: &[(0x1, "ModuleSection"), (0x2, "EETableSection"), (0x3, "WriteDataSection"), (0x4, "WriteableDataSection"), (0x5, "DataSection"), (0x6, "RVAStaticsSection"), (0x7, "EEDataSection"), (0x8, "DelayLoadInfoTableEagerSection"), (0x9, "DelayLoadInfoTableSection"), (0xa, "EEReadonlyData"), (0xb, "ReadonlyData"), (0xc, "ClassSection"), (0xd, "CrossDomainInfoSection"), (0xe, "MethodDescSection"), (0xf, "MethodDescWriteableSection"), (0x10, "ExceptionSection"), (0x11, "InstrumentSection"), (0x12, "VirtualImportThunkSection"), (0x13, "ExternalMethodThunkSection"), (0x14, "HelperTableSection"), (0x15, "MethodPrecodeWriteableSection"), (0x16, "MethodPrecodeWriteSection"), (0x17, "MethodPrecodeSection"), (0x18, "Win32ResourcesSection"), (0x19, "HeaderSection"), (0x1a, "MetadataSection"), (0x1b, "DelayLoadInfoSection"), (0x1c, "ImportTableSection"), (0x1d, "CodeSection"), (0x1e, "CodeHeaderSection"), (0x1f, "CodeManagerSection"), (0x20, "UnwindDataSection"), (0x21, "RuntimeFunctionSection"), (0x22, "StubsSection"), (0x23, "StubDispatchDataSection"), (0x24, "ExternalMethodDataSection"), (0x25, "DelayLoadInfoDelayListSection"), (0x26, "ReadonlySharedSection"), (0x27, "ReadonlySection"), (0x28, "ILSection"), (0x29, "GCInfoSection"), (0x2a, "ILMetadataSection"), (0x2b, "ResourcesSection"), (0x2c, "CompressedMapsSection"), (0x2d, "DebugSection"), (0x2e, "BaseRelocsSection")] };
 const T202: &[RuntimeField] = &[
     RuntimeField { name: "ClrInstanceID", kind: U16, count: One, map: None },
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "RangeBegin", kind: U32, count: Fixed(1), map: None },
     RuntimeField { name: "RangeSize", kind: U32, count: Fixed(1), map: None },
-    RuntimeField { name: "RangeType", kind: U8, count: One, map: Some(&M36) },
-    RuntimeField { name: "IBCType", kind: U8, count: One, map: Some(&M37) },
-    RuntimeField { name: "SectionType", kind: U16, count: One, map: Some(&M38) },
+    RuntimeField { name: "RangeType", kind: U8, count: One, map: Some(&M35) },
+    RuntimeField { name: "IBCType", kind: U8, count: One, map: Some(&M36) },
+    RuntimeField { name: "SectionType", kind: U16, count: One, map: Some(&M37) },
 ];
 const T203: &[RuntimeField] = &[
     RuntimeField { name: "AppDomainID", kind: U32, count: One, map: None },
@@ -1604,7 +1603,7 @@ const T232: &[RuntimeField] = &[
     RuntimeField { name: "ModuleID", kind: U64, count: One, map: None },
     RuntimeField { name: "RangeBegin", kind: U32, count: Fixed(1), map: None },
     RuntimeField { name: "RangeSize", kind: U32, count: Fixed(1), map: None },
-    RuntimeField { name: "RangeType", kind: U8, count: One, map: Some(&M26) },
+    RuntimeField { name: "RangeType", kind: U8, count: One, map: Some(&M25) },
 ];
 pub(super) static PROVIDERS: &[RuntimeProvider] = &[
     RuntimeProvider { name: "Microsoft-DotNETRuntimeMonoProfiler", events: &[
