@@ -186,7 +186,6 @@ impl Detector {
         self.links.iter().map(|(name, _)| *name).collect()
     }
 
-    /// Waits until the ring has records, then decodes all available ones into `out`.
     /// Waits until the kernel wakes the reader (a detection, or a burst of lazy events) or
     /// [`LAZY_DRAIN_INTERVAL`] passed, then decodes every record in the ring into `out`.
     /// Cancel-safe: the interval keeps its schedule across calls.

@@ -192,9 +192,14 @@ impl RecordsFile {
                 let id = self.metadata_ids.len() as u32 + 1;
                 let metadata = r.metadata.map_or_else(
                     || {
-                        let id = r.event_id.into();
-                        let version = fitting_version(r.provider, id, r.payload, self.pointer_size);
-                        Cow::Owned(native_event_metadata(r.provider, id, version.unwrap_or(0)))
+                        let event_id = r.event_id.into();
+                        let version =
+                            fitting_version(r.provider, event_id, r.payload, self.pointer_size);
+                        Cow::Owned(native_event_metadata(
+                            r.provider,
+                            event_id,
+                            version.unwrap_or(0),
+                        ))
                     },
                     Cow::Borrowed,
                 );

@@ -1,6 +1,7 @@
 //! Payload layouts of the runtime's native events, which carry no field metadata on the wire:
-//! every event and version of `Microsoft-Windows-DotNETRuntime`, `…Rundown` and `…Private`
-//! (`generated.rs`, generated from the runtime's event manifest by
+//! every event and version of `Microsoft-Windows-DotNETRuntime`, `…Rundown`, `…Private` and
+//! Mono's `Microsoft-DotNETRuntimeMonoProfiler` (`generated.rs`, generated from the runtime's
+//! event manifest by
 //! `cargo xtask gen-runtime-events`), and the EventPipe sample profiler's thread samples.
 //! docs/protocol/runtime-events.md has the facts and where the manifests come from.
 
@@ -151,7 +152,7 @@ static SAMPLE_PROFILER: RuntimeProvider = RuntimeProvider {
 };
 
 /// Every provider the table knows.
-pub fn providers() -> impl Iterator<Item = &'static RuntimeProvider> {
+fn providers() -> impl Iterator<Item = &'static RuntimeProvider> {
     generated::PROVIDERS.iter().chain([&SAMPLE_PROFILER])
 }
 
@@ -163,16 +164,6 @@ pub fn lookup(provider: &str, event_id: u32) -> Option<&'static RuntimeEvent> {
     Some(&p.events[i])
 }
 
-/// Whether events of `provider` are named by this table (an unnamed one is an id it lacks).
-pub fn is_table_provider(provider: &str) -> bool {
-    providers().any(|p| p.name.eq_ignore_ascii_case(provider))
-}
-
-impl RuntimeProvider {
-    pub fn events(&self) -> &'static [RuntimeEvent] {
-        self.events
-    }
-}
 
 #[cfg(test)]
 mod tests {
