@@ -248,6 +248,17 @@ pub fn run_config(
     }
 }
 
+/// `config` asking for `providers` (a profile's) instead of its own: the sessions' request and
+/// what the pipeline reports as requested.
+pub fn with_providers(
+    mut config: tracer::pipeline::run::RunConfig,
+    providers: Vec<tracer_decode::diagnostic_ipc::FilteredProvider>,
+) -> tracer::pipeline::run::RunConfig {
+    config.session.request.providers = providers.clone();
+    config.providers = providers;
+    config
+}
+
 /// Starts `tracer run` in-process with `config`.
 pub fn start_run(
     ready_timeout: Duration,

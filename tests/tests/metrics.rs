@@ -13,7 +13,7 @@ use tests::cgroups::{CgroupTree, container_id};
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
 use tests::http::{free_port, get};
-use tests::pipeline::{Running, run_config};
+use tests::pipeline::{Running, run_config, with_providers};
 use tests::process::LineProcess;
 use tests::scratch::ScratchDir;
 use tracer::metrics::runtime::MAX_SERIES_PER_PROCESS;
@@ -291,9 +291,8 @@ fn start_run_with_metrics(
 ) -> (Running<RunSummary>, SocketAddr, Arc<Shared>) {
     let addr = free_port();
     let shared = Shared::new();
-    let mut config = run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024);
-    config.session.request.providers = providers.clone();
-    config.providers = providers;
+    let base = run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024);
+    let mut config = with_providers(base, providers);
     config.metrics = Some(Publisher::new(shared.clone()));
     let endpoint = shared.clone();
     let run = Running::start(TIMEOUT, move |sink, stop, ready| async move {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, run_config, start_run, u64_field};
+use tests::pipeline::{Running, run_config, start_run, u64_field, with_providers};
 use tests::process::{line_channel, tracer_binary, wait_child_exit};
 use tests::scratch::ScratchDir;
 use tracer::ipc::client::Timeouts;
@@ -97,10 +97,8 @@ fn dotnet_trace_default_profiles_with_rundown_name_and_decode_every_runtime_even
     const N: u32 = 3;
     let profiles = ["dotnet-common".to_string(), "dotnet-sampled-thread-time".to_string()];
     let providers = tracer::ipc::providers::profiles(&profiles).expect("profiles");
-    let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4");
-    config.session.request.providers = providers.clone();
+    let mut config = with_providers(config("Microsoft-Windows-DotNETRuntime:0x1:4"), providers);
     config.session.request.rundown_keyword = tracer_decode::diagnostic_ipc::DEFAULT_RUNDOWN_KEYWORD;
-    config.providers = providers;
     let mut tracer = start(config);
     let tmp = ScratchDir::new("run-coreclr-profiles");
     let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
@@ -129,10 +127,8 @@ fn dotnet_trace_default_profiles_with_rundown_name_and_decode_every_runtime_even
 #[test]
 fn the_default_profile_with_rundown_names_and_decodes_every_runtime_event() {
     let providers = tracer::ipc::providers::profile("default").expect("default");
-    let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4");
-    config.session.request.providers = providers.clone();
+    let mut config = with_providers(config("Microsoft-Windows-DotNETRuntime:0x1:4"), providers);
     config.session.request.rundown_keyword = tracer_decode::diagnostic_ipc::DEFAULT_RUNDOWN_KEYWORD;
-    config.providers = providers;
     let mut tracer = start(config);
     let tmp = ScratchDir::new("run-coreclr-default");
     let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
@@ -558,10 +554,8 @@ fn gc_collect_asks_for_the_gc_rundown_where_the_runtime_can_give_it() {
     let tmp = ScratchDir::new("run-gc-collect");
     let mut net10 = Dotnet10Double::spawn(tmp.path()).expect("double");
     let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR host");
-    let mut cfg = config("Microsoft-Windows-DotNETRuntime:0x1:4");
-    cfg.session.request.providers = providers.clone();
+    let mut cfg = with_providers(config("Microsoft-Windows-DotNETRuntime:0x1:4"), providers);
     cfg.session.request.rundown_keyword = tracer::ipc::providers::profiles_rundown_keyword(&names);
-    cfg.providers = providers;
     cfg.target_pids = vec![net10.pid(), host.host_pid];
     let mut tracer = start(cfg);
     let started =

@@ -164,7 +164,6 @@ pub fn lookup(provider: &str, event_id: u32) -> Option<&'static RuntimeEvent> {
     Some(&p.events[i])
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
