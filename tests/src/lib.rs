@@ -3,6 +3,7 @@
 
 pub mod cgroups;
 pub mod coreclr;
+pub mod detection;
 pub mod double;
 pub mod ftrace;
 pub mod fuzz_seeds;

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
 
+use tests::detection::read_until;
 use tests::process::LineProcess;
 use tracer::kernel::detect::{DetectOptions, Detector};
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
@@ -26,22 +27,6 @@ fn json(helper: &mut LineProcess, phase: &str) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
     assert_eq!(v["phase"], phase, "{v}");
     v
-}
-
-/// Reads the ring until `done` says so; fails after `TIMEOUT`.
-async fn read_until(
-    detector: &mut Detector,
-    seen: &mut Vec<DetectionEvent>,
-    done: impl Fn(&[DetectionEvent]) -> bool,
-) {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let mut batch = Vec::new();
-    while !done(seen) {
-        let read = tokio::time::timeout_at(deadline, detector.read(&mut batch)).await;
-        let Ok(read) = read else { panic!("not within {TIMEOUT:?}: {} events so far", seen.len()) };
-        read.expect("reading the ring");
-        seen.append(&mut batch);
-    }
 }
 
 /// 1 000 children of a tracked process fork and exit while tracer does not read the ring
@@ -66,7 +51,7 @@ async fn a_burst_of_lifecycle_events_with_the_consumer_paused_loses_nothing() {
             .count()
     };
     let mut seen = Vec::new();
-    read_until(&mut detector, &mut seen, |events| exits(events) == BURST).await;
+    read_until(&mut detector, &mut seen, TIMEOUT, |events| exits(events) == BURST).await;
     let forks: HashSet<u32> = seen
         .iter()
         .filter(|e| e.meta.pid == pid)
@@ -100,7 +85,7 @@ async fn a_detection_behind_lazy_events_wakes_the_reader() {
     json(&mut target, "registered");
     let of_target = |e: &&DetectionEvent| e.meta.pid == pid;
     let mut seen = Vec::new();
-    read_until(&mut detector, &mut seen, |events| {
+    read_until(&mut detector, &mut seen, TIMEOUT, |events| {
         events.iter().filter(of_target).any(|e| matches!(e.body, EventBody::DotnetIpcReady(_)))
     })
     .await;

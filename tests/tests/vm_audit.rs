@@ -516,6 +516,7 @@ fn exec_and_exit_drop_registrations_and_delete_follows_the_references() {
 /// timer (docs/protocol/bpf-detection.md §6) — and nothing is lost.
 #[test]
 fn a_burst_of_registrations_with_the_consumer_paused_loses_nothing() {
+    use tests::detection::read_until;
     use tracer::kernel::detect::{DetectOptions, Detector};
     use tracer_decode::bpf_event::EventBody;
     const BURST: u64 = 1000;
@@ -537,14 +538,8 @@ fn a_burst_of_registrations_with_the_consumer_paused_loses_nothing() {
                 .filter(|e| matches!(&e.body, EventBody::UserEvents(io) if io.cmd == tests::user_events::DIAG_IOCSREG as u64 && io.ret == 0))
                 .count() as u64
         };
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        let (mut seen, mut batch) = (Vec::new(), Vec::new());
-        while registered(&seen) < BURST {
-            let read = tokio::time::timeout_at(deadline, detector.read(&mut batch)).await;
-            let Ok(read) = read else { panic!("{} of {BURST} registrations", registered(&seen)) };
-            read.expect("reading the ring");
-            seen.append(&mut batch);
-        }
+        let mut seen = Vec::new();
+        read_until(&mut detector, &mut seen, TIMEOUT, |events| registered(events) == BURST).await;
         assert_eq!(registered(&seen), BURST);
         assert_eq!(detector.losses().expect("losses"), vec![], "nothing lost");
         helper.send_line("exit").unwrap();
