@@ -151,9 +151,13 @@ pub fn parse_field_line(line: &str) -> Result<FieldFormat, &'static str> {
 /// (`__data_loc char[]`, `f`, None).
 fn split_declaration(decl: &str) -> Result<(String, String, Option<usize>), &'static str> {
     let decl = decl.trim();
-    let split =
-        decl.rfind(|c: char| c.is_whitespace() || c == '*').ok_or("declaration without a type")?;
-    let (ty, last) = decl.split_at(split + 1);
+    // The name starts after the last separator, which may be a multi-byte whitespace character.
+    let (at, separator) = decl
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| c.is_whitespace() || c == '*')
+        .ok_or("declaration without a type")?;
+    let (ty, last) = decl.split_at(at + separator.len_utf8());
     let (name, array_len) = match last.split_once('[') {
         Some((n, rest)) => {
             let len = rest.strip_suffix(']').ok_or("unterminated array length")?;
@@ -249,6 +253,14 @@ print fmt: \"comm=%s pid=%d child_comm=%s child_pid=%d\", __get_str(parent_comm)
         assert_eq!(
             parse_field_line(&format!("field:int a;\toffset:{};\tsize:4;", usize::MAX)),
             Err("offset + size overflows")
+        );
+        // A multi-byte whitespace character (U+00A0) as the separator: split after it, whole
+        // (found by the proc_and_tracefs_text fuzz target: a split inside it panicked).
+        let nbsp = parse_field_line("field:u64\u{a0}ts;\toffset:0;\tsize:8;").unwrap();
+        assert_eq!((nbsp.type_name.as_str(), nbsp.name.as_str()), ("u64", "ts"));
+        assert_eq!(
+            parse_field_line("field:u64\u{a0}\u{e9};\toffset:0;\tsize:8;"),
+            Err("invalid field name")
         );
     }
 }
