@@ -535,7 +535,7 @@ fn a_burst_of_registrations_with_the_consumer_paused_loses_nothing() {
             events
                 .iter()
                 .filter(|e| e.meta.pid == pid)
-                .filter(|e| matches!(&e.body, EventBody::UserEvents(io) if io.cmd == tests::user_events::DIAG_IOCSREG as u64 && io.ret == 0))
+                .filter(|e| matches!(&e.body, EventBody::UserEvents(io) if io.cmd == tests::user_events::DIAG_IOCSREG && io.ret == 0))
                 .count() as u64
         };
         let mut seen = Vec::new();

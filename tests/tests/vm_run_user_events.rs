@@ -13,7 +13,7 @@ use tests::double::Dotnet10Double;
 use tests::pipeline::{Running, run_config, start_run, u64_field};
 use tests::scratch::ScratchDir;
 use tests::user_events::tracefs_with_user_events;
-use tracer::pipeline::run::RunSummary;
+use tracer::pipeline::run::{RunConfig, RunSummary};
 use tracer::session::SessionMode;
 
 /// One tracer at a time: a second tracer would attach its own session to the other test's
@@ -23,8 +23,13 @@ static ONE_TRACER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// TCG emulation is slow: generous limits.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// A `tracer run` configuration of these tests: a 30 s locate window, a 1 MiB ftrace buffer.
+fn config(providers: &str, mode: SessionMode) -> RunConfig {
+    run_config(providers, mode, Duration::from_secs(30), 1024)
+}
+
 fn start(providers: &str, mode: SessionMode) -> Running<RunSummary> {
-    start_run(TIMEOUT, run_config(providers, mode, Duration::from_secs(30), 1024))
+    start_run(TIMEOUT, config(providers, mode))
 }
 
 fn is(line: &Value, kind: &str, pid: u32) -> bool {
@@ -348,7 +353,7 @@ fn user_events_fds_go_only_to_granted_uids() {
     nobody.exit().expect("double exits");
     tracer.stop();
 
-    let mut config = run_config(providers, SessionMode::Auto, Duration::from_secs(30), 1024);
+    let mut config = config(providers, SessionMode::Auto);
     config.session.user_events_grant = tracer::session::UserEventsGrant::All;
     let mut tracer = tests::pipeline::start_run(TIMEOUT, config);
     let mut nobody = Dotnet10Double::spawn_as_nobody(tmp.path()).expect("double as nobody");
@@ -372,12 +377,7 @@ fn a_stopping_event_ends_a_user_events_session() {
     let tmp = ScratchDir::new("vm-run-ue-stopping");
     let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
     let pid = double.pid();
-    let mut config = run_config(
-        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble",
-        SessionMode::Auto,
-        Duration::from_secs(30),
-        1024,
-    );
+    let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
     config.target_pids = vec![pid];
     config.session.stopping_event = Some("TestDouble/Tick:Sequence=2".parse().unwrap());
     let mut tracer = tests::pipeline::start_run(TIMEOUT, config);
@@ -407,12 +407,7 @@ fn a_user_events_session_is_saved_as_a_nettrace_file() {
     let files = ScratchDir::new("vm-run-ue-files");
     let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
     let pid = double.pid();
-    let mut config = run_config(
-        "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble",
-        SessionMode::Auto,
-        Duration::from_secs(30),
-        1024,
-    );
+    let mut config = config("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
     config.target_pids = vec![pid];
     config.session.nettrace_dir = Some(files.path().to_owned());
     let mut tracer = tests::pipeline::start_run(TIMEOUT, config);

@@ -269,7 +269,7 @@ pub const COLLECT_TRACING4_MAJOR: u32 = 9;
 /// dotnet-trace's `gc-collect` retry does too).
 pub fn rundown_mask_unsupported(request: &TracingRequest, major: Option<u32>) -> bool {
     !matches!(request.rundown_keyword, 0 | DEFAULT_RUNDOWN_KEYWORD)
-        && !major.is_some_and(|m| m >= COLLECT_TRACING4_MAJOR)
+        && major.is_none_or(|m| m < COLLECT_TRACING4_MAJOR)
 }
 
 /// What a caller wants from a streaming session, independent of the command that carries it.
