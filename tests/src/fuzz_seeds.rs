@@ -35,8 +35,8 @@ use tracer_decode::{
 /// File name extension of committed seeds (what libFuzzer adds to the corpus is ignored by git).
 pub const EXTENSION: &str = "seed";
 /// Targets whose seeds are generated here.
-pub const GENERATED_TARGETS: [&str; 5] =
-    ["bpf_event", "nettrace", "user_events_record", "ftrace_page", "proc_and_tracefs_text"];
+pub const GENERATED_TARGETS: [&str; 6] =
+    ["bpf_event", "btf", "nettrace", "user_events_record", "ftrace_page", "proc_and_tracefs_text"];
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
 /// Sub-buffer size of the captured ftrace pages.
@@ -64,11 +64,35 @@ pub fn corpus_dir() -> PathBuf {
 pub fn generated() -> Vec<Seed> {
     let mut seeds = Vec::new();
     seeds.extend(bpf_event_seeds());
+    seeds.push(btf_seed());
     seeds.extend(nettrace_seeds());
     seeds.extend(user_events_seeds());
     seeds.extend(ftrace_page_seeds());
     seeds.extend(proc_and_tracefs_text_seeds());
     seeds
+}
+
+/// The structs tracer reads from kernel BTF, shaped as Linux 6.18 lays them out where it matters
+/// (`dentry.d_name` inside an anonymous union, `const struct qstr`), with 64-bit members.
+fn btf_seed() -> Seed {
+    use tracer_decode::btf::encode::Builder;
+    use tracer_decode::btf::{Btf, KIND_CONST, KIND_INT, KIND_STRUCT, KIND_UNION};
+    let mut b = Builder::new();
+    b.push("long", KIND_INT, false, 8, &[64]); // 1
+    b.composite("qstr", KIND_STRUCT, 16, &[("hash_len", 1, 0), ("name", 1, 64)]); // 2
+    b.push("", KIND_CONST, false, 2, &[]); // 3
+    b.composite("", KIND_UNION, 16, &[("d_name", 3, 0), ("__d_name", 2, 0)]); // 4
+    b.composite("dentry", KIND_STRUCT, 64, &[("d_flags", 1, 0), ("", 4, 256)]); // 5
+    b.composite("path", KIND_STRUCT, 16, &[("mnt", 1, 0), ("dentry", 1, 64)]); // 6
+    b.composite("file", KIND_STRUCT, 96, &[("f_count", 1, 0), ("f_path", 6, 512)]); // 7
+    b.composite("fdtable", KIND_STRUCT, 40, &[("max_fds", 1, 0), ("fd", 1, 64)]); // 8
+    b.composite("files_struct", KIND_STRUCT, 64, &[("count", 1, 0), ("fdt", 1, 256)]); // 9
+    b.composite("task_struct", KIND_STRUCT, 4096, &[("state", 1, 0), ("files", 1, 15360)]); // 10
+    let bytes = b.bytes();
+    let btf = Btf::parse(&bytes).expect("the seed parses");
+    assert_eq!(btf.member_offset("dentry", "d_name"), Ok(32));
+    assert_eq!(btf.member_offset("task_struct", "files"), Ok(1920));
+    seed("btf", "kernel_structs", bytes)
 }
 
 fn fixture(path: &str) -> Vec<u8> {
@@ -132,7 +156,6 @@ fn memfd_create(name: &[u8], kind: MemfdKind) -> MemfdCreateEvent {
         header: header(EventKind::MemfdCreate, 1),
         memfd_kind: kind as u32,
         flags: libc::MFD_CLOEXEC,
-        ret: 5,
         name_len: name.len() as i32,
         _pad: 0,
         name: c_array::<MEMFD_NAME_LEN>(name),
@@ -144,7 +167,7 @@ fn mmap(kind: EventKind, memfd_kind: MemfdKind) -> MmapEvent {
         header: header(kind, 2),
         memfd_kind: memfd_kind as u32,
         fd: 5,
-        addr: 0x7f3a_1c00_0000,
+        addr_hint: 0,
         len: 4096,
         prot: libc::PROT_READ as u64,
         flags: libc::MAP_SHARED as u64,

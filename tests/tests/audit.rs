@@ -12,6 +12,7 @@ use tests::process::{LineProcess, line_channel, tracer_binary, wait_child_exit};
 use tests::user_events::kernel_has_user_events;
 use tracer::output::JsonLines;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+use tracer_common::{EventKind, LossReason};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -94,6 +95,31 @@ fn assert_sequence_reported(lines: &[Value], run: &SequenceRun) {
     let kinds = |pid: u64| -> Vec<String> {
         of(pid).iter().map(|v| v["kind"].as_str().unwrap().to_string()).collect()
     };
+    let h = of(run.pid);
+    for v in h.iter().chain(&of(run.child_pid)) {
+        assert_eq!(v["source"], "kernel");
+        assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+        assert!(v["mono_ns"].as_u64().unwrap() > 0);
+        assert!(v["cgroup_id"].as_u64().is_some());
+        assert_eq!(v["uid"], 0);
+    }
+    let (memfd, ready) = (h[0], h[1]);
+    assert_eq!(memfd["kind"], "memfd_create");
+    assert_eq!(memfd["name"], "dotnet_ipc_created");
+    assert_eq!(memfd["memfd"], "dotnet_ipc_created");
+    assert_eq!(memfd["flags"], "MFD_CLOEXEC");
+    assert_eq!(memfd.get("ret"), None, "seen at entry: no result");
+    assert_eq!(memfd["comm"], "detect_helper");
+
+    assert_eq!(ready["kind"], "dotnet_ipc_ready");
+    assert_eq!(ready["tid"], run.pid);
+    assert_eq!(ready["memfd"], "dotnet_ipc_created");
+    assert_eq!(ready["fd"], r["ipc_fd"]);
+    assert_eq!(ready["addr"], r["ipc_addr"]);
+    assert_eq!(ready["len"], 4096);
+    assert_eq!(ready["prot"], "PROT_NONE");
+    assert_eq!(ready["flags"], "MAP_PRIVATE");
+    assert_eq!(ready["offset"], 0);
     if !kernel_has_user_events() {
         // No user_events_data: no registration can happen, and tracer spares every ioctl of
         // the machine its hooks — the helper's DIAG_IOCSREG on /dev/null is not seen.
@@ -101,7 +127,7 @@ fn assert_sequence_reported(lines: &[Value], run: &SequenceRun) {
             kinds(run.pid),
             ["memfd_create", "dotnet_ipc_ready", "process_fork", "process_exit"],
             "helper events: {:#?}",
-            of(run.pid)
+            h
         );
         assert_eq!(kinds(run.child_pid), ["process_exec", "process_exit"]);
         return;
@@ -116,32 +142,10 @@ fn assert_sequence_reported(lines: &[Value], run: &SequenceRun) {
             "process_exit"
         ],
         "helper events: {:#?}",
-        of(run.pid)
+        h
     );
     assert_eq!(kinds(run.child_pid), ["process_exec", "process_exit"]);
-    for v in of(run.pid).into_iter().chain(of(run.child_pid)) {
-        assert_eq!(v["source"], "kernel");
-        assert!(v["ts"].as_str().unwrap().ends_with('Z'));
-        assert!(v["mono_ns"].as_u64().unwrap() > 0);
-        assert!(v["cgroup_id"].as_u64().is_some());
-        assert_eq!(v["uid"], 0);
-    }
-    let h = of(run.pid);
-    let (memfd, ready, reg, fork, exit) = (h[0], h[1], h[2], h[3], h[4]);
-    assert_eq!(memfd["name"], "dotnet_ipc_created");
-    assert_eq!(memfd["memfd"], "dotnet_ipc_created");
-    assert_eq!(memfd["flags"], "MFD_CLOEXEC");
-    assert_eq!(memfd["ret"], r["ipc_fd"]);
-    assert_eq!(memfd["comm"], "detect_helper");
-
-    assert_eq!(ready["tid"], run.pid);
-    assert_eq!(ready["memfd"], "dotnet_ipc_created");
-    assert_eq!(ready["fd"], r["ipc_fd"]);
-    assert_eq!(ready["addr"], r["ipc_addr"]);
-    assert_eq!(ready["len"], 4096);
-    assert_eq!(ready["prot"], "PROT_NONE");
-    assert_eq!(ready["flags"], "MAP_PRIVATE");
-    assert_eq!(ready["offset"], 0);
+    let (reg, fork, exit) = (h[2], h[3], h[4]);
 
     assert_eq!(r["ioctl_ret"], -1);
     assert_eq!(r["ioctl_errno"], libc::ENOTTY);
@@ -495,26 +499,34 @@ fn concurrent_runs_on_one_cpu_get_distinct_sequence_numbers() {
             LineProcess::spawn("detect_helper latency", command).expect("starting a helper")
         })
         .collect();
-    // Each child prints the address it mapped (ASLR makes them distinct).
-    let mut mapped = std::collections::HashSet::new();
+    // Each child prints its pid once it has mapped.
+    let mut children = std::collections::HashSet::new();
     for mut h in helpers {
         for _ in 0..CHILDREN {
-            mapped.insert(json(&mut h)["addr"].as_str().unwrap().to_owned());
+            children.insert(json(&mut h)["pid"].as_u64().unwrap());
         }
         h.wait_exit(TIMEOUT).unwrap();
     }
     let (lines, summary) = audit.stop();
     let ready = lines
         .iter()
-        .filter(|l| l["kind"] == "dotnet_ipc_ready" && l["comm"] == "detect_helper")
-        .filter(|l| l["addr"].as_str().is_some_and(|a| mapped.contains(a)))
+        .filter(|l| l["kind"] == "dotnet_ipc_ready")
+        .filter(|l| l["pid"].as_u64().is_some_and(|p| children.contains(&p)))
         .count();
-    assert_eq!(ready, HELPERS * CHILDREN, "{} distinct addresses", mapped.len());
+    assert_eq!((ready, children.len()), (HELPERS * CHILDREN, HELPERS * CHILDREN));
     let mut seen = std::collections::HashSet::new();
     for l in lines.iter().filter(|l| l["source"] == "kernel") {
         let key = (l["cpu"].as_u64(), l["kind"].as_str().unwrap().to_owned(), l["seq"].as_u64());
         assert!(seen.insert(key.clone()), "sequence number used twice: {key:?}");
     }
     assert_eq!(summary.seq_gaps, vec![], "no events missing");
-    assert_eq!(summary.losses.iter().map(|l| l.count).sum::<u64>(), 0, "{:?}", summary.losses);
+    // A forked child has no page-table entry yet for the name it passes to memfd_create, so the
+    // programs cannot read it at syscall entry: the creation line is lost (counted), the
+    // mapping is still detected (docs/protocol/bpf-detection.md §7).
+    let lost: Vec<_> = summary
+        .losses
+        .iter()
+        .filter(|l| (l.kind, l.reason) != (EventKind::MemfdCreate, LossReason::ReadFailed))
+        .collect();
+    assert_eq!(lost, Vec::<&tracer::kernel::detect::Loss>::new());
 }

@@ -231,7 +231,14 @@ fn tracer_check_on_this_host() {
                 .to_string()
         )
     );
-    assert_eq!(findings.len(), 4 + TRACEPOINTS.len() + 2);
+    let btf = status_of("kernel BTF");
+    assert_eq!(btf.status, Status::Ok);
+    assert!(
+        btf.detail.starts_with("/sys/kernel/btf/vmlinux: the memfd programs read"),
+        "{}",
+        btf.detail
+    );
+    assert_eq!(findings.len(), 5 + TRACEPOINTS.len() + 2);
     assert!(!required_missing(&findings));
     // The scratch instance is gone.
     let leftover = std::fs::read_dir("/sys/kernel/tracing/instances")

@@ -11,8 +11,6 @@ pub const MEMFD_NAME_LEN: usize = 256;
 /// `MAX_EVENT_DESC` of user_events: the longest `name_args` the kernel accepts.
 pub const USER_EVENT_NAME_LEN: usize = 512;
 pub const EXEC_FILENAME_LEN: usize = 256;
-/// memfds of interest a single process may hold at once before new ones go untracked (counted).
-pub const MEMFD_SLOTS: usize = 4;
 
 /// user_events ioctls (64-bit values; the size field encodes `sizeof(pointer)`).
 pub const DIAG_IOCSREG: u32 = 0xC008_2A00;
@@ -205,30 +203,30 @@ pub struct EventHeader {
     pub comm: [u8; TASK_COMM_LEN],
 }
 
-/// `memfd_create` of a name of interest (emitted at syscall exit).
+/// `memfd_create` of a name of interest, at syscall entry: its result is not known
+/// (docs/protocol/bpf-detection.md §7).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MemfdCreateEvent {
     pub header: EventHeader,
     pub memfd_kind: u32,
     pub flags: u32,
-    /// fd or -errno.
-    pub ret: i64,
     /// Bytes of `name` read (without NUL), or a negative errno if the read failed.
     pub name_len: i32,
     pub _pad: u32,
     pub name: [u8; MEMFD_NAME_LEN],
 }
 
-/// A successful `mmap` of a tracked memfd: `DotnetIpcReady` or `DotnetRuntimeSeen`.
+/// An `mmap` of a memfd of interest, at syscall entry: `DotnetIpcReady` or `DotnetRuntimeSeen`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MmapEvent {
     pub header: EventHeader,
     pub memfd_kind: u32,
     pub fd: i32,
-    /// Address the kernel returned.
-    pub addr: u64,
+    /// The `addr` argument (0: the kernel chooses); where the mapping went is read from
+    /// `/proc/<pid>/maps`.
+    pub addr_hint: u64,
     pub len: u64,
     pub prot: u64,
     pub flags: u64,
@@ -330,6 +328,16 @@ pub struct Config {
     pub exec_old_pid_offset: u32,
     /// `sched_process_exit.group_dead`; 0 on kernels whose tracepoint lacks it.
     pub exit_group_dead_offset: u32,
+    /// Struct member offsets from kernel BTF, for the name of the file an `mmap` maps
+    /// (docs/protocol/bpf-detection.md §7): `task_struct.files`, `files_struct.fdt`,
+    /// `fdtable.max_fds`, `fdtable.fd`, `file.f_path` + `path.dentry`, `dentry.d_name` +
+    /// `qstr.name`. Without kernel BTF the memfd programs are not attached.
+    pub task_files_offset: u32,
+    pub files_fdt_offset: u32,
+    pub fdtable_max_fds_offset: u32,
+    pub fdtable_fd_offset: u32,
+    pub file_dentry_offset: u32,
+    pub dentry_name_offset: u32,
 }
 
 #[cfg(feature = "user")]

@@ -38,17 +38,16 @@ pub type Captured = Result<Vec<u8>, i32>;
 pub struct MemfdCreate {
     pub memfd_kind: MemfdKind,
     pub flags: u32,
-    /// fd or −errno.
-    pub ret: i64,
     pub name: Captured,
 }
 
-/// A successful `mmap` of a memfd of interest.
+/// An `mmap` of a memfd of interest, as its arguments asked for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
     pub memfd_kind: MemfdKind,
     pub fd: i32,
-    pub addr: u64,
+    /// The `addr` argument (0: the kernel chooses).
+    pub addr_hint: u64,
     pub len: u64,
     pub prot: u64,
     pub flags: u64,
@@ -240,7 +239,6 @@ pub fn decode(bytes: &[u8]) -> Result<DetectionEvent, DecodeError> {
             EventBody::MemfdCreate(MemfdCreate {
                 memfd_kind: memfd_kind(kind, ev.memfd_kind)?,
                 flags: ev.flags,
-                ret: ev.ret,
                 name: captured(kind, "name", ev.name_len, &ev.name)?,
             })
         }
@@ -250,7 +248,7 @@ pub fn decode(bytes: &[u8]) -> Result<DetectionEvent, DecodeError> {
             let mapping = Mapping {
                 memfd_kind,
                 fd: ev.fd,
-                addr: ev.addr,
+                addr_hint: ev.addr_hint,
                 len: ev.len,
                 prot: ev.prot,
                 flags: ev.flags,
@@ -405,7 +403,7 @@ mod tests {
             header: header(kind),
             memfd_kind: memfd_kind as u32,
             fd: 5,
-            addr: 0x7f00_1234_5000,
+            addr_hint: 0x7f00_1234_5000,
             len: 4096,
             prot: 0,
             flags: 2,
@@ -468,7 +466,6 @@ mod tests {
             header: header(EventKind::MemfdCreate),
             memfd_kind: MemfdKind::DotnetIpcCreated as u32,
             flags: 1,
-            ret: 7,
             name_len: 18,
             _pad: 0,
             name: with_string::<MEMFD_NAME_LEN>(b"dotnet_ipc_created"),
@@ -479,7 +476,6 @@ mod tests {
             EventBody::MemfdCreate(MemfdCreate {
                 memfd_kind: MemfdKind::DotnetIpcCreated,
                 flags: 1,
-                ret: 7,
                 name: Ok(b"dotnet_ipc_created".to_vec()),
             })
         );
@@ -512,7 +508,7 @@ mod tests {
         let expected = Mapping {
             memfd_kind: MemfdKind::DotnetIpcCreated,
             fd: 5,
-            addr: 0x7f00_1234_5000,
+            addr_hint: 0x7f00_1234_5000,
             len: 4096,
             prot: 0,
             flags: 2,

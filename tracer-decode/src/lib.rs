@@ -1,6 +1,7 @@
 //! Pure decoders of untrusted bytes. Nothing in here does I/O; every function takes byte slices
 //! and returns typed errors with the offset of the problem instead of panicking.
 pub mod bpf_event;
+pub mod btf;
 pub mod budget;
 pub mod container;
 pub mod counters;

@@ -69,6 +69,27 @@ pub fn memfd_mappings(pid: u32, maps: &str) -> Vec<MemfdMapping> {
     found
 }
 
+/// Where the `mmap` of `len` bytes at file offset `offset` of a memfd of `kind` went, by a
+/// `maps` text: the address of that file range in the first mapping holding it (adjacent
+/// mappings of one file may have merged into one line). With `fixed_at` (a `MAP_FIXED`
+/// address) only a mapping holding that address counts. `None`: not mapped (yet).
+pub fn mapped_address(
+    maps: &str,
+    kind: MemfdKind,
+    offset: u64,
+    len: u64,
+    fixed_at: Option<u64>,
+) -> Option<u64> {
+    maps.lines().filter_map(|l| parse_maps_line(0, l)).find_map(|m| {
+        let delta = offset.checked_sub(m.offset)?;
+        let addr = m.start.checked_add(delta)?;
+        let holds = m.memfd_kind == kind
+            && addr.checked_add(len).is_some_and(|end| end <= m.end)
+            && fixed_at.is_none_or(|at| at == addr);
+        holds.then_some(addr)
+    })
+}
+
 impl MemfdMapping {
     /// `PROT_*` bits of the `rwxp` permissions column (`r-xp` → PROT_READ|PROT_EXEC).
     pub fn prot(&self) -> u64 {
@@ -226,6 +247,26 @@ pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapped_address_finds_the_file_range() {
+        let maps = "7f0000000000-7f0000002000 rw-s 00000000 00:01 9 /memfd:doublemapper (deleted)\n\
+                    7f0000010000-7f0000013000 r-xs 00001000 00:01 9 /memfd:doublemapper (deleted)\n\
+                    7f0000020000-7f0000021000 ---p 00000000 00:01 8 /memfd:dotnet_ipc_created (deleted)\n";
+        let dm = MemfdKind::DoubleMapper;
+        // Page 1 of the file is in both doublemapper lines; the first holding it wins.
+        assert_eq!(mapped_address(maps, dm, 0x1000, 0x1000, None), Some(0x7f00_0000_1000));
+        // With MAP_FIXED, the mapping holding that address.
+        let fixed = Some(0x7f00_0001_0000);
+        assert_eq!(mapped_address(maps, dm, 0x1000, 0x1000, fixed), fixed);
+        // A length the kernel rounded up to the page.
+        assert_eq!(mapped_address(maps, dm, 0x2000, 10, None), Some(0x7f00_0001_1000));
+        assert_eq!(mapped_address(maps, dm, 0x3000, 0x2000, None), None, "past the mapping");
+        let ipc = MemfdKind::DotnetIpcCreated;
+        assert_eq!(mapped_address(maps, ipc, 0, 0x1000, None), Some(0x7f00_0002_0000));
+        assert_eq!(mapped_address(maps, ipc, 0, 0x2000, None), None, "longer than mapped");
+        assert_eq!(mapped_address("", ipc, 0, 1, None), None);
+    }
 
     #[test]
     fn the_coreclr_version_is_its_directorys_name() {

@@ -1,7 +1,8 @@
 //! In-kernel detection for tracer.
 //!
 //! * `.NET` diagnostic IPC readiness: `memfd_create("dotnet_ipc_created")` followed by an `mmap`
-//!   of that fd (any protection), and CoreCLR's W^X `doublemapper` memfd (once per process).
+//!   of that memfd (any protection), and CoreCLR's W^X `doublemapper` memfd (once per process),
+//!   both seen at syscall entry (no exit programs: docs/protocol/bpf-detection.md §7).
 //! * user_events registrations: `DIAG_IOCSREG` / `DIAG_IOCSDEL` / `DIAG_IOCSUNREG` ioctls, read at
 //!   syscall exit (the kernel has just copied the argument, so the pages are resident).
 //! * Every runtime's diagnostic server (.NET Core 3.0+, with or without W^X): `bind()` of an
@@ -21,9 +22,9 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_uid_gid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel_str_bytes, bpf_probe_read_user, bpf_probe_read_user_buf,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_current_task, bpf_get_current_uid_gid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
+        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -33,17 +34,15 @@ use tracer_common::{
     AF_UNIX, COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG,
     DIAGNOSTIC_SOCKET_MAX_DIGITS, DIAGNOSTIC_SOCKET_PREFIX, DIAGNOSTIC_SOCKET_SUFFIX,
     DOTNET_IPC_MEMFD_NAME, DOUBLEMAPPER_MEMFD_NAME, EventHeader, EventKind, IpcBindEvent,
-    LossReason, MEMFD_SLOTS, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent,
-    ProcessExitEvent, ProcessForkEvent, SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, UNIX_PATH_MAX,
-    UserEventsIoctlEvent, UserReg, UserUnreg,
+    LossReason, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent,
+    ProcessForkEvent, SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, UNIX_PATH_MAX, UserEventsIoctlEvent,
+    UserReg, UserUnreg,
 };
 
 const MAP_ANONYMOUS: u64 = 0x20;
 /// `bpf_map_update_elem` flag: create only.
 const BPF_NOEXIST: u64 = 1;
 const CLONE_THREAD: u64 = 0x0001_0000;
-/// `mmap` returns an address or -errno; the kernel's errno range is [-4095, -1].
-const MAX_ERRNO: i64 = 4095;
 /// Syscall tracepoint context: argument i at 16 + 8*i, the return value at 16
 /// (docs/protocol/bpf-detection.md §2).
 const SYSCALL_ARG0: usize = 16;
@@ -98,22 +97,22 @@ static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
 #[map]
 static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct MemfdSlots {
-    fd: [i32; MEMFD_SLOTS],
-    kind: [u32; MEMFD_SLOTS],
+/// (tgid << 8 | memfd kind) → `1 << kind` for every memfd of interest a process created since
+/// its exec: the processes whose file `mmap`s are worth resolving to a name. The entry goes
+/// when that kind's mapping is reported, at exec and at exit; bounded (full = counted loss).
+#[map]
+static MEMFD_CANDIDATES: HashMap<u64, u8> = HashMap::with_max_entries(16384, 0);
+
+#[inline(always)]
+fn candidate_key(tgid: u32, kind: MemfdKind) -> u64 {
+    (u64::from(tgid) << 8) | kind as u64
 }
 
-/// tgid → open memfds of interest. Cleaned on close, exec and exit; bounded.
-#[map]
-static MEMFDS: HashMap<u32, MemfdSlots> = HashMap::with_max_entries(16384, 0);
-
-/// How many `MEMFDS` entries have a tgid with these low bits (index `tgid % MEMFD_HINT_LEN`).
-/// `sys_enter_mmap` and `sys_enter_close` run for every file mmap and close on the machine: a
-/// zero here answers "no memfd of interest" with one array load instead of a hash lookup. The
-/// count is raised before an insert and lowered only after a successful removal, so it never
-/// under-counts (which would hide an event); a collision only costs the hash lookup.
+/// How many `MEMFD_CANDIDATES` entries have a tgid with these low bits (index
+/// `tgid % MEMFD_HINT_LEN`). `sys_enter_mmap` runs for every file mmap on the machine: a zero
+/// here answers "no memfd of interest" with one array load instead of hash lookups. The count
+/// is raised before an insert and lowered only after a successful removal, so it never
+/// under-counts (which would hide an event); a collision only costs the lookups.
 #[map]
 static MEMFD_HINT: Array<u64> = Array::with_max_entries(MEMFD_HINT_LEN, 0);
 const MEMFD_HINT_LEN: u32 = 1024;
@@ -127,12 +126,45 @@ fn may_have_memfds(tgid: u32) -> bool {
     }
 }
 
-/// Removes `tgid`'s memfds of interest, keeping `MEMFD_HINT` in step.
+/// `1 << kind` when (tgid, kind) is a candidate, else 0. A loaded value, not a pointer test:
+/// the compiler may OR two map-value pointers, which the verifier refuses.
 #[inline(always)]
-fn forget_memfds(tgid: u32) {
-    if MEMFDS.remove(&tgid).is_ok() {
+fn candidate_bit(tgid: u32, kind: MemfdKind) -> u8 {
+    // SAFETY: read-only lookup of a plain u8 value.
+    unsafe { MEMFD_CANDIDATES.get(&candidate_key(tgid, kind)) }.copied().unwrap_or(0)
+}
+
+/// Adds (tgid, kind) to `MEMFD_CANDIDATES`, keeping `MEMFD_HINT` in step.
+#[inline(always)]
+fn add_candidate(tgid: u32, kind: MemfdKind) {
+    let hint = tgid % MEMFD_HINT_LEN;
+    atomic_add(&MEMFD_HINT, hint, 1);
+    // BPF_NOEXIST: an entry already there (another memfd of the kind) keeps its one count.
+    let bit = 1u8 << kind as u8;
+    if MEMFD_CANDIDATES.insert(&candidate_key(tgid, kind), &bit, BPF_NOEXIST).is_err() {
+        // Wrapping add of -1.
+        atomic_add(&MEMFD_HINT, hint, u64::MAX);
+        if candidate_bit(tgid, kind) == 0 {
+            count_loss(EventKind::MemfdCreate, LossReason::MapFull);
+        }
+    }
+}
+
+/// Removes (tgid, kind) from `MEMFD_CANDIDATES`, keeping `MEMFD_HINT` in step.
+#[inline(always)]
+fn remove_candidate(tgid: u32, kind: MemfdKind) {
+    if MEMFD_CANDIDATES.remove(&candidate_key(tgid, kind)).is_ok() {
         // Wrapping add of -1.
         atomic_add(&MEMFD_HINT, tgid % MEMFD_HINT_LEN, u64::MAX);
+    }
+}
+
+/// At exec and exit: the process's memfds are gone (exec) or it is (exit).
+#[inline(always)]
+fn forget_memfds(tgid: u32) {
+    if may_have_memfds(tgid) {
+        remove_candidate(tgid, MemfdKind::DotnetIpcCreated);
+        remove_candidate(tgid, MemfdKind::DoubleMapper);
     }
 }
 
@@ -150,24 +182,6 @@ fn reported_kinds(tgid: u32) -> u8 {
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct PendingMemfd {
-    uname: u64,
-    flags: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PendingMmap {
-    len: u64,
-    prot: u64,
-    flags: u64,
-    offset: u64,
-    fd: i32,
-    kind: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
 struct PendingIoctl {
     cmd: u64,
     arg: u64,
@@ -175,25 +189,20 @@ struct PendingIoctl {
     _pad: u32,
 }
 
-// Enter → exit correlation, keyed by pid_tgid (one syscall in flight per thread).
-#[map]
-static PENDING_MEMFD: HashMap<u64, PendingMemfd> = HashMap::with_max_entries(4096, 0);
-#[map]
-static PENDING_MMAP: HashMap<u64, PendingMmap> = HashMap::with_max_entries(4096, 0);
+/// ioctl enter → exit correlation, keyed by pid_tgid (one syscall in flight per thread).
 #[map]
 static PENDING_IOCTL: HashMap<u64, PendingIoctl> = HashMap::with_max_entries(4096, 0);
 
-/// Enter→exit entries in flight per syscall (index = `InFlight`). Exit programs run for every
-/// mmap/ioctl on the machine and almost never have an entry: while the count is 0 they return
+/// Enter→exit entries in flight per syscall (index = `InFlight`). The exit program runs for
+/// every ioctl on the machine and almost never has an entry: while the count is 0 it returns
 /// after one array load instead of a hash lookup. A stale count (an entry never removed) only
 /// costs the lookup again; it cannot hide an event.
 #[map]
-static IN_FLIGHT: Array<u64> = Array::with_max_entries(2, 0);
+static IN_FLIGHT: Array<u64> = Array::with_max_entries(1, 0);
 
 #[derive(Clone, Copy)]
 enum InFlight {
-    Mmap = 0,
-    Ioctl = 1,
+    Ioctl = 0,
 }
 
 /// Adds `delta` (wrapping) to a shared counter that every CPU updates.
@@ -363,55 +372,39 @@ fn syscall_ret(ctx: &TracePointContext) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // memfd_create
 
+/// Names of interest are short: a 32-byte read tells them apart from every longer name.
+const NAME_READ_LEN: usize = 32;
+/// The prefix the kernel gives a memfd's file name (`memfd_create(2)`).
+const MEMFD_FILE_PREFIX: &[u8] = b"memfd:";
+
+/// Reported at syscall entry, with no exit program: an attached `sys_exit_*` program puts
+/// every syscall of every process on a dearer path, and the fd `memfd_create` returns is not
+/// needed — `sys_enter_mmap` reads the name of the file it maps instead
+/// (docs/protocol/bpf-detection.md §7).
 #[tracepoint(category = "syscalls", name = "sys_enter_memfd_create")]
 pub fn sys_enter_memfd_create(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if excluded((pid_tgid >> 32) as u32) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if excluded(tgid) {
         return 0;
     }
-    let pending = PendingMemfd { uname: syscall_arg(&ctx, 0), flags: syscall_arg(&ctx, 1) };
-    if PENDING_MEMFD.insert(&pid_tgid, &pending, 0).is_err() {
-        count_loss(EventKind::MemfdCreate, LossReason::MapFull);
-    }
-    0
-}
-
-#[inline(always)]
-fn memfd_kind_of(name: &[u8]) -> Option<MemfdKind> {
-    if name == DOTNET_IPC_MEMFD_NAME {
-        Some(MemfdKind::DotnetIpcCreated)
-    } else if name == DOUBLEMAPPER_MEMFD_NAME {
-        Some(MemfdKind::DoubleMapper)
-    } else {
-        None
-    }
-}
-
-#[tracepoint(category = "syscalls", name = "sys_exit_memfd_create")]
-pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING_MEMFD.get(&pid_tgid) }).copied() else { return 0 };
-    let _ = PENDING_MEMFD.remove(&pid_tgid);
-    let tgid = (pid_tgid >> 32) as u32;
-    let ret = syscall_ret(&ctx);
-
-    // Names of interest are short: a 32-byte read tells them apart from every longer name.
-    let mut buf = [0u8; 32];
+    let mut buf = [0u8; NAME_READ_LEN];
+    let uname = syscall_arg(&ctx, 0) as *const u8;
     // SAFETY: reads user memory through the helper, bounded by `buf`.
-    let name = match unsafe { bpf_probe_read_user_str_bytes(pending.uname as *const u8, &mut buf) }
-    {
+    let name = match unsafe { bpf_probe_read_user_str_bytes(uname, &mut buf) } {
         Ok(name) => name,
         Err(_) => {
+            // A name not paged in yet (the kernel has not copied it at entry): either kind
+            // may follow, so both are watched for; the creation itself goes unreported.
             count_loss(EventKind::MemfdCreate, LossReason::ReadFailed);
+            add_candidate(tgid, MemfdKind::DotnetIpcCreated);
+            add_candidate(tgid, MemfdKind::DoubleMapper);
             return 0;
         }
     };
     let Some(kind) = memfd_kind_of(name) else { return 0 };
     let name_len = name.len();
-
-    if ret >= 0 {
-        remember_memfd(tgid, ret as i32, kind);
+    if reported_kinds(tgid) & (1u8 << kind as u8) == 0 {
+        add_candidate(tgid, kind);
     }
     track(tgid, EventKind::MemfdCreate);
 
@@ -422,8 +415,7 @@ pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, EventKind::MemfdCreate, seq);
     ev.memfd_kind = kind as u32;
-    ev.flags = pending.flags as u32;
-    ev.ret = ret;
+    ev.flags = syscall_arg(&ctx, 1) as u32;
     ev.name_len = name_len as i32;
     ev._pad = 0;
     ev.name = [0; tracer_common::MEMFD_NAME_LEN];
@@ -440,76 +432,58 @@ pub fn sys_exit_memfd_create(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Puts (fd, kind) into a free slot of `tgid`'s entry: `None` when the tgid has no entry,
-/// `Some(false)` when every slot is taken.
 #[inline(always)]
-fn add_to_slots(tgid: u32, fd: i32, kind: MemfdKind) -> Option<bool> {
-    let slots = MEMFDS.get_ptr_mut(&tgid)?;
-    // SAFETY: map value pointer valid for this program invocation.
-    let slots = unsafe { &mut *slots };
-    for i in 0..MEMFD_SLOTS {
-        if slots.fd[i] < 0 {
-            slots.fd[i] = fd;
-            slots.kind[i] = kind as u32;
-            return Some(true);
-        }
-    }
-    Some(false)
-}
-
-#[inline(always)]
-fn remember_memfd(tgid: u32, fd: i32, kind: MemfdKind) {
-    let added = match add_to_slots(tgid, fd, kind) {
-        Some(added) => added,
-        None => {
-            let mut slots = MemfdSlots { fd: [-1; MEMFD_SLOTS], kind: [0; MEMFD_SLOTS] };
-            slots.fd[0] = fd;
-            slots.kind[0] = kind as u32;
-            let hint = tgid % MEMFD_HINT_LEN;
-            atomic_add(&MEMFD_HINT, hint, 1);
-            // BPF_NOEXIST: when another thread of the process created the entry meanwhile, that
-            // entry (and its count) stays and this memfd goes into one of its slots.
-            if MEMFDS.insert(&tgid, &slots, BPF_NOEXIST).is_ok() {
-                true
-            } else {
-                atomic_add(&MEMFD_HINT, hint, u64::MAX);
-                add_to_slots(tgid, fd, kind) == Some(true)
-            }
-        }
-    };
-    if !added {
-        count_loss(EventKind::MemfdCreate, LossReason::MapFull);
+fn memfd_kind_of(name: &[u8]) -> Option<MemfdKind> {
+    if name == DOTNET_IPC_MEMFD_NAME {
+        Some(MemfdKind::DotnetIpcCreated)
+    } else if name == DOUBLEMAPPER_MEMFD_NAME {
+        Some(MemfdKind::DoubleMapper)
+    } else {
+        None
     }
 }
 
-/// Forget a tracked memfd when its fd is closed (the number may be reused for anything).
-#[tracepoint(category = "syscalls", name = "sys_enter_close")]
-pub fn sys_enter_close(ctx: TracePointContext) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !may_have_memfds(tgid) {
-        return 0;
+/// Reads a pointer-sized kernel value at `base + offset`.
+#[inline(always)]
+fn kernel_ptr_at(base: *const u8, offset: u32) -> Option<*const u8> {
+    // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
+    let ptr = unsafe { bpf_probe_read_kernel(base.add(offset as usize).cast::<*const u8>()) };
+    ptr.ok().filter(|p| !p.is_null())
+}
+
+/// The memfd kind of the current task's open file `fd`, from the file's name
+/// (`current->files->fdt->fd[fd]->f_path.dentry->d_name.name`, at the offsets user space read
+/// from kernel BTF).
+#[inline(always)]
+fn memfd_kind_of_fd(cfg: &Config, fd: i32) -> Option<MemfdKind> {
+    // SAFETY: a helper without preconditions; the task is only read through the helper.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let files = kernel_ptr_at(task, cfg.task_files_offset)?;
+    let fdt = kernel_ptr_at(files, cfg.files_fdt_offset)?;
+    // SAFETY: as in `kernel_ptr_at`.
+    let max_fds = unsafe {
+        bpf_probe_read_kernel(fdt.add(cfg.fdtable_max_fds_offset as usize).cast::<u32>())
     }
-    let Some(slots) = MEMFDS.get_ptr_mut(&tgid) else { return 0 };
-    let fd = syscall_arg(&ctx, 0) as i32;
-    // SAFETY: map value pointer valid for this program invocation.
-    let slots = unsafe { &mut *slots };
-    let mut live = 0;
-    for i in 0..MEMFD_SLOTS {
-        if slots.fd[i] == fd {
-            slots.fd[i] = -1;
-        } else if slots.fd[i] >= 0 {
-            live += 1;
-        }
+    .ok()?;
+    if fd as u32 >= max_fds {
+        return None;
     }
-    if live == 0 {
-        forget_memfds(tgid);
-    }
-    0
+    let fd_array = kernel_ptr_at(fdt, cfg.fdtable_fd_offset)?;
+    let file = kernel_ptr_at(fd_array, fd as u32 * 8)?;
+    let dentry = kernel_ptr_at(file, cfg.file_dentry_offset)?;
+    let name = kernel_ptr_at(dentry, cfg.dentry_name_offset)?;
+    let mut buf = [0u8; NAME_READ_LEN];
+    // SAFETY: reads kernel memory through the helper, bounded by `buf`.
+    let name = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut buf) }.ok()?;
+    memfd_kind_of(name.strip_prefix(MEMFD_FILE_PREFIX)?)
 }
 
 // ---------------------------------------------------------------------------------------------
 // mmap
 
+/// A file `mmap` by a process that created a memfd of interest: the fd's file name says which
+/// memfd it maps. Reported at entry (no exit program, see `sys_enter_memfd_create`); user space
+/// reads the address the mapping got from `/proc/<pid>/maps`.
 #[tracepoint(category = "syscalls", name = "sys_enter_mmap")]
 pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     let flags = syscall_arg(&ctx, 3);
@@ -517,75 +491,42 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     if flags & MAP_ANONYMOUS != 0 || fd < 0 {
         return 0;
     }
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !may_have_memfds(tgid) {
         return 0;
     }
-    // SAFETY: the value is copied out immediately.
-    let Some(slots) = (unsafe { MEMFDS.get(&tgid) }).copied() else { return 0 };
-    let mut kind = 0;
-    for i in 0..MEMFD_SLOTS {
-        if slots.fd[i] == fd {
-            kind = slots.kind[i];
-        }
-    }
-    if kind == 0 || excluded(tgid) {
+    let wanted = candidate_bit(tgid, MemfdKind::DotnetIpcCreated)
+        | candidate_bit(tgid, MemfdKind::DoubleMapper);
+    if wanted == 0 || excluded(tgid) {
         return 0;
     }
-    if reported_kinds(tgid) & (1u8 << kind) != 0 {
+    let Some(cfg) = config() else { return 0 };
+    let Some(kind) = memfd_kind_of_fd(cfg, fd) else { return 0 };
+    if wanted & (1u8 << kind as u8) == 0 {
         return 0;
     }
-    let pending = PendingMmap {
-        len: syscall_arg(&ctx, 1),
-        prot: syscall_arg(&ctx, 2),
-        flags,
-        offset: syscall_arg(&ctx, 5),
-        fd,
-        kind,
+    // Reported once per process image: no more lookups for this kind. Two threads mapping at
+    // once may both report: a duplicate, never a miss.
+    remove_candidate(tgid, kind);
+    let event_kind = match kind {
+        MemfdKind::DotnetIpcCreated => EventKind::DotnetIpcReady,
+        MemfdKind::DoubleMapper => EventKind::DotnetRuntimeSeen,
     };
-    if PENDING_MMAP.insert(&pid_tgid, &pending, 0).is_err() {
-        count_loss(mmap_event_kind(kind), LossReason::MapFull);
-    } else {
-        in_flight_add(InFlight::Mmap, 1);
-    }
-    0
-}
-
-#[inline(always)]
-fn mmap_event_kind(memfd_kind: u32) -> EventKind {
-    if memfd_kind == MemfdKind::DotnetIpcCreated as u32 {
-        EventKind::DotnetIpcReady
-    } else {
-        EventKind::DotnetRuntimeSeen
-    }
-}
-
-#[tracepoint(category = "syscalls", name = "sys_exit_mmap")]
-pub fn sys_exit_mmap(ctx: TracePointContext) -> u32 {
-    let (pending, pid_tgid) = take_pending!(PENDING_MMAP, InFlight::Mmap);
-    let ret = syscall_ret(&ctx);
-    if (-MAX_ERRNO..0).contains(&ret) {
-        return 0;
-    }
-    let tgid = (pid_tgid >> 32) as u32;
-    let kind = mmap_event_kind(pending.kind);
-    // Two threads mapping at once may both report: a duplicate, never a miss.
-    let reported = reported_kinds(tgid) | (1u8 << pending.kind);
+    let reported = reported_kinds(tgid) | (1u8 << kind as u8);
     if REPORTED_KINDS.insert(&tgid, &reported, 0).is_err() {
-        count_loss(kind, LossReason::MapFull);
+        count_loss(event_kind, LossReason::MapFull);
     }
-    let Some((mut entry, seq)) = reserve!(MmapEvent, kind) else { return 0 };
+    let Some((mut entry, seq)) = reserve!(MmapEvent, event_kind) else { return 0 };
     // SAFETY: the reservation is exactly one MmapEvent; every field is written below.
     let ev = unsafe { &mut *entry.as_mut_ptr() };
-    fill_header(&mut ev.header, kind, seq);
-    ev.memfd_kind = pending.kind;
-    ev.fd = pending.fd;
-    ev.addr = ret as u64;
-    ev.len = pending.len;
-    ev.prot = pending.prot;
-    ev.flags = pending.flags;
-    ev.offset = pending.offset;
+    fill_header(&mut ev.header, event_kind, seq);
+    ev.memfd_kind = kind as u32;
+    ev.fd = fd;
+    ev.addr_hint = syscall_arg(&ctx, 0);
+    ev.len = syscall_arg(&ctx, 1);
+    ev.prot = syscall_arg(&ctx, 2);
+    ev.flags = flags;
+    ev.offset = syscall_arg(&ctx, 5);
     entry.submit(BPF_RB_FORCE_WAKEUP);
     0
 }

@@ -17,7 +17,7 @@
 //!   for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on /dev/null / N getppid()
 //!   (a syscall tracer hooks nothing of); prints `{"ns_per_op":…}` (benchmarks).
 //! * `latency N` — N children one after another, each mapping a fresh `dotnet_ipc_created`
-//!   memfd and printing `{"mapped_mono_ns":…,"addr":…}` with CLOCK_MONOTONIC read right after
+//!   memfd and printing `{"mapped_mono_ns":…,"addr":…,"pid":…}` with CLOCK_MONOTONIC read right after
 //!   mmap returned.
 //! * `bind NAME…` — binds an `AF_UNIX` stream socket to each NAME in order (`@x` = the abstract
 //!   name `x`; addrlen = family + name, no NUL, as CPython passes it; `full:NAME` passes
@@ -267,7 +267,9 @@ fn latency(n: u64) {
             let fd = memfd(c"dotnet_ipc_created");
             let addr = map(fd, libc::PROT_NONE);
             let mapped = mono_ns();
-            say(json!({"mapped_mono_ns": mapped, "addr": format!("{addr:#x}")}));
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() };
+            say(json!({"mapped_mono_ns": mapped, "addr": format!("{addr:#x}"), "pid": pid}));
             // SAFETY: leaves the child without running the parent's destructors.
             unsafe { libc::_exit(0) };
         }

@@ -20,12 +20,9 @@ use tracer_decode::bpf_event::{self, DetectionEvent};
 use tracer_decode::ftrace::format::{DynamicKind, EventFormat};
 
 /// Every program of the object: (program name, tracepoint category, tracepoint name).
-pub const PROGRAMS: [(&str, &str, &str); 12] = [
+pub const PROGRAMS: [(&str, &str, &str); 9] = [
     ("sys_enter_memfd_create", "syscalls", "sys_enter_memfd_create"),
-    ("sys_exit_memfd_create", "syscalls", "sys_exit_memfd_create"),
-    ("sys_enter_close", "syscalls", "sys_enter_close"),
     ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
-    ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
     ("sys_enter_ioctl", "syscalls", "sys_enter_ioctl"),
     ("sys_exit_ioctl", "syscalls", "sys_exit_ioctl"),
     ("sys_enter_bind", "syscalls", "sys_enter_bind"),
@@ -44,6 +41,10 @@ pub const LAZY_DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 /// The programs that see only user_events registrations: attached only when the kernel has
 /// user_events (`user_events_data` in tracefs).
 pub const USER_EVENTS_PROGRAMS: [&str; 2] = ["sys_enter_ioctl", "sys_exit_ioctl"];
+
+/// The programs that detect .NET memfd mappings: attached only when kernel BTF gives the
+/// offsets they follow to a file's name (docs/protocol/bpf-detection.md §7).
+pub const MEMFD_PROGRAMS: [&str; 2] = ["sys_enter_memfd_create", "sys_enter_mmap"];
 
 /// Lines of the verifier log shown when the kernel rejects a program (the reason is at the end).
 const VERIFIER_LOG_TAIL: usize = 30;
@@ -112,14 +113,27 @@ impl Detector {
                 );
             }
         }
+        // Without kernel BTF no file name can be resolved: the memfd programs stay off and
+        // the diagnostic socket (bind) detection still finds every runtime.
+        let memfd = match crate::kernel::btf::memfd_offsets() {
+            Ok(offsets) => Some(offsets),
+            Err(e) => {
+                log::warn!(
+                    "{e:#}: the .NET memfd mapping detection stays off (runtimes are still \
+                     found by their diagnostic socket)"
+                );
+                None
+            }
+        };
         let config = Config {
             tracer_tgid: std::process::id(),
             filter_targets: u32::from(!options.target_pids.is_empty()),
-            ..config_offsets(&tracefs)?
+            ..config_offsets(&tracefs, memfd.unwrap_or_default())?
         };
 
-        // Without kernel BTF: the programs use no CO-RE relocations, and parsing vmlinux BTF
-        // would cost ~15 MiB of heap (tracer's resident memory budget is 20 MiB).
+        // Without aya's BTF support: the programs use no CO-RE relocations (the few kernel
+        // offsets they need come in CONFIG), and aya's parse of vmlinux BTF would cost ~15 MiB
+        // of heap (tracer's resident memory budget is 20 MiB).
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .load(crate::EBPF_OBJECT)
@@ -168,7 +182,9 @@ impl Detector {
                 .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
                 .try_into()?;
             program.load().map_err(|e| load_error(prog_name, e))?;
-            if !user_events && USER_EVENTS_PROGRAMS.contains(&prog_name) {
+            if (!user_events && USER_EVENTS_PROGRAMS.contains(&prog_name))
+                || (memfd.is_none() && MEMFD_PROGRAMS.contains(&prog_name))
+            {
                 continue;
             }
             let link = program.attach(category, name).with_context(|| {
@@ -181,7 +197,8 @@ impl Detector {
         Ok(Detector { ebpf, ring, lazy_drain, links, seq: SeqTracker::default(), decode_errors: 0 })
     }
 
-    /// The programs attached (the ioctl pair only on kernels with user_events).
+    /// The programs attached (the ioctl pair only on kernels with user_events, the memfd
+    /// programs only with kernel BTF).
     pub fn attached(&self) -> Vec<&'static str> {
         self.links.iter().map(|(name, _)| *name).collect()
     }
@@ -309,7 +326,8 @@ fn load_error(prog_name: &str, err: ProgramError) -> anyhow::Error {
 
 /// Field offsets of the sched/task tracepoints, read from their format files and checked
 /// against the layouts the programs expect (they read them with fixed-size loads).
-fn config_offsets(tracefs: &Tracefs) -> anyhow::Result<Config> {
+/// `base` with the tracepoint field offsets the lifecycle programs read.
+fn config_offsets(tracefs: &Tracefs, base: Config) -> anyhow::Result<Config> {
     let newtask = tracefs.event_format("task", "task_newtask")?;
     let fork = tracefs.event_format("sched", "sched_process_fork")?;
     let exec = tracefs.event_format("sched", "sched_process_exec")?;
@@ -326,7 +344,7 @@ fn config_offsets(tracefs: &Tracefs) -> anyhow::Result<Config> {
         exec_filename_offset: field_offset(&exec, "filename", 4, Some(DynamicKind::DataLoc))?,
         exec_old_pid_offset: field_offset(&exec, "old_pid", 4, None)?,
         exit_group_dead_offset,
-        ..Config::default()
+        ..base
     })
 }
 

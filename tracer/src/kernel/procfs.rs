@@ -10,9 +10,12 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use std::io::Read as _;
+use std::time::{Duration, Instant};
 
+use tracer_decode::bpf_event::{DetectionEvent, EventBody, Mapping};
 use tracer_decode::procfs::{
-    MemfdMapping, cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_stat_ppid, parse_status_uid,
+    MemfdMapping, cgroup_v2_path, mapped_address, memfd_mappings, parse_ns_pid, parse_stat_ppid,
+    parse_status_uid,
 };
 use tracer_decode::unix_socket::{
     ListeningDiagnosticSocket, listening_diagnostic_sockets, parse_socket_link,
@@ -173,6 +176,89 @@ fn scan_memfd_mappings(pids: &[u32]) -> Vec<MemfdMapping> {
         }
     }
     out
+}
+
+/// How long one mapping detection waits for its mapping to show in `/proc/<pid>/maps`. The
+/// programs report an `mmap` at syscall entry, and the reader can run before the mapping
+/// exists (the wake-up may preempt the mapping thread): it usually shows within microseconds.
+pub const MAPPING_CONFIRM_TIMEOUT: Duration = Duration::from_millis(20);
+/// Most time spent waiting for mappings per second, over all detections: processes whose
+/// `mmap`s fail (each costs the whole timeout) cannot stall the detection pipeline.
+pub const MAPPING_CONFIRM_BUDGET_PER_SECOND: Duration = Duration::from_millis(100);
+const MAPPING_CONFIRM_POLL: Duration = Duration::from_micros(200);
+const MAP_FIXED: u64 = 0x10;
+const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
+
+/// Finds the address a reported `mmap` got, within the waiting budget.
+#[derive(Debug)]
+pub struct MappingConfirmer {
+    window_start: Instant,
+    waited: Duration,
+}
+
+impl Default for MappingConfirmer {
+    fn default() -> Self {
+        MappingConfirmer { window_start: Instant::now(), waited: Duration::ZERO }
+    }
+}
+
+impl MappingConfirmer {
+    /// The address of `mapping` in `pid`, `None` when it did not show in time (the `mmap`
+    /// failed, the process exited, or the budget is spent).
+    pub fn mapped_address(&mut self, pid: u32, mapping: &Mapping) -> Option<u64> {
+        let fixed_at =
+            (mapping.flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0).then_some(mapping.addr_hint);
+        let path = format!("{PROC}/{pid}/maps");
+        let find = || {
+            let maps = fs::read(&path).ok()?;
+            let text = String::from_utf8_lossy(&maps);
+            Some(mapped_address(&text, mapping.memfd_kind, mapping.offset, mapping.len, fixed_at))
+        };
+        let started = Instant::now();
+        if started.duration_since(self.window_start) >= Duration::from_secs(1) {
+            (self.window_start, self.waited) = (started, Duration::ZERO);
+        }
+        let deadline = MAPPING_CONFIRM_TIMEOUT
+            .min(MAPPING_CONFIRM_BUDGET_PER_SECOND.saturating_sub(self.waited));
+        let found = loop {
+            match find() {
+                // The process is gone.
+                None => break None,
+                Some(Some(addr)) => break Some(addr),
+                Some(None) if started.elapsed() >= deadline => break None,
+                Some(None) => std::thread::sleep(MAPPING_CONFIRM_POLL),
+            }
+        };
+        self.waited += started.elapsed();
+        found
+    }
+}
+
+/// What procfs adds to a live detection, read when its line is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DetectionChecks {
+    /// For a user_events ioctl: whether its fd is `user_events_data` (while the process most
+    /// likely still holds it).
+    pub user_events_data: Option<bool>,
+    /// For a memfd mapping: the address it got.
+    pub mapped_addr: Option<u64>,
+}
+
+impl DetectionChecks {
+    pub fn of(event: &DetectionEvent, confirmer: &mut MappingConfirmer) -> DetectionChecks {
+        let pid = event.meta.pid;
+        match &event.body {
+            EventBody::UserEvents(ioctl) => DetectionChecks {
+                user_events_data: is_user_events_data(pid, ioctl.fd),
+                mapped_addr: None,
+            },
+            EventBody::DotnetIpcReady(m) | EventBody::DotnetRuntimeSeen(m) => DetectionChecks {
+                user_events_data: None,
+                mapped_addr: confirmer.mapped_address(pid, m),
+            },
+            _ => DetectionChecks::default(),
+        }
+    }
 }
 
 /// What `/proc/<pid>/fd/<fd>` points to, if the process and fd still exist.

@@ -8,7 +8,7 @@ use tracer_decode::procfs::MemfdMapping;
 use tracer_decode::unix_socket::{DiagnosticSocketName, ListeningDiagnosticSocket};
 
 use super::{Kind, Line, Pid, Source};
-use crate::kernel::procfs::ProcessIdentity;
+use crate::kernel::procfs::{DetectionChecks, ProcessIdentity};
 use crate::time::{Clock, monotonic_ns};
 
 /// Fields in the order they were pushed: the body of lines whose fields depend on the event.
@@ -39,19 +39,19 @@ fn push_ret(line: &mut FieldMap, ret: i64) {
     line.push("ret", ret).push("error", names::syscall_error_name(ret));
 }
 
-/// The line of a live detection. `user_events_data` is the /proc fd check for ioctl events.
+/// The line of a live detection, with what procfs added to it.
 pub fn detection_line(
     event: &DetectionEvent,
     clock: &Clock,
-    user_events_data: Option<bool>,
+    checks: DetectionChecks,
 ) -> Line<FieldMap> {
     let m = &event.meta;
-    let body = detection_body(event, user_events_data);
+    let body = detection_body(event, checks);
     Line::new(clock, m.ktime_ns, Kind::Detection(m.kind), Source::Kernel, Pid::Known(m.pid), body)
 }
 
 /// The body of a live detection line: the process, the CPU and sequence, the kind's fields.
-fn detection_body(event: &DetectionEvent, user_events_data: Option<bool>) -> FieldMap {
+fn detection_body(event: &DetectionEvent, checks: DetectionChecks) -> FieldMap {
     let m = &event.meta;
     let mut line = FieldMap::default();
     line.push("tid", m.tid)
@@ -65,17 +65,16 @@ fn detection_body(event: &DetectionEvent, user_events_data: Option<bool>) -> Fie
             line.push("memfd", mc.memfd_kind.name());
             push_captured(&mut line, "name", "name_error", &mc.name);
             line.push("flags", names::memfd_flag_names(mc.flags.into()));
-            push_ret(&mut line, mc.ret);
         }
         EventBody::DotnetIpcReady(map) | EventBody::DotnetRuntimeSeen(map) => {
-            push_mapping(&mut line, map);
+            push_mapping(&mut line, map, checks.mapped_addr);
         }
         EventBody::UserEvents(ioctl) => {
             line.push("fd", ioctl.fd);
             push_ret(&mut line, ioctl.ret);
             line.push("cmd", hex(ioctl.cmd))
                 .push("arg", hex(ioctl.arg))
-                .push("user_events_data", user_events_data);
+                .push("user_events_data", checks.user_events_data);
             match &ioctl.op {
                 UserEventsOp::Register { reg, name_args } => match reg {
                     Ok(reg) => {
@@ -176,10 +175,12 @@ pub fn procfs_socket_line(
     Line::new(clock, monotonic_ns(), kind, Source::Procfs, Pid::Known(pid), line)
 }
 
-fn push_mapping(line: &mut FieldMap, map: &Mapping) {
+/// `addr` is where the mapping went (read from procfs: the programs see the `mmap` at entry),
+/// null when it did not show.
+fn push_mapping(line: &mut FieldMap, map: &Mapping, addr: Option<u64>) {
     line.push("memfd", map.memfd_kind.name())
         .push("fd", map.fd)
-        .push("addr", hex(map.addr))
+        .push("addr", addr.map_or(Value::Null, hex))
         .push("len", map.len)
         .push("prot", names::prot_names(map.prot))
         .push("flags", names::map_flag_names(map.flags))

@@ -13,6 +13,7 @@ use tracer_decode::procfs::parse_maps_line;
 use tracer_decode::unix_socket::{DiagnosticSocketName, listening_diagnostic_sockets};
 
 use super::*;
+use crate::kernel::procfs::DetectionChecks;
 
 fn meta(kind: EventKind) -> EventMeta {
     EventMeta {
@@ -47,7 +48,7 @@ fn ipc_mapping() -> Mapping {
     Mapping {
         memfd_kind: MemfdKind::DotnetIpcCreated,
         fd: 4,
-        addr: 0x7f00_0000_1000,
+        addr_hint: 0,
         len: 4096,
         prot: 0,
         flags: 2,
@@ -72,7 +73,7 @@ fn ipc_socket_lines() {
             name: DiagnosticSocketName { pid: 5, key: 6 },
         }),
     };
-    let v = json_of(&detection_line(&ev, &clock, None));
+    let v = json_of(&detection_line(&ev, &clock, DetectionChecks::default()));
     assert_eq!(v["kind"], "dotnet_ipc_socket");
     assert_eq!(v["source"], "kernel");
     assert_eq!(v["fd"], 7);
@@ -98,7 +99,8 @@ fn envelope_order_and_fields() {
         meta: meta(EventKind::DotnetIpcReady),
         body: EventBody::DotnetIpcReady(ipc_mapping()),
     };
-    let line = detection_line(&ev, &clock, None);
+    let checks = DetectionChecks { user_events_data: None, mapped_addr: Some(0x7f00_0000_1000) };
+    let line = detection_line(&ev, &clock, checks);
     let text = serde_json::to_string(&line).unwrap();
     assert!(
             text.starts_with(r#"{"ts":"1970-01-01T00:00:01.000000000Z","mono_ns":1000000000,"kind":"dotnet_ipc_ready","source":"kernel","pid":100,"tid":101,"comm":"helper","uid":0,"cgroup_id":55,"cpu":1,"seq":3,"#),
@@ -129,7 +131,11 @@ fn register_line() {
         meta: meta(EventKind::UserEventsRegister),
         body: EventBody::UserEvents(ioctl.clone()),
     };
-    let v = json_of(&detection_line(&ev(&ioctl), &clock, Some(false)));
+    let v = json_of(&detection_line(
+        &ev(&ioctl),
+        &clock,
+        DetectionChecks { user_events_data: Some(false), mapped_addr: None },
+    ));
     assert_eq!(v["kind"], "user_events_register");
     assert_eq!(v["ret"], -25);
     assert_eq!(v["error"], "ENOTTY");
@@ -140,7 +146,7 @@ fn register_line() {
     assert_eq!(v["user_events_data"], false);
     assert!(v.get("write_index").is_none(), "write_index only on success");
     ioctl.ret = 0;
-    let v = json_of(&detection_line(&ev(&ioctl), &clock, None));
+    let v = json_of(&detection_line(&ev(&ioctl), &clock, DetectionChecks::default()));
     assert_eq!(v["write_index"], 9);
     assert_eq!(v["error"], Value::Null);
     assert_eq!(v["user_events_data"], Value::Null);
@@ -154,20 +160,19 @@ fn memfd_lifecycle_and_procfs_lines() {
         body: EventBody::MemfdCreate(MemfdCreate {
             memfd_kind: MemfdKind::DoubleMapper,
             flags: 1,
-            ret: -24,
             name: Err(-14),
         }),
     };
-    let v = json_of(&detection_line(&ev, &clock, None));
+    let v = json_of(&detection_line(&ev, &clock, DetectionChecks::default()));
     assert_eq!(v["name"], Value::Null);
     assert_eq!(v["name_error"], "EFAULT");
     assert_eq!(v["flags"], "MFD_CLOEXEC");
-    assert_eq!(v["error"], "EMFILE");
+    assert_eq!(v.get("ret"), None, "memfd_create is seen at entry: no result");
     let fork = DetectionEvent {
         meta: meta(EventKind::ProcessFork),
         body: EventBody::ProcessFork { child_pid: 7, clone_flags: 17 },
     };
-    let v = json_of(&detection_line(&fork, &clock, None));
+    let v = json_of(&detection_line(&fork, &clock, DetectionChecks::default()));
     assert_eq!((v["child_pid"].clone(), v["clone_flags"].clone()), (json!(7), json!("SIGCHLD")));
 
     let m = tracer_decode::procfs::parse_maps_line(
@@ -219,7 +224,11 @@ fn readme_envelope() -> Vec<String> {
 fn one_of_each_kind() -> Vec<Value> {
     let clock = Clock::with_offset(0);
     let detection = |kind, body| {
-        json_of(&detection_line(&DetectionEvent { meta: meta(kind), body }, &clock, Some(true)))
+        json_of(&detection_line(
+            &DetectionEvent { meta: meta(kind), body },
+            &clock,
+            DetectionChecks { user_events_data: Some(true), mapped_addr: Some(0x1000) },
+        ))
     };
     let mapping = ipc_mapping();
     let reg = user_reg();
@@ -234,7 +243,6 @@ fn one_of_each_kind() -> Vec<Value> {
             EventBody::MemfdCreate(MemfdCreate {
                 memfd_kind: MemfdKind::DoubleMapper,
                 flags: 1,
-                ret: 3,
                 name: Ok(b"doublemapper".to_vec()),
             }),
         ),
@@ -243,7 +251,6 @@ fn one_of_each_kind() -> Vec<Value> {
             EventBody::MemfdCreate(MemfdCreate {
                 memfd_kind: MemfdKind::DoubleMapper,
                 flags: 1,
-                ret: 3,
                 name: Err(-14),
             }),
         ),
@@ -321,7 +328,7 @@ fn one_of_each_kind() -> Vec<Value> {
         let line = detection_line(
             &DetectionEvent { meta: meta(EventKind::ProcessExit), body: EventBody::ProcessExit },
             &clock,
-            None,
+            DetectionChecks::default(),
         );
         lines.push(json_of(&line.with_labels(Some(std::sync::Arc::new(labels)))));
     }
@@ -539,7 +546,8 @@ fn labels_are_written_only_when_known() {
         pod_uid: None,
     };
     let text = serde_json::to_string(
-        &detection_line(&exit, &clock, None).with_labels(Some(std::sync::Arc::new(labels))),
+        &detection_line(&exit, &clock, DetectionChecks::default())
+            .with_labels(Some(std::sync::Arc::new(labels))),
     )
     .unwrap();
     let want = format!(
@@ -547,7 +555,8 @@ fn labels_are_written_only_when_known() {
         "e".repeat(64)
     );
     assert!(text.contains(&want), "{text}");
-    let bare = serde_json::to_string(&detection_line(&exit, &clock, None)).unwrap();
+    let bare =
+        serde_json::to_string(&detection_line(&exit, &clock, DetectionChecks::default())).unwrap();
     assert!(bare.contains(r#""pid":100,"tid":101,"#), "{bare}");
 }
 

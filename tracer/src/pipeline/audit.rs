@@ -16,7 +16,7 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{ProcessFilter, ProcessTracker};
 use crate::kernel::detect::{DetectOptions, Detector, Loss, ProgramStats};
-use crate::kernel::procfs;
+use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
 use crate::metrics::{Health, Publisher};
 use crate::output::{self, JsonLines, Kind, Line, LossCount, Pid, RegistrationTableBody, Source};
 use crate::registrations::RegistrationTable;
@@ -205,7 +205,7 @@ pub async fn run(
     log::info!(
         "attached {} detection programs; {} existing .NET mapping(s) and {} listening \
          diagnostic socket(s) found in /proc",
-        crate::kernel::detect::PROGRAMS.len(),
+        detector.attached().len(),
         scan.mappings.len(),
         scan.sockets.len()
     );
@@ -213,6 +213,7 @@ pub async fn run(
     super::signal_ready(ready);
 
     let mut batch = Vec::new();
+    let mut confirmer = MappingConfirmer::default();
     let mut publish = crate::metrics::publish_interval(config.metrics.is_some());
     tokio::pin!(stop);
     // Until stopped, or until the output takes no more lines.
@@ -227,13 +228,29 @@ pub async fn run(
                 continue;
             }
         }
-        emit_events(&mut batch, &clock, &mut sink, &mut table, &mut tracker, &mut summary);
+        emit_events(
+            &mut batch,
+            &clock,
+            &mut sink,
+            &mut table,
+            &mut tracker,
+            &mut confirmer,
+            &mut summary,
+        );
     }
 
     metrics.set_health(Health::Stopping);
     detector.detach()?;
     detector.drain(&mut batch);
-    emit_events(&mut batch, &clock, &mut sink, &mut table, &mut tracker, &mut summary);
+    emit_events(
+        &mut batch,
+        &clock,
+        &mut sink,
+        &mut table,
+        &mut tracker,
+        &mut confirmer,
+        &mut summary,
+    );
 
     read_losses(&detector, &mut summary)?;
     if config.registrations {
@@ -272,6 +289,7 @@ fn emit_events(
     sink: &mut JsonLines,
     table: &mut RegistrationTable,
     tracker: &mut ProcessTracker,
+    confirmer: &mut MappingConfirmer,
     summary: &mut AuditSummary,
 ) {
     for event in batch.drain(..) {
@@ -295,14 +313,9 @@ fn emit_events(
             summary.filtered_out += 1;
             continue;
         }
-        // Checked now, while the process most likely still holds the fd.
-        let user_events_data = match &event.body {
-            EventBody::UserEvents(ioctl) => procfs::is_user_events_data(event.meta.pid, ioctl.fd),
-            _ => None,
-        };
+        let checks = DetectionChecks::of(&event, confirmer);
         table.apply(&event);
-        let line =
-            output::detection_line(&event, clock, user_events_data).with_labels(tracked.labels);
+        let line = output::detection_line(&event, clock, checks).with_labels(tracked.labels);
         *summary.kernel_events.entry(line.kind().name()).or_default() += 1;
         sink.emit(&line);
     }

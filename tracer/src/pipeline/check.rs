@@ -9,12 +9,9 @@ use crate::kernel::tracefs::{Instance, Tracefs};
 /// Tracepoints the eBPF detection programs attach to.
 pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("syscalls", "sys_enter_memfd_create"),
-    ("syscalls", "sys_exit_memfd_create"),
     ("syscalls", "sys_enter_mmap"),
-    ("syscalls", "sys_exit_mmap"),
     ("syscalls", "sys_enter_ioctl"),
     ("syscalls", "sys_exit_ioctl"),
-    ("syscalls", "sys_enter_close"),
     ("syscalls", "sys_enter_bind"),
     ("sched", "sched_process_fork"),
     ("sched", "sched_process_exec"),
@@ -76,6 +73,7 @@ pub fn run() -> Vec<Finding> {
     let mut out = vec![privileges(), bpf_syscall()];
     let release = kernel_release();
     out.push(kernel_version(&release));
+    out.push(kernel_btf());
     match Tracefs::find_or_mount() {
         Ok(tracefs) => {
             out.push(finding(
@@ -185,6 +183,31 @@ fn tracepoint(tracefs: &Tracefs, system: &str, name: &str) -> Finding {
             };
             finding(Status::Missing, what, format!("{} unreadable ({e}): {why}", id.display()))
         }
+    }
+}
+
+fn kernel_btf() -> Finding {
+    let what = "kernel BTF";
+    match crate::kernel::btf::memfd_offsets() {
+        Ok(c) => finding(
+            Status::Ok,
+            what,
+            format!(
+                "{}: the memfd programs read the name of the file an mmap maps (task_struct.files \
+                 at {}, dentry name at {})",
+                crate::kernel::btf::VMLINUX_BTF,
+                c.task_files_offset,
+                c.dentry_name_offset
+            ),
+        ),
+        Err(e) => finding(
+            Status::MissingOptional,
+            what,
+            format!(
+                "{e:#}: the .NET memfd mapping detection is off; runtimes are still found by their \
+                 diagnostic socket; rebuild with CONFIG_DEBUG_INFO_BTF=y for it"
+            ),
+        ),
     }
 }
 

@@ -23,7 +23,7 @@ use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
 use crate::kernel::detect::{DetectOptions, Detector, Loss};
 use crate::kernel::ftrace_reader::ReaderStats;
-use crate::kernel::procfs;
+use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
 use crate::kernel::tracefs::Tracefs;
 use crate::kernel::user_events::UserEventsData;
 use crate::metrics::runtime::RuntimeCounters;
@@ -433,6 +433,7 @@ pub async fn run(
     super::signal_ready(ready);
 
     let mut batch: Vec<DetectionEvent> = Vec::new();
+    let mut confirmer = MappingConfirmer::default();
     let mut publish = crate::metrics::publish_interval(metrics.is_enabled());
     let mut status = LiveStatus::new(config.live_status);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -454,7 +455,8 @@ pub async fn run(
                         else {
                             continue;
                         };
-                        let line = output::detection_line(&event, &clock, None)
+                        let checks = DetectionChecks::of(&event, &mut confirmer);
+                        let line = output::detection_line(&event, &clock, checks)
                             .with_labels(process_labels);
                         *summary.detections.entry(("kernel", line.kind().name())).or_default() += 1;
                         sink.emit(&line);

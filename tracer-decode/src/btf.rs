@@ -1,0 +1,449 @@
+//! Reads struct member offsets from BPF Type Format (BTF) bytes, such as the kernel's own
+//! `/sys/kernel/btf/vmlinux`. The detection programs have no CO-RE relocations, so user space
+//! finds the few offsets they follow (task → files → file → dentry name) here and passes them
+//! in their configuration (docs/protocol/bpf-detection.md §7, which also gives the format).
+//!
+//! Only what an offset lookup needs is decoded: the header, the string section and each type's
+//! kind, name, size and (for structs and unions) members. Every type record is walked once to
+//! index it; the index is the only allocation (4 bytes per type).
+use std::fmt;
+
+/// `btf_header.magic`.
+const BTF_MAGIC: u16 = 0xEB9F;
+/// Byte length of `struct btf_header` (version 1).
+const HEADER_LEN: usize = 24;
+/// `struct btf_type`: name_off, info, size-or-type.
+const TYPE_LEN: usize = 12;
+/// Nested anonymous structs and unions followed when looking for a member (the kernel's deepest
+/// is 3 or 4; the bound keeps a hostile, cyclic input from recursing without end).
+const MAX_ANONYMOUS_DEPTH: usize = 8;
+/// Modifiers and typedefs followed to reach a member's struct type (same reason).
+const MAX_TYPE_CHAIN: usize = 16;
+
+/// BTF kinds used here (`BTF_KIND_*` of `include/uapi/linux/btf.h`); public for `encode`.
+pub const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+pub const KIND_STRUCT: u32 = 4;
+pub const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+pub const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_TYPE_TAG: u32 = 18;
+const KIND_ENUM64: u32 = 19;
+const KIND_MAX: u32 = 19;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BtfError {
+    /// Fewer bytes than a field at `offset` needs.
+    Truncated {
+        offset: usize,
+    },
+    BadMagic {
+        magic: u16,
+    },
+    /// A section that does not lie inside the data (`offset` of the header field).
+    BadSection {
+        offset: usize,
+    },
+    /// A type record of a kind this format version does not define.
+    UnknownKind {
+        offset: usize,
+        kind: u32,
+    },
+    /// A name offset outside the string section, or a name that is not NUL-terminated UTF-8.
+    BadName {
+        name_off: u32,
+    },
+    /// No struct of that name.
+    NoStruct {
+        name: String,
+    },
+    /// The struct (or a struct it contains anonymously) has no member of that name.
+    NoMember {
+        structure: String,
+        member: String,
+    },
+    /// A member that is a bitfield, or does not start on a byte.
+    NotByteAligned {
+        structure: String,
+        member: String,
+    },
+}
+
+impl fmt::Display for BtfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BtfError::Truncated { offset } => write!(f, "BTF data ends at byte {offset}"),
+            BtfError::BadMagic { magic } => write!(f, "not BTF (magic {magic:#06x})"),
+            BtfError::BadSection { offset } => {
+                write!(f, "BTF section at header byte {offset} lies outside the data")
+            }
+            BtfError::UnknownKind { offset, kind } => {
+                write!(f, "unknown BTF kind {kind} at byte {offset}")
+            }
+            BtfError::BadName { name_off } => write!(f, "bad BTF name offset {name_off}"),
+            BtfError::NoStruct { name } => write!(f, "kernel BTF has no struct {name}"),
+            BtfError::NoMember { structure, member } => {
+                write!(f, "kernel BTF: struct {structure} has no member {member}")
+            }
+            BtfError::NotByteAligned { structure, member } => {
+                write!(f, "kernel BTF: {structure}.{member} is not byte-aligned")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BtfError {}
+
+/// Parsed BTF: the type and string sections and where each type record starts.
+pub struct Btf<'a> {
+    types: &'a [u8],
+    strings: &'a [u8],
+    /// Byte offset in `types` of type id `i + 1` (id 0 is `void`).
+    type_starts: Vec<u32>,
+}
+
+/// The fixed part of one type record.
+#[derive(Clone, Copy)]
+struct TypeRecord {
+    name_off: u32,
+    kind: u32,
+    vlen: usize,
+    kind_flag: bool,
+    /// Size (structs, unions, ints, enums) or the referenced type id (pointers, modifiers).
+    size_or_type: u32,
+    /// Offset in `types` of the record's kind-specific data.
+    data: usize,
+}
+
+fn u16_at(data: &[u8], at: usize) -> Result<u16, BtfError> {
+    let bytes = data.get(at..at + 2).ok_or(BtfError::Truncated { offset: at })?;
+    Ok(u16::from_le_bytes([bytes[0], bytes[1]]))
+}
+
+fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
+    let bytes = data.get(at..at + 4).ok_or(BtfError::Truncated { offset: at })?;
+    Ok(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
+}
+
+/// `[start, start + len)` of a header-described section, checked against `data`.
+fn section(data: &[u8], base: usize, header_field: usize) -> Result<&[u8], BtfError> {
+    let start = u32_at(data, header_field)? as usize;
+    let len = u32_at(data, header_field + 4)? as usize;
+    let bad = BtfError::BadSection { offset: header_field };
+    let begin = base.checked_add(start).ok_or(bad.clone())?;
+    data.get(begin..begin.checked_add(len).ok_or(bad.clone())?).ok_or(bad)
+}
+
+/// Bytes of kind-specific data after the fixed part of a type record.
+fn extra_len(kind: u32, vlen: usize) -> usize {
+    match kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => 12,
+        KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
+        KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
+        _ => 0,
+    }
+}
+
+impl<'a> Btf<'a> {
+    /// Parses little-endian BTF (the kernel's, on the machines tracer runs on).
+    pub fn parse(data: &'a [u8]) -> Result<Btf<'a>, BtfError> {
+        let magic = u16_at(data, 0)?;
+        if magic != BTF_MAGIC {
+            return Err(BtfError::BadMagic { magic });
+        }
+        let header_len = u32_at(data, 4)? as usize;
+        if header_len < HEADER_LEN {
+            return Err(BtfError::BadSection { offset: 4 });
+        }
+        let types = section(data, header_len, 8)?;
+        let strings = section(data, header_len, 16)?;
+        let mut type_starts = Vec::new();
+        let mut at = 0;
+        while at < types.len() {
+            let info = u32_at(types, at + 4)?;
+            let kind = (info >> 24) & 0x1f;
+            if kind == 0 || kind > KIND_MAX {
+                return Err(BtfError::UnknownKind { offset: header_len + at, kind });
+            }
+            type_starts.push(at as u32);
+            at += TYPE_LEN + extra_len(kind, (info & 0xffff) as usize);
+        }
+        if at != types.len() {
+            return Err(BtfError::Truncated { offset: header_len + types.len() });
+        }
+        Ok(Btf { types, strings, type_starts })
+    }
+
+    fn record(&self, id: u32) -> Option<TypeRecord> {
+        let at = *self.type_starts.get(id.checked_sub(1)? as usize)? as usize;
+        let info = u32_at(self.types, at + 4).ok()?;
+        Some(TypeRecord {
+            name_off: u32_at(self.types, at).ok()?,
+            kind: (info >> 24) & 0x1f,
+            vlen: (info & 0xffff) as usize,
+            kind_flag: info >> 31 != 0,
+            size_or_type: u32_at(self.types, at + 8).ok()?,
+            data: at + TYPE_LEN,
+        })
+    }
+
+    fn name(&self, name_off: u32) -> Result<&'a str, BtfError> {
+        let bad = BtfError::BadName { name_off };
+        let rest = self.strings.get(name_off as usize..).ok_or(bad.clone())?;
+        let end = rest.iter().position(|&b| b == 0).ok_or(bad.clone())?;
+        std::str::from_utf8(&rest[..end]).map_err(|_| bad)
+    }
+
+    /// Follows typedefs and modifiers to the struct or union a member's type names, if any.
+    fn composite(&self, mut id: u32) -> Option<TypeRecord> {
+        for _ in 0..MAX_TYPE_CHAIN {
+            let record = self.record(id)?;
+            match record.kind {
+                KIND_STRUCT | KIND_UNION => return Some(record),
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = record.size_or_type
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Bit offset of `member` in the struct or union `record`, looking inside anonymous members,
+    /// and whether it is a bitfield.
+    fn member_bits(&self, record: TypeRecord, member: &str, depth: usize) -> Option<(u64, bool)> {
+        if depth > MAX_ANONYMOUS_DEPTH {
+            return None;
+        }
+        for i in 0..record.vlen {
+            let at = record.data + 12 * i;
+            let (Ok(name_off), Ok(ty), Ok(offset)) =
+                (u32_at(self.types, at), u32_at(self.types, at + 4), u32_at(self.types, at + 8))
+            else {
+                return None;
+            };
+            // With kind_flag the low 24 bits are the offset, the high 8 a bitfield size.
+            let (bits, bitfield) = if record.kind_flag {
+                (u64::from(offset & 0x00ff_ffff), offset >> 24)
+            } else {
+                (u64::from(offset), 0)
+            };
+            if name_off == 0 {
+                if let Some(inner) = self.composite(ty)
+                    && let Some((inner_bits, inner_bitfield)) =
+                        self.member_bits(inner, member, depth + 1)
+                {
+                    return Some((bits + inner_bits, inner_bitfield));
+                }
+            } else if self.name(name_off).ok() == Some(member) {
+                return Some((bits, bitfield != 0));
+            }
+        }
+        None
+    }
+
+    /// The first struct named `name`.
+    fn find_struct(&self, name: &str) -> Result<TypeRecord, BtfError> {
+        (1..=self.type_starts.len() as u32)
+            .filter_map(|id| self.record(id))
+            .find(|r| r.kind == KIND_STRUCT && self.name(r.name_off).ok() == Some(name))
+            .ok_or_else(|| BtfError::NoStruct { name: name.to_string() })
+    }
+
+    /// Byte offset of `member` in `struct structure`, also when the member sits in an
+    /// anonymous struct or union inside it (as `dentry.d_name` does on recent kernels).
+    pub fn member_offset(&self, structure: &str, member: &str) -> Result<u32, BtfError> {
+        let record = self.find_struct(structure)?;
+        let no_member =
+            || BtfError::NoMember { structure: structure.to_string(), member: member.to_string() };
+        let (bits, bitfield) = self.member_bits(record, member, 0).ok_or_else(no_member)?;
+        if bitfield || bits % 8 != 0 || bits / 8 > u64::from(u32::MAX) {
+            return Err(BtfError::NotByteAligned {
+                structure: structure.to_string(),
+                member: member.to_string(),
+            });
+        }
+        Ok((bits / 8) as u32)
+    }
+}
+
+/// Writes BTF, type by type: inputs for the unit tests and the fuzz seeds.
+#[cfg(any(test, feature = "btf-encoder"))]
+pub mod encode {
+    use super::*;
+
+    /// Builds BTF bytes type by type (ids count from 1 in push order).
+    pub struct Builder {
+        types: Vec<u8>,
+        strings: Vec<u8>,
+    }
+
+    impl Builder {
+        pub fn new() -> Builder {
+            Builder { types: Vec::new(), strings: vec![0] }
+        }
+
+        /// Adds a name to the string section; its offset (0 for the empty name).
+        pub fn string(&mut self, s: &str) -> u32 {
+            if s.is_empty() {
+                return 0;
+            }
+            let off = self.strings.len() as u32;
+            self.strings.extend(s.as_bytes());
+            self.strings.push(0);
+            off
+        }
+
+        /// One type record and its kind-specific words (structs and unions: 3 per member).
+        pub fn push(&mut self, name: &str, kind: u32, flag: bool, size: u32, extra: &[u32]) {
+            let name = self.string(name);
+            let vlen = match kind {
+                KIND_STRUCT | KIND_UNION => extra.len() / 3,
+                _ => 0,
+            } as u32;
+            let info = (u32::from(flag) << 31) | (kind << 24) | vlen;
+            for w in [name, info, size].iter().chain(extra) {
+                self.types.extend(w.to_le_bytes());
+            }
+        }
+
+        /// A struct or union with (name, type id, bit offset) members.
+        pub fn composite(
+            &mut self,
+            name: &str,
+            kind: u32,
+            size: u32,
+            members: &[(&str, u32, u32)],
+        ) {
+            let mut extra = Vec::new();
+            for (member, ty, bits) in members {
+                extra.extend([self.string(member), *ty, *bits]);
+            }
+            self.push(name, kind, false, size, &extra);
+        }
+
+        /// Header, type section, string section.
+        pub fn bytes(&self) -> Vec<u8> {
+            let mut out = Vec::new();
+            out.extend(BTF_MAGIC.to_le_bytes());
+            out.extend([1, 0]);
+            out.extend((HEADER_LEN as u32).to_le_bytes());
+            out.extend(0u32.to_le_bytes());
+            out.extend((self.types.len() as u32).to_le_bytes());
+            out.extend((self.types.len() as u32).to_le_bytes());
+            out.extend((self.strings.len() as u32).to_le_bytes());
+            out.extend(&self.types);
+            out.extend(&self.strings);
+            out
+        }
+    }
+
+    impl Default for Builder {
+        fn default() -> Self {
+            Builder::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode::Builder;
+    use super::*;
+
+    /// id 1: int; 2: struct qstr { u64 hash_len; name @ 64 bits }; 3: anonymous union
+    /// { qstr d_name; qstr __d_name }; 4: const qstr; 5: struct dentry { int flags; union @ 128
+    /// bits }.
+    fn dentry_like() -> Vec<u8> {
+        let mut b = Builder::new();
+        b.push("int", KIND_INT, false, 4, &[32]);
+        b.composite("qstr", KIND_STRUCT, 16, &[("hash_len", 1, 0), ("name", 1, 64)]);
+        b.composite("", KIND_UNION, 16, &[("d_name", 4, 0), ("__d_name", 2, 0)]);
+        b.push("", KIND_CONST, false, 2, &[]);
+        b.composite("dentry", KIND_STRUCT, 32, &[("d_flags", 1, 0), ("", 3, 128)]);
+        b.bytes()
+    }
+
+    #[test]
+    fn finds_direct_and_anonymous_members() {
+        let data = dentry_like();
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(btf.member_offset("qstr", "name"), Ok(8));
+        assert_eq!(btf.member_offset("dentry", "d_flags"), Ok(0));
+        assert_eq!(btf.member_offset("dentry", "d_name"), Ok(16));
+        assert_eq!(btf.member_offset("dentry", "__d_name"), Ok(16));
+    }
+
+    #[test]
+    fn missing_struct_and_member_are_named() {
+        let data = dentry_like();
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(
+            btf.member_offset("file", "f_path"),
+            Err(BtfError::NoStruct { name: "file".into() })
+        );
+        assert_eq!(
+            btf.member_offset("dentry", "d_inode"),
+            Err(BtfError::NoMember { structure: "dentry".into(), member: "d_inode".into() })
+        );
+        assert_eq!(
+            btf.member_offset("dentry", "d_inode").unwrap_err().to_string(),
+            "kernel BTF: struct dentry has no member d_inode"
+        );
+    }
+
+    #[test]
+    fn bitfields_and_unaligned_members_are_refused() {
+        let mut b = Builder::new();
+        b.push("int", KIND_INT, false, 4, &[32]);
+        // kind_flag: bitfield of 3 bits at bit 4; a plain member at bit 12.
+        let (flags, odd) = (b.string("flags"), b.string("odd"));
+        b.push("s", KIND_STRUCT, true, 4, &[flags, 1, (3 << 24) | 4, odd, 1, 12]);
+        let data = b.bytes();
+        let btf = Btf::parse(&data).unwrap();
+        let refused = |member: &str| BtfError::NotByteAligned {
+            structure: "s".into(),
+            member: member.into(),
+        };
+        assert_eq!(btf.member_offset("s", "flags"), Err(refused("flags")));
+        assert_eq!(btf.member_offset("s", "odd"), Err(refused("odd")));
+    }
+
+    #[test]
+    fn malformed_input_is_a_typed_error() {
+        assert_eq!(Btf::parse(&[0x9f]).err(), Some(BtfError::Truncated { offset: 0 }));
+        assert_eq!(Btf::parse(&[0, 0, 0, 0]).err(), Some(BtfError::BadMagic { magic: 0 }));
+        let mut data = dentry_like();
+        // Type section longer than the data.
+        data[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(Btf::parse(&data).err(), Some(BtfError::BadSection { offset: 8 }));
+        let mut data = dentry_like();
+        // First type's kind := 31.
+        data[HEADER_LEN + 7] = 31;
+        assert_eq!(
+            Btf::parse(&data).err(),
+            Some(BtfError::UnknownKind { offset: HEADER_LEN, kind: 31 })
+        );
+    }
+
+    #[test]
+    fn self_containing_anonymous_union_ends() {
+        let mut b = Builder::new();
+        // id 1: anonymous union whose only member is itself.
+        b.composite("", KIND_UNION, 8, &[("", 1, 0)]);
+        b.composite("loop", KIND_STRUCT, 8, &[("", 1, 0)]);
+        let data = b.bytes();
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(
+            btf.member_offset("loop", "x"),
+            Err(BtfError::NoMember { structure: "loop".into(), member: "x".into() })
+        );
+    }
+}
