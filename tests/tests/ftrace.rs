@@ -257,6 +257,8 @@ fn ftrace_pipeline_streams_json_lines() {
     let config = FtraceConfig {
         events: vec!["ftrace:raw_data".parse().unwrap(), "ftrace:print".parse().unwrap()],
         buffer_size_kb: 1024,
+        // Records in sub-buffers of four pages.
+        subbuf_size_kb: Some(16),
         buffer_percent: 0,
         read_mode: ReadMode::Auto,
         integrity: tracer::kernel::ftrace_reader::Integrity::Strict,
@@ -271,6 +273,7 @@ fn ftrace_pipeline_streams_json_lines() {
         std::process::id()
     ));
     assert!(std::fs::read_to_string(dir.join("trace_clock")).unwrap().contains("[mono]"));
+    assert_eq!(std::fs::read_to_string(dir.join("buffer_subbuf_size_kb")).unwrap(), "16\n");
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     std::fs::write(dir.join("trace_marker"), "pipeline line\n").unwrap();
@@ -309,11 +312,21 @@ fn ftrace_pipeline_streams_json_lines() {
 
 /// A writer appending while the reader drains (the reader page is often the writer's page, so
 /// GET_READER sometimes only advances the kernel's read position): every record is decoded in
-/// order, nothing is lost, and the kernel buffer is empty afterwards.
-async fn concurrent_writer_is_drained_completely(mode: ReadMode, suffix: &str) {
+/// order, nothing is lost, and the kernel buffer is empty afterwards. With `subbuf_kb`, in
+/// sub-buffers of that size (`buffer_subbuf_size_kb`) instead of pages.
+async fn concurrent_writer_is_drained_completely(
+    mode: ReadMode,
+    suffix: &str,
+    subbuf_kb: Option<u64>,
+) {
     // About 2 MiB of events: hundreds of sub-buffers, all fitting in the 8 MiB buffer.
     const RECORDS: u32 = 20_000;
     let inst = instance(suffix, 8192);
+    if let Some(kb) = subbuf_kb {
+        inst.set_subbuf_size_kb(kb).unwrap();
+        assert_eq!(inst.subbuf_size().unwrap(), Some(kb as usize * 1024));
+        assert_eq!(inst.page_layout().unwrap().subbuf_size(), kb as usize * 1024);
+    }
     // Rare wake-ups: many sub-buffers pile up between drains while the writer keeps appending.
     inst.set_buffer_percent(50).unwrap();
     let config =
@@ -346,10 +359,20 @@ async fn concurrent_writer_is_drained_completely(mode: ReadMode, suffix: &str) {
 
 #[tokio::test]
 async fn concurrent_writer_is_drained_completely_mmap() {
-    concurrent_writer_is_drained_completely(ReadMode::Mmap, "drain-mmap").await;
+    concurrent_writer_is_drained_completely(ReadMode::Mmap, "drain-mmap", None).await;
 }
 
 #[tokio::test]
 async fn concurrent_writer_is_drained_completely_read() {
-    concurrent_writer_is_drained_completely(ReadMode::Read, "drain-read").await;
+    concurrent_writer_is_drained_completely(ReadMode::Read, "drain-read", None).await;
+}
+
+#[tokio::test]
+async fn large_subbuffers_are_drained_completely_mmap() {
+    concurrent_writer_is_drained_completely(ReadMode::Mmap, "subbuf-mmap", Some(64)).await;
+}
+
+#[tokio::test]
+async fn large_subbuffers_are_drained_completely_read() {
+    concurrent_writer_is_drained_completely(ReadMode::Read, "subbuf-read", Some(64)).await;
 }

@@ -104,6 +104,7 @@ impl Command {
                     let config = ftrace::FtraceConfig {
                         events: args.events,
                         buffer_size_kb: args.buffer_size_kb,
+                        subbuf_size_kb: args.subbuf_size_kb,
                         buffer_percent: args.buffer_percent,
                         read_mode: args.read_mode.into(),
                         integrity: args.integrity.into(),
@@ -536,6 +537,10 @@ pub struct FtraceArgs {
     /// Ring-buffer size per CPU, in KiB.
     #[arg(long, default_value_t = 4096)]
     pub buffer_size_kb: u64,
+    /// Sub-buffer size in KiB (Linux ≥ 6.8; the kernel rounds up to a power of two of pages):
+    /// each read() or mmap reader swap then hands over that much. Default: one page.
+    #[arg(long, value_name = "KIB")]
+    pub subbuf_size_kb: Option<u64>,
     /// Wake the reader when a CPU buffer is this full (0–100; 0 = on every event). A 100 ms poll
     /// timer drains quieter CPUs anyway.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(0..=100))]

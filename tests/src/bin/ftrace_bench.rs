@@ -1,8 +1,10 @@
 //! One run of the ftrace consumer benchmark (driven by `cargo xtask bench ftrace`).
 //!
-//! `ftrace_bench <mmap|read|trace-cmd> <seconds> <rate per s, 0 = as fast as possible>`:
-//! a producer thread pinned to CPU 0 writes 16-byte `trace_marker_raw` records into a private
-//! instance (4 MiB per CPU, buffer_percent 50, mono clock) while the consumer runs on CPU 1.
+//! `ftrace_bench <mmap|read|trace-cmd> <seconds> <rate per s, 0 = as fast as possible>
+//! [record bytes, default 16] [sub-buffer KiB, default: the page]`:
+//! a producer thread pinned to CPU 0 writes `trace_marker_raw` records (id, sequence number,
+//! zero padding) into a private instance (4 MiB per CPU, buffer_percent 50, mono clock) while
+//! the consumer runs on CPU 1.
 //! tracer's consumer takes records through the zero-copy `FtraceReader::next_records` and checks
 //! each one's id and sequence number. Prints one JSON object: written, consumed, lost, wall
 //! seconds, consumer CPU seconds.
@@ -39,10 +41,16 @@ fn children_cpu_seconds() -> f64 {
 }
 
 /// Writes records for `seconds` at `rate` per second (0: flat out); returns how many.
-fn produce(inst: Arc<Instance>, seconds: f64, rate: u64, started: Arc<AtomicBool>) -> u64 {
+fn produce(
+    inst: Arc<Instance>,
+    seconds: f64,
+    rate: u64,
+    record_len: usize,
+    started: Arc<AtomicBool>,
+) -> u64 {
     pin_to_cpu(0);
     let mut f = File::options().write(true).open(inst.path("trace_marker_raw")).unwrap();
-    let mut record = [0u8; 16];
+    let mut record = vec![0u8; record_len];
     record[..4].copy_from_slice(&RECORD_ID.to_le_bytes());
     started.store(true, Ordering::Release);
     let start = Instant::now();
@@ -118,12 +126,18 @@ fn hide_unreadable_ftrace_pid_files(command: &mut Command, inst: &Instance) -> P
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: ftrace_bench <mmap|read|trace-cmd> <seconds> <rate>";
+    let usage = "usage: ftrace_bench <mmap|read|trace-cmd> <seconds> <rate> [record bytes] \
+                 [sub-buffer KiB]";
     let method = args.get(1).expect(usage).as_str();
     let seconds: f64 = args.get(2).expect(usage).parse().expect(usage);
     let rate: u64 = args.get(3).expect(usage).parse().expect(usage);
+    let record_len: usize = args.get(4).map_or(16, |a| a.parse().expect(usage));
+    assert!(record_len >= 12, "a record holds its id and sequence number: {usage}");
     pin_to_cpu(1);
     let inst = instance(&format!("bench-{method}"), BUFFER_KB);
+    if let Some(kb) = args.get(5) {
+        inst.set_subbuf_size_kb(kb.parse().expect(usage)).unwrap();
+    }
     inst.set_buffer_percent(BUFFER_PERCENT).unwrap();
     let started = Arc::new(AtomicBool::new(false));
 
@@ -140,7 +154,7 @@ fn main() {
                 let t0 = Instant::now();
                 let producer = {
                     let (inst, started) = (inst.clone(), started.clone());
-                    std::thread::spawn(move || produce(inst, seconds, rate, started))
+                    std::thread::spawn(move || produce(inst, seconds, rate, record_len, started))
                 };
                 // The consumer's work per record: check it is one of ours, in sequence.
                 let mut consumed = 0u64;
@@ -212,7 +226,7 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(10));
             }
             let t0 = Instant::now();
-            let written = produce(inst.clone(), seconds, rate, started.clone());
+            let written = produce(inst.clone(), seconds, rate, record_len, started.clone());
             // SAFETY: signalling the process group of our own child, by its id.
             unsafe { libc::kill(-group, libc::SIGINT) };
             child.wait().unwrap();

@@ -42,6 +42,11 @@ impl PageLayout {
         PageLayout { data_offset: 16, data_size: subbuf_size.saturating_sub(16), commit_size: 8 }
     }
 
+    /// The same header fields in sub-buffers of `subbuf_size` bytes.
+    pub fn with_subbuf_size(self, subbuf_size: usize) -> PageLayout {
+        PageLayout { data_size: subbuf_size.saturating_sub(self.data_offset), ..self }
+    }
+
     pub fn subbuf_size(&self) -> usize {
         self.data_offset + self.data_size
     }

@@ -2,7 +2,7 @@
 //! known tracepoints with per-CPU accounting ([`StreamDecoder`]), and per-CPU record queues are
 //! merged in time order ([`ReorderWindow`]). The transports that fetch the pages (mapped
 //! sub-buffers, `read()` of `trace_pipe_raw`) live in tracer's kernel layer and share this.
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -176,10 +176,36 @@ impl ReorderWindow {
     }
 }
 
+/// The tracepoints being decoded, sorted by event id: every record is looked up here, and a
+/// binary search over a few (or a few hundred) ids costs less than hashing each one.
+#[derive(Default)]
+struct TracepointsById(Vec<(u16, Arc<Tracepoint>)>);
+
+impl TracepointsById {
+    fn insert(&mut self, tracepoint: Arc<Tracepoint>) {
+        let id = tracepoint.format.id;
+        match self.0.binary_search_by_key(&id, |(i, _)| *i) {
+            Ok(at) => self.0[at].1 = tracepoint,
+            Err(at) => self.0.insert(at, (id, tracepoint)),
+        }
+    }
+
+    fn remove(&mut self, id: u16) {
+        if let Ok(at) = self.0.binary_search_by_key(&id, |(i, _)| *i) {
+            self.0.remove(at);
+        }
+    }
+
+    fn get(&self, id: u16) -> Option<&Arc<Tracepoint>> {
+        let at = self.0.binary_search_by_key(&id, |(i, _)| *i).ok()?;
+        Some(&self.0[at].1)
+    }
+}
+
 /// Turns page bytes into records and reports; shared by every transport.
 pub struct StreamDecoder {
     layout: PageLayout,
-    by_id: HashMap<u16, Arc<Tracepoint>>,
+    by_id: TracepointsById,
     stats: Vec<CpuStats>,
     strict: bool,
     /// The latest corrupt page (each is logged and counted; only the latest is kept).
@@ -196,20 +222,25 @@ impl StreamDecoder {
         strict: bool,
     ) -> StreamDecoder {
         let stats = cpus.iter().map(|&cpu| CpuStats { cpu, ..Default::default() }).collect();
-        let mut decoder =
-            StreamDecoder { layout, by_id: HashMap::new(), stats, strict, last_corruption: None };
+        let mut decoder = StreamDecoder {
+            layout,
+            by_id: TracepointsById::default(),
+            stats,
+            strict,
+            last_corruption: None,
+        };
         tracepoints.into_iter().for_each(|tp| decoder.add_tracepoint(tp));
         decoder
     }
 
     /// Decodes records of one more tracepoint from now on.
     pub fn add_tracepoint(&mut self, tracepoint: Tracepoint) {
-        self.by_id.insert(tracepoint.format.id, Arc::new(tracepoint));
+        self.by_id.insert(Arc::new(tracepoint));
     }
 
     /// Stops decoding the tracepoint with this id: its records count as unknown events.
     pub fn remove_tracepoint(&mut self, id: u16) {
-        self.by_id.remove(&id);
+        self.by_id.remove(id);
     }
 
     pub fn layout(&self) -> &PageLayout {
@@ -314,7 +345,7 @@ impl StreamDecoder {
 /// otherwise counted in `stats`.
 fn checked_record<'a>(
     stats: &mut CpuStats,
-    by_id: &'a HashMap<u16, Arc<Tracepoint>>,
+    by_id: &'a TracepointsById,
     cpu: u32,
     raw: RawEvent<'a>,
 ) -> Option<RecordRef<'a>> {
@@ -322,7 +353,7 @@ fn checked_record<'a>(
         stats.bad_records += 1;
         return None;
     };
-    let Some(tracepoint) = by_id.get(&common.common_type) else {
+    let Some(tracepoint) = by_id.get(common.common_type) else {
         stats.unknown_events += 1;
         return None;
     };

@@ -226,6 +226,32 @@ impl Instance {
         self.write("buffer_size_kb", &kb.to_string())
     }
 
+    /// Sub-buffer size (Linux ≥ 6.8: `buffer_subbuf_size_kb`, a power of two of pages; the
+    /// kernel rounds up). Each `read()` or `GET_READER` then hands over this much: fewer
+    /// syscalls per record. Resets the buffer: set it before any CPU buffer is opened.
+    pub fn set_subbuf_size_kb(&self, kb: u64) -> anyhow::Result<()> {
+        if !self.path(SUBBUF_SIZE_FILE).exists() {
+            bail!(
+                "this kernel cannot change the ftrace sub-buffer size (no {SUBBUF_SIZE_FILE}, \
+                 Linux ≥ 6.8): leave it at the page size"
+            );
+        }
+        self.write(SUBBUF_SIZE_FILE, &kb.to_string())
+    }
+
+    /// The sub-buffer size in bytes: the page size on kernels without `buffer_subbuf_size_kb`.
+    pub fn subbuf_size(&self) -> anyhow::Result<Option<usize>> {
+        if !self.path(SUBBUF_SIZE_FILE).exists() {
+            return Ok(None);
+        }
+        let text = self.read(SUBBUF_SIZE_FILE)?;
+        let kb: usize = text
+            .trim()
+            .parse()
+            .with_context(|| format!("{SUBBUF_SIZE_FILE} reads {text:?}, not a number"))?;
+        Ok(Some(kb << 10))
+    }
+
     /// Fill level (0–100) at which readers are woken.
     pub fn set_buffer_percent(&self, percent: u32) -> anyhow::Result<()> {
         self.write("buffer_percent", &percent.to_string())
@@ -353,12 +379,17 @@ impl Instance {
         self.tracefs.event_format(system, event)
     }
 
-    /// Sub-buffer layout from `events/header_page`, checked against `events/header_event`.
+    /// Sub-buffer layout from `events/header_page`, checked against `events/header_event`, and
+    /// sized as this instance's sub-buffers (`header_page` always describes one page).
     pub fn page_layout(&self) -> anyhow::Result<tracer_decode::ftrace::page::PageLayout> {
         use tracer_decode::ftrace::page::PageLayout;
         let read = |name: &str| read_in_one_go(&self.tracefs.path("events").join(name));
         PageLayout::check_header_event(&read("header_event")?)?;
-        Ok(PageLayout::parse_header_page(&read("header_page")?)?)
+        let page = PageLayout::parse_header_page(&read("header_page")?)?;
+        Ok(match self.subbuf_size()? {
+            Some(size) => page.with_subbuf_size(size),
+            None => page,
+        })
     }
 
     fn cleanup(&self) -> anyhow::Result<()> {
@@ -383,6 +414,9 @@ impl Drop for Instance {
         }
     }
 }
+
+/// An instance's sub-buffer size file (Linux ≥ 6.8).
+const SUBBUF_SIZE_FILE: &str = "buffer_subbuf_size_kb";
 
 /// Reads a tracefs file with one large read: `events/header_event` and `header_page` return
 /// only their first chunk to a small first read (the probe read of `read_to_string`).

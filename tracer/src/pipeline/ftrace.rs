@@ -20,6 +20,8 @@ pub struct FtraceConfig {
     pub events: Vec<EventSpec>,
     /// Ring-buffer size per CPU, in KiB.
     pub buffer_size_kb: u64,
+    /// Sub-buffer size in KiB; `None`: the kernel's default (one page).
+    pub subbuf_size_kb: Option<u64>,
     /// Wake the reader when a CPU buffer is this full (percent).
     pub buffer_percent: u32,
     pub read_mode: ReadMode,
@@ -69,6 +71,10 @@ pub async fn run(
 ) -> anyhow::Result<FtraceSummary> {
     let tracefs = Tracefs::find_or_mount()?;
     let instance = Arc::new(Instance::create(&tracefs)?);
+    // First: a new sub-buffer size reallocates the buffer.
+    if let Some(kb) = config.subbuf_size_kb {
+        instance.set_subbuf_size_kb(kb)?;
+    }
     instance.set_buffer_size_kb(config.buffer_size_kb)?;
     instance.set_buffer_percent(config.buffer_percent)?;
     instance
