@@ -159,7 +159,7 @@ fn remove_candidate(tgid: u32, kind: MemfdKind) {
     }
 }
 
-/// At exec and exit: the process's memfds are gone (exec) or it is (exit).
+/// At exec and exit: a new image (or none) starts without candidates.
 #[inline(always)]
 fn forget_memfds(tgid: u32) {
     if may_have_memfds(tgid) {

@@ -508,6 +508,8 @@ pub struct AuditArgs {
     pub pids: Vec<u32>,
     /// Keep the per-process user_events registration table (inherited on fork, dropped on exec
     /// and exit) and print it at exit: a `registration_table` JSON line and a table on stderr.
+    /// The table starts empty: registrations made before tracer started are not in it (the
+    /// kernel keeps them per mm and lists them nowhere tracer can read).
     #[arg(long)]
     pub registrations: bool,
     #[command(flatten)]
