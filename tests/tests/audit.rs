@@ -205,6 +205,31 @@ fn registration_table_is_printed_on_request() {
     assert!(!last["processes"].as_array().unwrap().iter().any(|p| p["pid"] == run.pid), "{last}");
 }
 
+/// The programs see an `mmap` at entry: one the kernel then refuses is still reported (the
+/// runtime asked to map its marker), with `addr` null — the mapping never showed in
+/// `/proc/<pid>/maps` — and once.
+#[test]
+fn refused_mapping_is_reported_without_an_address() {
+    let mut audit = start_audit(AuditConfig::default());
+    let mut helper = helper(HELPER, &["map-fails"]);
+    let refused = json(&mut helper);
+    assert_eq!((refused["phase"].as_str(), refused["errno"].as_i64()), (Some("refused"), Some(1)));
+    let pid = pid_of(&refused);
+    let v = audit.wait_for("the refused mapping", TIMEOUT, |v| is(v, "dotnet_ipc_ready", pid));
+    assert_eq!(v["source"], "kernel");
+    assert_eq!(v["fd"], refused["fd"]);
+    assert_eq!(v["addr"], Value::Null);
+    assert_eq!(v["prot"], "PROT_READ|PROT_WRITE");
+    assert_eq!(v["flags"], "MAP_SHARED");
+    helper.send_line("go").unwrap();
+    finish(helper);
+    audit.wait_for("the helper's exit", TIMEOUT, |v| is(v, "process_exit", pid));
+    let (lines, _) = audit.stop();
+    let kinds: Vec<&str> =
+        lines.iter().filter(|v| v["pid"] == pid).map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["memfd_create", "dotnet_ipc_ready", "process_exit"]);
+}
+
 #[test]
 fn preexisting_mapping_is_reported_from_procfs() {
     let mut helper = helper(HELPER, &["map-and-hold"]);

@@ -9,6 +9,9 @@
 //!   on the next line: fork, the child execs /bin/true, waits for it, prints `done`, exits.
 //! * `map-and-hold` — creates and maps the `dotnet_ipc_created` memfd, prints `mapped`, then
 //!   holds the mapping until stdin closes.
+//! * `map-fails` — creates the `dotnet_ipc_created` memfd sealed against writing and asks for a
+//!   shared writable mapping of it, which the kernel refuses (`EPERM`), prints
+//!   `{"phase":"refused","pid":…,"fd":…,"errno":…}`, then holds until stdin closes.
 //! * `leader-exits-first` — maps the `dotnet_ipc_created` memfd, prints `mapped`, starts a
 //!   second thread and ends the main (leader) thread alone; the second thread waits for that exit,
 //!   maps a `doublemapper` memfd, prints `leader_gone` with its tid, and on a stdin line exits the
@@ -147,6 +150,25 @@ fn map_and_hold() {
     let addr = map(fd, libc::PROT_NONE);
     // SAFETY: getpid has no preconditions.
     say(json!({"phase": "mapped", "pid": unsafe { libc::getpid() }, "addr": format!("{addr:#x}")}));
+    wait_for_go();
+}
+
+fn map_fails() {
+    let name = c"dotnet_ipc_created";
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: valid NUL-terminated name.
+    let fd = check(unsafe { libc::memfd_create(name.as_ptr(), flags) }, "memfd_create");
+    // SAFETY: fd is ours.
+    check(unsafe { libc::ftruncate(fd, PAGE as libc::off_t) }, "ftruncate");
+    // SAFETY: sealing our own memfd.
+    check(unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_WRITE) }, "F_ADD_SEALS");
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: a mapping request the kernel refuses; nothing is mapped.
+    let addr = unsafe { libc::mmap(std::ptr::null_mut(), PAGE, prot, libc::MAP_SHARED, fd, 0) };
+    assert_eq!(addr, libc::MAP_FAILED, "a write-sealed memfd cannot be mapped shared writable");
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    // SAFETY: getpid has no preconditions.
+    say(json!({"phase": "refused", "pid": unsafe { libc::getpid() }, "fd": fd, "errno": errno}));
     wait_for_go();
 }
 
@@ -323,6 +345,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("sequence") => sequence(),
         Some("map-and-hold") => map_and_hold(),
+        Some("map-fails") => map_fails(),
         Some("leader-exits-first") => leader_exits_first(),
         Some("mmap-loop") => mmap_loop(count()),
         Some("ioctl-loop") => ioctl_loop(count()),
@@ -333,7 +356,7 @@ fn main() {
         Some("bind") => bind_names(std::env::args().skip(2).collect()),
         _ => {
             eprintln!(
-                "usage: detect_helper sequence|map-and-hold|leader-exits-first|mmap-loop N|\
+                "usage: detect_helper sequence|map-and-hold|map-fails|leader-exits-first|mmap-loop N|\
                  getppid-loop N|map-repeat N|fork-burst N|bind NAME...|\
                  ioctl-loop N|latency N"
             );
