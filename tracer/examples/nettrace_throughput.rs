@@ -3,9 +3,13 @@
 //! blocks replayed, re-framed so block padding stays correct) and parses it.
 //!
 //! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536] [parse|json|both]
-//! Prints MB/s for the parser alone (events counted) and with every event decoded to JSON.
+//! Prints MB/s for the parser alone (events counted) and with every event rendered as the
+//! `dotnet_event` line a streaming session writes (envelope, process labels, decoded event).
+use std::sync::Arc;
 use std::time::Instant;
 
+use tracer::output::{self, ProcessLabels, Source};
+use tracer::time::Clock;
 use tracer_decode::nettrace::NettraceParser;
 
 /// Writes one block object with the padding its absolute offset needs.
@@ -69,20 +73,34 @@ fn main() {
     stream.push(1);
     let mb = stream.len() as f64 / (1 << 20) as f64;
 
+    let clock = Clock::new();
+    // A process of a systemd service: the cgroup is known, no container or pod.
+    let labels = Some(Arc::new(ProcessLabels {
+        cgroup: Some("/system.slice/dotnet-app.service".into()),
+        ..ProcessLabels::default()
+    }));
     for &decode in modes {
         let mut parser = NettraceParser::default();
         let mut events = 0u64;
         let mut json_bytes = 0usize;
-        let mut line = Vec::with_capacity(1024);
         let start = Instant::now();
         for piece in stream.chunks(chunk) {
             parser
                 .feed(piece, |e| {
                     events += 1;
                     if decode {
-                        line.clear();
-                        serde_json::to_writer(&mut line, &e.decode()).unwrap();
-                        json_bytes += line.len();
+                        // As tracer/src/session/streaming.rs renders each event.
+                        let mono_ns = e.timestamp as u64;
+                        let line = output::dotnet_event(
+                            &clock,
+                            mono_ns,
+                            Source::Nettrace,
+                            4242,
+                            e.decode(),
+                        )
+                        .with_labels(labels.clone())
+                        .render();
+                        json_bytes += line.as_bytes().len() + 1;
                     }
                 })
                 .unwrap();

@@ -21,9 +21,10 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
+use crate::json;
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
-pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid};
+pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_fields};
 use sequence::SequenceTracker;
 
 /// Caps on what an untrusted stream may make the parser hold.
@@ -131,31 +132,52 @@ pub struct Event<'a> {
     pub offset: u64,
 }
 
-/// An event ready for output (the pipeline adds the envelope: ts, mono_ns, pid, kind).
-#[derive(Debug, Clone, Serialize)]
+/// An event ready for output (the pipeline adds the envelope: ts, mono_ns, pid, kind), written
+/// by [`DecodedEvent::write_json_members`]. Its serde derive (tests and fuzzing only) is the
+/// reference that writer is checked against.
+#[derive(Debug, Clone)]
+#[cfg_attr(any(test, feature = "serde-reference"), derive(Serialize))]
 pub struct DecodedEvent<'a> {
     pub provider: &'a str,
     pub event: Cow<'a, str>,
     pub id: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub version: Option<u32>,
     pub level: u32,
     /// Hex (`"0x1"`): u64 keywords do not fit a JSON double.
     pub keywords: String,
     pub thread: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub sequence: Option<u32>,
     pub timestamp: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub activity_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub related_activity_id: Option<String>,
     /// The stack the runtime captured with the event (its StackBlock id; nettrace only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub stack_id: Option<u32>,
     pub fields: Fields<'a>,
     /// Set when the payload did not match its layout; `fields` then holds `raw_payload`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub decode_error: Option<String>,
 }
 
@@ -222,6 +244,62 @@ impl<'a> DecodedEvent<'a> {
             stack_id: (context.stack_id != 0).then_some(context.stack_id),
             fields,
             decode_error,
+        }
+    }
+}
+
+impl DecodedEvent<'_> {
+    /// Appends the event as a JSON object of its own (without the envelope of a line).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        self.write_json_members(out);
+        out[start] = b'{';
+        out.push(b'}');
+    }
+
+    /// Appends the event's fields as members of the object of its line, each after a comma
+    /// (the envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
+    /// "Output lines" table, optional members only when present.
+    pub fn write_json_members(&self, out: &mut Vec<u8>) {
+        json::push_next_key(out, "provider");
+        json::push_str(out, self.provider);
+        json::push_next_key(out, "event");
+        json::push_str(out, &self.event);
+        json::push_next_key(out, "id");
+        json::push_u64(out, self.id.into());
+        if let Some(version) = self.version {
+            json::push_next_key(out, "version");
+            json::push_u64(out, version.into());
+        }
+        json::push_next_key(out, "level");
+        json::push_u64(out, self.level.into());
+        json::push_next_key(out, "keywords");
+        json::push_str(out, &self.keywords);
+        json::push_next_key(out, "thread");
+        json::push_u64(out, self.thread);
+        if let Some(sequence) = self.sequence {
+            json::push_next_key(out, "sequence");
+            json::push_u64(out, sequence.into());
+        }
+        json::push_next_key(out, "timestamp");
+        json::push_i64(out, self.timestamp);
+        if let Some(id) = &self.activity_id {
+            json::push_next_key(out, "activity_id");
+            json::push_str(out, id);
+        }
+        if let Some(id) = &self.related_activity_id {
+            json::push_next_key(out, "related_activity_id");
+            json::push_str(out, id);
+        }
+        if let Some(stack_id) = self.stack_id {
+            json::push_next_key(out, "stack_id");
+            json::push_u64(out, stack_id.into());
+        }
+        json::push_next_key(out, "fields");
+        write_fields(&self.fields, out);
+        if let Some(error) = &self.decode_error {
+            json::push_next_key(out, "decode_error");
+            json::push_str(out, error);
         }
     }
 }

@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
-use serde::Serialize;
 
-use super::Line;
+use super::{Line, LineBody};
 use crate::export::otlp::LineExport;
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
@@ -54,10 +53,9 @@ impl ReopenRequest {
 pub struct RenderedLine(Vec<u8>);
 
 impl RenderedLine {
-    pub(super) fn of(line: &impl Serialize) -> RenderedLine {
-        let mut bytes = Vec::with_capacity(256);
-        // Serializing into memory fails only for maps with non-string keys, which no line has.
-        serde_json::to_writer(&mut bytes, line).expect("output lines serialize to JSON");
+    pub(super) fn of(line: &Line<impl LineBody>) -> RenderedLine {
+        let mut bytes = Vec::with_capacity(512);
+        line.write_json(&mut bytes);
         bytes.push(b'\n');
         RenderedLine(bytes)
     }
@@ -107,7 +105,7 @@ impl JsonLines {
     }
 
     /// Writes one line (or counts it as unwritten once the output has failed).
-    pub fn emit<B: Serialize>(&mut self, line: &Line<B>) {
+    pub fn emit<B: LineBody>(&mut self, line: &Line<B>) {
         self.emit_rendered(&line.render());
     }
 
