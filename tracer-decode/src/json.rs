@@ -76,12 +76,6 @@ pub fn push_escaped(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(rest);
 }
 
-/// Appends `,"name":` — the start of an object member after another one.
-pub fn push_next_key(out: &mut Vec<u8>, name: &str) {
-    out.push(b',');
-    push_key(out, name);
-}
-
 /// Appends `"name":`.
 pub fn push_key(out: &mut Vec<u8>, name: &str) {
     push_str(out, name);

@@ -147,8 +147,9 @@ pub struct DecodedEvent<'a> {
     )]
     pub version: Option<u32>,
     pub level: u32,
-    /// Hex (`"0x1"`): u64 keywords do not fit a JSON double.
-    pub keywords: String,
+    /// Written in hex (`"0x1"`): u64 keywords do not fit a JSON double.
+    #[cfg_attr(any(test, feature = "serde-reference"), serde(serialize_with = "hex_string"))]
+    pub keywords: u64,
     pub thread: u64,
     #[cfg_attr(
         any(test, feature = "serde-reference"),
@@ -235,7 +236,7 @@ impl<'a> DecodedEvent<'a> {
             id: meta.event_id,
             version: meta.version,
             level: meta.level,
-            keywords: format!("{:#x}", meta.keywords),
+            keywords: meta.keywords,
             thread: context.thread,
             sequence: context.sequence,
             timestamp: context.timestamp,
@@ -261,47 +262,55 @@ impl DecodedEvent<'_> {
     /// (the envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
     /// "Output lines" table, optional members only when present.
     pub fn write_json_members(&self, out: &mut Vec<u8>) {
-        json::push_next_key(out, "provider");
+        // The names are ASCII letters and `_`: written as they are, without escaping.
+        out.extend_from_slice(br#","provider":"#);
         json::push_str(out, self.provider);
-        json::push_next_key(out, "event");
+        out.extend_from_slice(br#","event":"#);
         json::push_str(out, &self.event);
-        json::push_next_key(out, "id");
+        out.extend_from_slice(br#","id":"#);
         json::push_u64(out, self.id.into());
         if let Some(version) = self.version {
-            json::push_next_key(out, "version");
+            out.extend_from_slice(br#","version":"#);
             json::push_u64(out, version.into());
         }
-        json::push_next_key(out, "level");
+        out.extend_from_slice(br#","level":"#);
         json::push_u64(out, self.level.into());
-        json::push_next_key(out, "keywords");
-        json::push_str(out, &self.keywords);
-        json::push_next_key(out, "thread");
+        out.extend_from_slice(br#","keywords":""#);
+        json::push_hex_digits(out, self.keywords);
+        out.push(b'"');
+        out.extend_from_slice(br#","thread":"#);
         json::push_u64(out, self.thread);
         if let Some(sequence) = self.sequence {
-            json::push_next_key(out, "sequence");
+            out.extend_from_slice(br#","sequence":"#);
             json::push_u64(out, sequence.into());
         }
-        json::push_next_key(out, "timestamp");
+        out.extend_from_slice(br#","timestamp":"#);
         json::push_i64(out, self.timestamp);
         if let Some(id) = &self.activity_id {
-            json::push_next_key(out, "activity_id");
+            out.extend_from_slice(br#","activity_id":"#);
             json::push_str(out, id);
         }
         if let Some(id) = &self.related_activity_id {
-            json::push_next_key(out, "related_activity_id");
+            out.extend_from_slice(br#","related_activity_id":"#);
             json::push_str(out, id);
         }
         if let Some(stack_id) = self.stack_id {
-            json::push_next_key(out, "stack_id");
+            out.extend_from_slice(br#","stack_id":"#);
             json::push_u64(out, stack_id.into());
         }
-        json::push_next_key(out, "fields");
+        out.extend_from_slice(br#","fields":"#);
         write_fields(&self.fields, out);
         if let Some(error) = &self.decode_error {
-            json::push_next_key(out, "decode_error");
+            out.extend_from_slice(br#","decode_error":"#);
             json::push_str(out, error);
         }
     }
+}
+
+/// The serde reference's `{:#x}` of a u64.
+#[cfg(any(test, feature = "serde-reference"))]
+fn hex_string<S: serde::Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{value:#x}"))
 }
 
 /// Counters of what the stream contained and lost.

@@ -129,14 +129,14 @@ pub struct ProcessLabels {
 impl ProcessLabels {
     /// Appends the known labels as members after the envelope's `pid`.
     fn write_json_members(&self, out: &mut Vec<u8>) {
-        let labels = [
-            ("cgroup", &self.cgroup),
-            ("container_id", &self.container_id),
-            ("pod_uid", &self.pod_uid),
+        let labels: [(&[u8], _); 3] = [
+            (br#","cgroup":"#, &self.cgroup),
+            (br#","container_id":"#, &self.container_id),
+            (br#","pod_uid":"#, &self.pod_uid),
         ];
-        for (name, value) in labels {
+        for (key, value) in labels {
             if let Some(value) = value {
-                json::push_next_key(out, name);
+                out.extend_from_slice(key);
                 json::push_str(out, value);
             }
         }

@@ -349,7 +349,7 @@ fn one_of_each_kind() -> Vec<Value> {
         id: 1,
         version: Some(1),
         level: 4,
-        keywords: "0x1".into(),
+        keywords: 1,
         thread: 2,
         sequence: Some(3),
         timestamp: 4,
