@@ -16,7 +16,9 @@ use tracer_decode::json;
 use tracer_decode::nettrace::DecodedEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
-pub use self::writer::{JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file};
+pub use self::writer::{
+    Batch, JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file,
+};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns, write_iso8601};

@@ -227,13 +227,14 @@ pub async fn run(
                 continue;
             }
         }
-        emit_events(&mut batch, &clock, &mut sink, &mut table, &mut tracker, &mut summary);
+        // The records of one ring-buffer read, one write.
+        emit_events(&mut batch, &clock, &mut sink.batch(), &mut table, &mut tracker, &mut summary);
     }
 
     metrics.set_health(Health::Stopping);
     detector.detach()?;
     detector.drain(&mut batch);
-    emit_events(&mut batch, &clock, &mut sink, &mut table, &mut tracker, &mut summary);
+    emit_events(&mut batch, &clock, &mut sink.batch(), &mut table, &mut tracker, &mut summary);
 
     read_losses(&detector, &mut summary)?;
     if config.registrations {
