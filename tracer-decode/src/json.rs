@@ -37,43 +37,43 @@ fn needs_escape(word: u64) -> bool {
     (below(word, 0x20) | below(quote, 1) | below(backslash, 1)) & HIGH_BITS != 0
 }
 
-/// The index of the first byte of `bytes` that must be escaped.
-fn first_escape(bytes: &[u8]) -> Option<usize> {
-    let mut words = bytes.chunks_exact(8);
-    let mut at = 0;
-    for word in &mut words {
-        if needs_escape(u64::from_ne_bytes(word.try_into().expect("chunks of 8"))) {
-            break;
-        }
-        at += 8;
-    }
-    bytes[at..].iter().position(|&b| ESCAPE[usize::from(b)] != 0).map(|i| at + i)
-}
-
 /// Appends `text` as a JSON string, quotes included.
 pub fn push_str(out: &mut Vec<u8>, text: &str) {
+    out.reserve(text.len() + 2);
     out.push(b'"');
     push_escaped(out, text);
     out.push(b'"');
 }
 
-/// Appends `text` escaped for the inside of a JSON string (a string made of several pieces).
+/// Appends `text` escaped for the inside of a JSON string (a string made of several pieces):
+/// the runs between escapes copied whole.
 pub fn push_escaped(out: &mut Vec<u8>, text: &str) {
-    let mut rest = text.as_bytes();
-    while let Some(at) = first_escape(rest) {
-        out.extend_from_slice(&rest[..at]);
-        let byte = rest[at];
-        match ESCAPE[usize::from(byte)] {
-            b'u' => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
-                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
-            }
-            letter => out.extend_from_slice(&[b'\\', letter]),
+    let bytes = text.as_bytes();
+    let (mut run_start, mut at) = (0, 0);
+    while at < bytes.len() {
+        if let Some(word) = bytes.get(at..at + 8)
+            && !needs_escape(u64::from_ne_bytes(word.try_into().expect("8 bytes")))
+        {
+            at += 8;
+            continue;
         }
-        rest = &rest[at + 1..];
+        let byte = bytes[at];
+        let letter = ESCAPE[usize::from(byte)];
+        at += 1;
+        if letter == 0 {
+            continue;
+        }
+        out.extend_from_slice(&bytes[run_start..at - 1]);
+        run_start = at;
+        if letter == b'u' {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
+        } else {
+            out.extend_from_slice(&[b'\\', letter]);
+        }
     }
-    out.extend_from_slice(rest);
+    out.extend_from_slice(&bytes[run_start..]);
 }
 
 /// Appends `"name":`.
