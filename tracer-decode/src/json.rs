@@ -3,6 +3,43 @@
 //! tracer writes per event: rendering them without a serializer and without a `String` per
 //! value is most of what the output path costs.
 
+use crate::ordered::OrderedMap;
+
+/// A value written as JSON straight into a buffer.
+pub trait WriteJson {
+    /// Appends the value as JSON.
+    fn write_json(&self, out: &mut Vec<u8>);
+}
+
+/// An array of the values.
+impl<V: WriteJson> WriteJson for [V] {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, item) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            item.write_json(out);
+        }
+        out.push(b']');
+    }
+}
+
+/// An object of the named values, in their order.
+impl<K: AsRef<str>, V: WriteJson> WriteJson for OrderedMap<K, V> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (name, value)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_key(out, name.as_ref());
+            value.write_json(out);
+        }
+        out.push(b'}');
+    }
+}
+
 /// `ESCAPE[b]`: the letter of the two-byte escape `\<letter>` for `b`, `u` for `\u00XX`, 0 when
 /// `b` is written as is. serde_json escapes only `"`, `\` and the C0 controls; everything else
 /// (DEL, non-ASCII, U+2028) is copied.
@@ -102,6 +139,17 @@ pub fn push_f64(out: &mut Vec<u8>, value: f64) {
 
 pub fn push_bool(out: &mut Vec<u8>, value: bool) {
     out.extend_from_slice(if value { b"true" } else { b"false" });
+}
+
+/// Appends `bytes` as a string of lowercase hex, two digits a byte.
+pub fn push_hex_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2 + 2);
+    out.push(b'"');
+    for b in bytes {
+        out.extend_from_slice(&[DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
+    }
+    out.push(b'"');
 }
 
 /// Appends `value` as `0x…` in lowercase hex without leading zeros (`{:#x}`), unquoted.

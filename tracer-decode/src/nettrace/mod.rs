@@ -21,10 +21,10 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
-use crate::json;
+use crate::json::{self, WriteJson};
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
-pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_fields};
+pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid};
 use sequence::SequenceTracker;
 
 /// Caps on what an untrusted stream may make the parser hold.
@@ -299,7 +299,7 @@ impl DecodedEvent<'_> {
             json::push_u64(out, stack_id.into());
         }
         out.extend_from_slice(br#","fields":"#);
-        write_fields(&self.fields, out);
+        self.fields.write_json(out);
         if let Some(error) = &self.decode_error {
             out.extend_from_slice(br#","decode_error":"#);
             json::push_str(out, error);

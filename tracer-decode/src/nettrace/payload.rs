@@ -1,15 +1,14 @@
 //! Payload decoding into named, typed values: from metadata field lists (EventSource events) or
 //! from the built-in layouts of native runtime events. Shared by nettrace and user_events.
 
-use crate::json;
+use crate::json::{self, WriteJson};
 use crate::ordered::OrderedMap;
 
 use super::cursor::{Cursor, Utf16Problem};
 use super::metadata::{EventMetadata, FieldDef, FieldType};
 use super::runtime_events::{Count, Kind, RuntimeField};
 
-/// One decoded value. Written as plain JSON ([`Value::write_json`]): numbers, strings, arrays,
-/// objects.
+/// One decoded value. Written as plain JSON ([`WriteJson`]): numbers, strings, arrays, objects.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value<'m> {
     Bool(bool),
@@ -51,28 +50,22 @@ impl Value<'_> {
     }
 }
 
-impl Value<'_> {
-    /// Appends the value as JSON.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+impl WriteJson for Value<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Value::Bool(v) => json::push_bool(out, *v),
             Value::I64(v) => json::push_i64(out, *v),
             Value::U64(v) => json::push_u64(out, *v),
             Value::F64(v) => json::push_f64(out, *v),
             Value::Str(v) => json::push_str(out, v),
-            // Hex digits and dashes: nothing to escape.
-            Value::Guid(g) => push_quoted(out, &guid_text(g)),
-            Value::Array(items) => {
-                out.push(b'[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    item.write_json(out);
-                }
-                out.push(b']');
+            Value::Guid(g) => {
+                // Hex digits and dashes: nothing to escape.
+                out.push(b'"');
+                out.extend_from_slice(&guid_text(g));
+                out.push(b'"');
             }
-            Value::Object(fields) => write_fields(fields, out),
+            Value::Array(items) => items.write_json(out),
+            Value::Object(fields) => fields.write_json(out),
             Value::Enum { name, .. } => json::push_str(out, name),
             Value::Flags { names, unnamed, .. } => {
                 // Names joined by ` | `, then the unnamed bits (also when no bit has a name).
@@ -91,32 +84,9 @@ impl Value<'_> {
                 }
                 out.push(b'"');
             }
-            Value::Bytes(bytes) => {
-                out.push(b'"');
-                push_hex(out, bytes);
-                out.push(b'"');
-            }
+            Value::Bytes(bytes) => json::push_hex_string(out, bytes),
         }
     }
-}
-
-/// Appends `fields` as a JSON object, in their order.
-pub fn write_fields(fields: &Fields<'_>, out: &mut Vec<u8>) {
-    out.push(b'{');
-    for (i, (name, value)) in fields.0.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        json::push_key(out, name);
-        value.write_json(out);
-    }
-    out.push(b'}');
-}
-
-fn push_quoted(out: &mut Vec<u8>, ascii: &[u8]) {
-    out.push(b'"');
-    out.extend_from_slice(ascii);
-    out.push(b'"');
 }
 
 /// serde_json's rendering of a [`Value`]: the reference the direct writer is tested against.
@@ -149,20 +119,10 @@ impl serde::Serialize for Value<'_> {
                 s.serialize_str(&text)
             }
             Value::Bytes(bytes) => {
-                let mut text = Vec::new();
-                push_hex(&mut text, bytes);
-                s.serialize_str(std::str::from_utf8(&text).expect("hex digits are ASCII"))
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                s.serialize_str(&hex)
             }
         }
-    }
-}
-
-/// Appends `bytes` as lowercase hex, two digits a byte.
-fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(bytes.len() * 2);
-    for b in bytes {
-        out.extend_from_slice(&[DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::json::WriteJson;
 
 /// The event as the JSON object tracer writes.
 fn event_json(event: &DecodedEvent) -> String {
@@ -10,7 +11,7 @@ fn event_json(event: &DecodedEvent) -> String {
 /// Fields as the JSON object tracer writes.
 fn fields_json(fields: &Fields) -> String {
     let mut out = Vec::new();
-    write_fields(fields, &mut out);
+    fields.write_json(&mut out);
     String::from_utf8(out).unwrap()
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tracer_common::EventKind;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
-use tracer_decode::json;
+use tracer_decode::json::{self, WriteJson};
 use tracer_decode::nettrace::DecodedEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
@@ -164,6 +164,22 @@ impl LineBody for DecodedEvent<'_> {
     }
 }
 
+impl LineBody for FtraceRecord<'_> {
+    fn write_json_members(&self, out: &mut Vec<u8>) {
+        // The names are ASCII letters: written as they are, without escaping.
+        out.extend_from_slice(br#","system":"#);
+        json::push_str(out, self.system);
+        out.extend_from_slice(br#","event":"#);
+        json::push_str(out, self.event);
+        out.extend_from_slice(br#","cpu":"#);
+        json::push_u64(out, self.cpu.into());
+        out.extend_from_slice(br#","tid":"#);
+        json::push_i64(out, self.tid.into());
+        out.extend_from_slice(br#","fields":"#);
+        self.fields.write_json(out);
+    }
+}
+
 /// Bodies written by serde_json: lines that are few (lifecycle, detections, summaries).
 macro_rules! serde_line_bodies {
     ($($body:ty),* $(,)?) => {$(
@@ -182,7 +198,6 @@ serde_line_bodies!(
     SessionEnded<'_>,
     SessionFailed<'_>,
     SocketRefused<'_>,
-    FtraceRecord<'_>,
     DotnetProcess,
     SummaryBody<'_>,
 );
@@ -391,8 +406,8 @@ pub struct SocketRefused<'a> {
     pub error: &'a str,
 }
 
-/// Body of an `ftrace` line.
-#[derive(Debug, Serialize)]
+/// Body of an `ftrace` line (written directly: one line per record).
+#[derive(Debug)]
 pub struct FtraceRecord<'a> {
     pub system: &'a str,
     pub event: &'a str,

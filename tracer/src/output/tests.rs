@@ -720,3 +720,50 @@ fn a_pid_tracer_could_not_tell_is_null_and_one_that_does_not_apply_is_absent() {
         r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"summary","source":"tracer"}"#
     );
 }
+
+/// An `ftrace` line as serde_json wrote it before the direct writer: the reference.
+#[derive(Serialize)]
+struct ReferenceFtraceLine<'a> {
+    ts: String,
+    mono_ns: u64,
+    kind: &'static str,
+    source: &'static str,
+    pid: Option<u32>,
+    system: &'a str,
+    event: &'a str,
+    cpu: u32,
+    tid: i32,
+    fields: &'a tracer_decode::ftrace::record::Fields<'a>,
+}
+
+#[test]
+fn ftrace_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
+    use tracer_decode::ftrace::record::FieldValue;
+    let clock = Clock::with_offset(1_795_991_400_000_000_000);
+    let mut fields = tracer_decode::ordered::OrderedMap::default();
+    fields
+        .push("filename", FieldValue::Str("/tmp/\"odd\"\\name\n\u{2028}é".into()))
+        .push("ret", FieldValue::Signed(i64::MIN))
+        .push("addr", FieldValue::Unsigned(u64::MAX))
+        .push("buf", FieldValue::Bytes(vec![0, 0xff]))
+        .push("args", FieldValue::Array(vec![FieldValue::Unsigned(1), FieldValue::Signed(-2)]));
+    for (pid, want_pid) in [(Pid::Known(u32::MAX), Some(u32::MAX)), (Pid::Unknown, None)] {
+        let record =
+            FtraceRecord { system: "sys\"x", event: "ev", cpu: 1, tid: -3, fields: fields.clone() };
+        let want = serde_json::to_string(&ReferenceFtraceLine {
+            ts: clock.iso8601(77),
+            mono_ns: 77,
+            kind: "ftrace",
+            source: "ftrace",
+            pid: want_pid,
+            system: record.system,
+            event: record.event,
+            cpu: record.cpu,
+            tid: record.tid,
+            fields: &record.fields,
+        })
+        .unwrap();
+        let line = Line::new(&clock, 77, Kind::Ftrace, Source::Ftrace, pid, record);
+        assert_eq!(text_of(&line), want);
+    }
+}

@@ -52,7 +52,7 @@ impl StoppingEvent {
             && self.fields.iter().all(|(field, wanted)| {
                 event.fields.get(field.as_str()).is_some_and(|value| {
                     let mut json = Vec::new();
-                    value.write_json(&mut json);
+                    tracer_decode::json::WriteJson::write_json(value, &mut json);
                     // A string matches by its text, any other value by its JSON.
                     match serde_json::from_slice::<String>(&json) {
                         Ok(text) => text == *wanted,
