@@ -1,7 +1,7 @@
 //! JSON text written straight into a byte buffer, byte for byte as serde_json writes it (its
-//! compact formatter: the same escapes, the same integer and float digits), for the lines
-//! tracer writes per event: rendering them without a serializer and without a `String` per
-//! value is most of what the output path costs.
+//! compact formatter: the same escapes, the same integer and float digits), for the lines tracer
+//! writes per event: no serializer and no `String` per value, since the output path bounds every
+//! end-to-end event rate.
 
 use crate::ordered::OrderedMap;
 
@@ -103,8 +103,7 @@ pub fn push_escaped(out: &mut Vec<u8>, text: &str) {
         out.extend_from_slice(&bytes[run_start..at - 1]);
         run_start = at;
         if letter == b'u' {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
+            let (high, low) = hex_pair(byte);
             out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
         } else {
             out.extend_from_slice(&[b'\\', letter]);
@@ -141,26 +140,32 @@ pub fn push_bool(out: &mut Vec<u8>, value: bool) {
     out.extend_from_slice(if value { b"true" } else { b"false" });
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// The two lowercase hex digits of `byte`.
+pub fn hex_pair(byte: u8) -> (u8, u8) {
+    (HEX_DIGITS[usize::from(byte >> 4)], HEX_DIGITS[usize::from(byte & 0xf)])
+}
+
 /// Appends `bytes` as a string of lowercase hex, two digits a byte.
 pub fn push_hex_string(out: &mut Vec<u8>, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     out.reserve(bytes.len() * 2 + 2);
     out.push(b'"');
-    for b in bytes {
-        out.extend_from_slice(&[DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
+    for &b in bytes {
+        let (high, low) = hex_pair(b);
+        out.extend_from_slice(&[high, low]);
     }
     out.push(b'"');
 }
 
 /// Appends `value` as `0x…` in lowercase hex without leading zeros (`{:#x}`), unquoted.
 pub fn push_hex_digits(out: &mut Vec<u8>, value: u64) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 18];
     let mut at = digits.len();
     let mut rest = value;
     loop {
         at -= 1;
-        digits[at] = HEX[(rest & 0xf) as usize];
+        digits[at] = HEX_DIGITS[(rest & 0xf) as usize];
         rest >>= 4;
         if rest == 0 {
             break;

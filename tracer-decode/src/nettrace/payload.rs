@@ -100,7 +100,20 @@ impl serde::Serialize for Value<'_> {
             Value::U64(v) => s.serialize_u64(*v),
             Value::F64(v) => s.serialize_f64(*v),
             Value::Str(v) => s.serialize_str(v),
-            Value::Guid(g) => s.serialize_str(&format_guid(g)),
+            Value::Guid(g) => s.serialize_str(&format!(
+                "{:08x}-{:04x}-{:04x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                u32::from_le_bytes([g[0], g[1], g[2], g[3]]),
+                u16::from_le_bytes([g[4], g[5]]),
+                u16::from_le_bytes([g[6], g[7]]),
+                g[8],
+                g[9],
+                g[10],
+                g[11],
+                g[12],
+                g[13],
+                g[14],
+                g[15]
+            )),
             Value::Array(items) => {
                 let mut seq = s.serialize_seq(Some(items.len()))?;
                 for item in items {
@@ -129,7 +142,6 @@ impl serde::Serialize for Value<'_> {
 /// A GUID stored in Windows memory layout (u32, u16, u16 little-endian, then 8 bytes) as
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 fn guid_text(g: &[u8; 16]) -> [u8; 36] {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     // The byte order of the text: the three little-endian groups reversed, the rest as stored.
     const ORDER: [usize; 16] = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
     let mut text = [b'-'; 36];
@@ -138,9 +150,7 @@ fn guid_text(g: &[u8; 16]) -> [u8; 36] {
         if matches!(i, 4 | 6 | 8 | 10) {
             at += 1;
         }
-        let byte = g[byte_index];
-        text[at] = DIGITS[usize::from(byte >> 4)];
-        text[at + 1] = DIGITS[usize::from(byte & 0xf)];
+        (text[at], text[at + 1]) = json::hex_pair(g[byte_index]);
         at += 2;
     }
     text
