@@ -1,12 +1,14 @@
 //! Ring-buffer sub-buffers (random and mutated real pages): the page decoder, the incremental
-//! cursor and the record decoder must never panic or read out of bounds, and what they accept
-//! must be self-consistent.
+//! cursor and the record decoder must never panic or read out of bounds, what they accept must
+//! be self-consistent, and decoded fields are written as JSON byte for byte as serde_json writes
+//! them (the reference of tracer's direct writer).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tracer_decode::ftrace::format::EventFormat;
 use tracer_decode::ftrace::page::{PageCursor, PageLayout, decode_page, parse_header};
 use tracer_decode::ftrace::record::{common_fields, decode_fields};
+use tracer_decode::json::WriteJson;
 
 /// sched_process_fork on Linux 6.18: two `__data_loc` strings and two ints.
 const FORK: &str = include_str!("../../tests/fixtures/ftrace/sched_process_fork.format");
@@ -26,6 +28,9 @@ fuzz_target!(|page: &[u8]| {
             if common_fields(e.data).is_ok() {
                 if let Ok(fields) = decode_fields(&format, e.data) {
                     assert_eq!(fields.0.len(), format.event_fields().count());
+                    let mut written = Vec::new();
+                    fields.write_json(&mut written);
+                    assert_eq!(written, serde_json::to_vec(&fields).unwrap());
                 }
             }
         }

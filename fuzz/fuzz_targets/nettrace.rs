@@ -1,7 +1,8 @@
 //! nettrace parser on arbitrary bytes, fed in arbitrary chunks: it must never panic, must give
 //! the same events and the same outcome however the input is split, and every event it yields
-//! must decode (to fields or to a reported error) without panicking, and any runtime counter
-//! sample it carries must be fit for the metrics exposition as it is.
+//! must decode (to fields or to a reported error) without panicking, be written as JSON byte for
+//! byte as serde_json writes it (the reference of tracer's direct writer), and any runtime
+//! counter sample it carries must be fit for the metrics exposition as it is.
 //!
 //! Work and output are bounded by input bytes (tracer-decode/src/budget.rs): each event's JSON is within the
 //! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
@@ -80,7 +81,10 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
             if let Some(Ok(sample)) = counter_sample(&decoded) {
                 assert_sample_is_exposable(&sample);
             }
+            let mut written = Vec::new();
+            decoded.write_json(&mut written);
             let json = serde_json::to_string(&decoded).unwrap();
+            assert_eq!(String::from_utf8(written).unwrap(), json);
             let bound = event_json_bound(e.metadata, e.payload.len());
             assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
             over_budget |= budget.spend(json.len() as u64 + ENVELOPE).is_err();

@@ -1,6 +1,7 @@
 //! user_events record decoding on arbitrary bytes and field offsets: never a panic, every
-//! parsed record resolves and decodes (to fields or a reported error), and the JSON of one
-//! record stays within what its bytes pay for (tracer-decode/src/budget.rs): the payload
+//! parsed record resolves and decodes (to fields or a reported error) and is written as JSON
+//! byte for byte as serde_json writes it (the reference of tracer's direct writer), and the JSON
+//! of one record stays within what its bytes pay for (tracer-decode/src/budget.rs): the payload
 //! decoder's charge bound and the session's `OutputBudget` (output ≤ 64 × record bytes +
 //! allowance).
 #![no_main]
@@ -31,7 +32,10 @@ fuzz_target!(|input: &[u8]| {
     // Whatever metadata the record carried, it describes the record's event.
     assert_eq!(meta.event_id, u32::from(parsed.event_id));
     let event = DecodedEvent::new(&meta, parsed.payload, 8, EventContext::default());
+    let mut written = Vec::new();
+    event.write_json(&mut written);
     let json = serde_json::to_string(&event).unwrap();
+    assert_eq!(String::from_utf8(written).unwrap(), json);
     // The metadata came in this record: its names are paid by the record's bytes.
     let field_name = 6 * 3 * MetadataLimits::default().max_name_units;
     let bound = 6 * (meta.provider.len() + meta.event_name.len() + 16)

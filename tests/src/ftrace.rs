@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 use tracer::kernel::ftrace_reader::{Event, FtraceReader, ReadMode, ReaderConfig, Tracepoint};
 use tracer::kernel::tracefs::{Instance, Tracefs};
 
+/// A record's fields as tracer writes them, parsed.
+pub fn fields_json(fields: &tracer_decode::ftrace::record::Fields) -> serde_json::Value {
+    let mut json = Vec::new();
+    tracer_decode::json::WriteJson::write_json(fields, &mut json);
+    serde_json::from_slice(&json).expect("tracer writes JSON")
+}
+
 /// Marker in the `id` field of every record the tests write.
 pub const RAW_ID: u32 = 0x7472_6331;
 

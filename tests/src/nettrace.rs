@@ -11,7 +11,11 @@ const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 pub fn gc_starts(stream: &[u8]) -> Result<Vec<(u64, String)>> {
     let mut parser = NettraceParser::default();
     let mut events: Vec<Value> = Vec::new();
-    parser.feed(stream, |e| events.push(serde_json::to_value(e.decode()).expect("JSON")))?;
+    parser.feed(stream, |e| {
+        let mut json = Vec::new();
+        e.decode().write_json(&mut json);
+        events.push(serde_json::from_slice(&json).expect("JSON"));
+    })?;
     parser.finish()?;
     ensure!(parser.stats().lost_events == 0, "the stream lost events: {:?}", parser.stats());
     events

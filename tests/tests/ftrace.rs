@@ -46,8 +46,7 @@ async fn marker_roundtrip(mode: ReadMode, suffix: &str) -> Vec<(u32, String, Vec
             }
             "print" => {
                 let fields = e.fields().unwrap();
-                let buf =
-                    serde_json::to_value(&fields).unwrap()["buf"].as_str().unwrap().to_string();
+                let buf = fields_json(&fields)["buf"].as_str().unwrap().to_string();
                 assert_eq!(buf, lines[next_line]);
                 // Text lines were written between the two raw halves.
                 assert_eq!(next_seq, N / 2);
@@ -124,7 +123,7 @@ async fn overrun_is_fully_accounted_read() {
 /// Renders a decoded event the way the kernel's `trace` file does (after the timestamp).
 fn kernel_text(e: &Event) -> String {
     let fields = e.fields().unwrap();
-    let v = serde_json::to_value(&fields).unwrap();
+    let v = fields_json(&fields);
     match e.tracepoint.name.as_str() {
         "sched_process_exec" => format!(
             "sched_process_exec: filename={} pid={} old_pid={}",

@@ -32,7 +32,7 @@ fn formats() -> HashMap<u16, EventFormat> {
 
 /// The kernel's rendering of each event type in this capture.
 fn render(format: &EventFormat, record: &[u8]) -> String {
-    let v = serde_json::to_value(decode_fields(format, record).unwrap()).unwrap();
+    let v = tests::ftrace::fields_json(&decode_fields(format, record).unwrap());
     let s = |k: &str| v[k].as_str().unwrap().to_string();
     match format.name.as_str() {
         "sched_process_exec" => format!(

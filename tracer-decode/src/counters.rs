@@ -288,7 +288,7 @@ mod tests {
             id: 0,
             version: None,
             level: 0,
-            keywords: "0x0".into(),
+            keywords: 0,
             thread: 1,
             sequence: None,
             timestamp: 0,

@@ -9,6 +9,7 @@ pub mod ftrace;
 pub mod names;
 
 pub mod diagnostic_ipc;
+pub mod json;
 pub mod nettrace;
 pub mod ordered;
 pub mod procfs;

@@ -9,9 +9,12 @@ fn main() {
     let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut parser = NettraceParser::default();
     let mut out = std::io::stdout().lock();
+    let mut line = Vec::new();
     let result = parser.feed(&data, |e| {
-        serde_json::to_writer(&mut out, &e.decode()).unwrap();
-        out.write_all(b"\n").unwrap();
+        line.clear();
+        e.decode().write_json(&mut line);
+        line.push(b'\n');
+        out.write_all(&line).unwrap();
     });
     eprintln!("trace: {:?}", parser.trace());
     eprintln!("stats: {:?}, lost by thread: {:?}", parser.stats(), parser.lost_by_thread());

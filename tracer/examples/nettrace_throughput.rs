@@ -2,10 +2,15 @@
 //! prologue, Trace object, metadata and stack blocks once, then its event and sequence-point
 //! blocks replayed, re-framed so block padding stays correct) and parses it.
 //!
-//! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536] [parse|json|both]
-//! Prints MB/s for the parser alone (events counted) and with every event decoded to JSON.
+//! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536] [parse|decode|json|both]
+//! Prints MB/s for the parser alone (events counted), with every payload decoded (`decode`), and
+//! with every event rendered as the `dotnet_event` line a streaming session writes (`json`:
+//! envelope, process labels, decoded event); `both` is `parse` and `json`.
+use std::sync::Arc;
 use std::time::Instant;
 
+use tracer::output::{self, ProcessLabels, Source};
+use tracer::time::Clock;
 use tracer_decode::nettrace::NettraceParser;
 
 /// Writes one block object with the padding its absolute offset needs.
@@ -48,10 +53,11 @@ fn main() {
     let fixture = std::fs::read(args.get(1).expect("usage: FIXTURE [MB] [CHUNK]")).unwrap();
     let target_mb: usize = args.get(2).map_or(256, |s| s.parse().unwrap());
     let chunk: usize = args.get(3).map_or(65536, |s| s.parse().unwrap());
-    let modes: &[bool] = match args.get(4).map_or("both", String::as_str) {
-        "parse" => &[false],
-        "json" => &[true],
-        _ => &[false, true],
+    let modes: &[Mode] = match args.get(4).map_or("both", String::as_str) {
+        "parse" => &[Mode::Parse],
+        "decode" => &[Mode::Decode],
+        "json" => &[Mode::Json],
+        _ => &[Mode::Parse, Mode::Json],
     };
 
     let (head, blocks) = blocks(&fixture);
@@ -69,20 +75,39 @@ fn main() {
     stream.push(1);
     let mb = stream.len() as f64 / (1 << 20) as f64;
 
-    for &decode in modes {
+    let clock = Clock::new();
+    // A process of a systemd service: the cgroup is known, no container or pod.
+    let labels = Some(Arc::new(ProcessLabels {
+        cgroup: Some("/system.slice/dotnet-app.service".into()),
+        ..ProcessLabels::default()
+    }));
+    for &mode in modes {
         let mut parser = NettraceParser::default();
         let mut events = 0u64;
         let mut json_bytes = 0usize;
-        let mut line = Vec::with_capacity(1024);
         let start = Instant::now();
         for piece in stream.chunks(chunk) {
             parser
                 .feed(piece, |e| {
                     events += 1;
-                    if decode {
-                        line.clear();
-                        serde_json::to_writer(&mut line, &e.decode()).unwrap();
-                        json_bytes += line.len();
+                    match mode {
+                        Mode::Parse => {}
+                        Mode::Decode => drop(std::hint::black_box(e.decode())),
+                        Mode::Json => {
+                            // As tracer/src/session/streaming.rs renders each event.
+                            let mono_ns = e.timestamp as u64;
+                            let decoded = e.decode();
+                            let line = output::dotnet_event(
+                                &clock,
+                                mono_ns,
+                                Source::Nettrace,
+                                4242,
+                                decoded,
+                            )
+                            .with_labels(labels.clone())
+                            .render();
+                            json_bytes += line.as_bytes().len() + 1;
+                        }
                     }
                 })
                 .unwrap();
@@ -91,10 +116,25 @@ fn main() {
         let secs = start.elapsed().as_secs_f64();
         println!(
             "{}: {mb:.0} MB in {secs:.3} s = {:.0} MB/s, {events} events = {:.1} M events/s{}",
-            if decode { "parse + decode to JSON" } else { "parse (events delivered)" },
+            match mode {
+                Mode::Parse => "parse (events delivered)",
+                Mode::Decode => "parse + decode payloads",
+                Mode::Json => "parse + decode + dotnet_event lines",
+            },
             mb / secs,
             events as f64 / secs / 1e6,
-            if decode { format!(", {} MB of JSON", json_bytes >> 20) } else { String::new() },
+            if mode == Mode::Json {
+                format!(", {} MB of JSON", json_bytes >> 20)
+            } else {
+                String::new()
+            },
         );
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Parse,
+    Decode,
+    Json,
 }

@@ -2,6 +2,8 @@
 //! ftrace `trace_clock=mono`, nettrace timestamps on Linux) to wall-clock time for the `ts` field
 //! of every output line.
 
+use std::cell::Cell;
+
 /// Wall-clock = monotonic + offset, with the offset sampled once at start-up so every source
 /// shares one conversion (and lines from different sources sort consistently).
 #[derive(Clone, Copy, Debug)]
@@ -61,17 +63,73 @@ fn clock_ns(id: libc::clockid_t) -> i64 {
 
 /// Formats nanoseconds since the epoch as ISO-8601 UTC (proleptic Gregorian calendar).
 pub fn format_iso8601(epoch_ns: i128) -> String {
-    let secs = epoch_ns.div_euclid(1_000_000_000) as i64;
-    let nanos = epoch_ns.rem_euclid(1_000_000_000) as u32;
+    let mut text = Vec::with_capacity(30);
+    write_iso8601(&mut text, epoch_ns);
+    String::from_utf8(text).expect("digits and separators are ASCII")
+}
+
+/// Appends nanoseconds since the epoch as ISO-8601 UTC, e.g. `2026-11-29T22:30:00.123456789Z`:
+/// the `ts` of every line, written without a `String` of its own.
+pub fn write_iso8601(out: &mut Vec<u8>, epoch_ns: i128) {
+    const NS: i64 = 1_000_000_000;
+    // 64-bit division where it fits (until 2262): a 128-bit one costs a library call.
+    let (secs, nanos) = match i64::try_from(epoch_ns) {
+        Ok(ns) => (ns.div_euclid(NS), ns.rem_euclid(NS) as u32),
+        Err(_) => (epoch_ns.div_euclid(NS.into()) as i64, epoch_ns.rem_euclid(NS.into()) as u32),
+    };
+    let cached = LAST_SECOND.get();
+    if cached.0 == secs {
+        out.extend_from_slice(&cached.1);
+    } else {
+        let start = out.len();
+        write_up_to_second(out, secs);
+        // Four-digit years (every clock but one far off) have a 20-byte prefix.
+        if let Ok(prefix) = out[start..].try_into() {
+            LAST_SECOND.set((secs, prefix));
+        }
+    }
+    push_digits(out, nanos, 9);
+    out.push(b'Z');
+}
+
+thread_local! {
+    /// The second [`write_iso8601`] wrote last and its text up to the `.`: events come in time
+    /// order, so most lines share their second with the one before and only their nanoseconds
+    /// are formatted.
+    static LAST_SECOND: Cell<(i64, [u8; 20])> = const { Cell::new((i64::MIN, [0; 20])) };
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.` of a second since the epoch.
+fn write_up_to_second(out: &mut Vec<u8>, secs: i64) {
     let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
+    let sod = secs.rem_euclid(86_400) as u32;
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
+    match u32::try_from(y) {
+        Ok(year @ 0..=9999) => push_digits(out, year, 4),
+        // Outside four digits (a clock far off): as `{:04}` writes it.
+        _ => out.extend_from_slice(format!("{y:04}").as_bytes()),
+    }
+    out.push(b'-');
+    push_digits(out, m, 2);
+    out.push(b'-');
+    push_digits(out, d, 2);
+    out.push(b'T');
+    push_digits(out, sod / 3600, 2);
+    out.push(b':');
+    push_digits(out, (sod / 60) % 60, 2);
+    out.push(b':');
+    push_digits(out, sod % 60, 2);
+    out.push(b'.');
+}
+
+/// Appends the last `width` decimal digits of `value`, zero-padded.
+fn push_digits(out: &mut Vec<u8>, mut value: u32, width: usize) {
+    let mut digits = [b'0'; 9];
+    for digit in digits[..width].iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+    out.extend_from_slice(&digits[..width]);
 }
 
 /// Nanoseconds since the epoch as the eight UTC fields a NetTrace Trace object starts with:
@@ -114,6 +172,12 @@ mod tests {
         // 2026-11-29T22:30:00Z
         assert_eq!(format_iso8601(1_795_991_400_000_000_000), "2026-11-29T22:30:00.000000000Z");
         assert_eq!(format_iso8601(-1), "1969-12-31T23:59:59.999999999Z");
+        // Years outside 0000–9999 as `{:04}` writes them.
+        assert_eq!(format_iso8601(-62_167_219_200_000_000_001), "-001-12-31T23:59:59.999999999Z");
+        assert_eq!(format_iso8601(253_402_300_800_000_000_000), "10000-01-01T00:00:00.000000000Z");
+        // The same second again (its cached text), and the next.
+        assert_eq!(format_iso8601(1_795_991_400_999_999_999), "2026-11-29T22:30:00.999999999Z");
+        assert_eq!(format_iso8601(1_795_991_401_000_000_000), "2026-11-29T22:30:01.000000000Z");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Offsets and sizes come from the format; every access is bounds-checked against the record,
 //! including the targets of `__data_loc` / `__rel_loc` dynamic fields.
 
+use crate::json::{self, WriteJson};
 use crate::ordered::OrderedMap;
-use serde::ser::{Serialize, Serializer};
 use thiserror::Error;
 
 use super::format::{DynamicKind, EventFormat, FieldFormat};
@@ -49,8 +49,8 @@ pub fn common_fields(record: &[u8]) -> Result<CommonFields, RecordError> {
     })
 }
 
-/// A decoded field value; serializes to plain JSON (numbers, strings, arrays; byte arrays as a
-/// lowercase hex string).
+/// A decoded field value; written as plain JSON ([`WriteJson`]: numbers, strings, arrays; byte
+/// arrays as a lowercase hex string).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FieldValue {
     Signed(i64),
@@ -60,8 +60,22 @@ pub enum FieldValue {
     Array(Vec<FieldValue>),
 }
 
-impl Serialize for FieldValue {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl WriteJson for FieldValue {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            FieldValue::Signed(v) => json::push_i64(out, *v),
+            FieldValue::Unsigned(v) => json::push_u64(out, *v),
+            FieldValue::Str(v) => json::push_str(out, v),
+            FieldValue::Bytes(bytes) => json::push_hex_string(out, bytes),
+            FieldValue::Array(items) => items.write_json(out),
+        }
+    }
+}
+
+/// serde_json's rendering of a [`FieldValue`]: the reference the direct writer is tested against.
+#[cfg(any(test, feature = "serde-reference"))]
+impl serde::Serialize for FieldValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             FieldValue::Signed(v) => s.serialize_i64(*v),
             FieldValue::Unsigned(v) => s.serialize_u64(*v),
@@ -70,12 +84,12 @@ impl Serialize for FieldValue {
                 let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
                 s.serialize_str(&hex)
             }
-            FieldValue::Array(items) => items.serialize(s),
+            FieldValue::Array(items) => serde::Serialize::serialize(items, s),
         }
     }
 }
 
-/// The event's own fields in format order; serializes as a JSON object.
+/// The event's own fields in format order; written as a JSON object in that order.
 pub type Fields<'f> = OrderedMap<&'f str, FieldValue>;
 
 /// Decodes the event's own fields (not `common_*`) of `record` with `format`.
@@ -253,6 +267,36 @@ fn scalar(b: &[u8], signed: bool) -> Option<FieldValue> {
 mod tests {
     use super::*;
 
+    /// The fields as tracer writes them.
+    fn json_of(fields: &Fields) -> String {
+        let mut out = Vec::new();
+        fields.write_json(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn values_are_written_byte_for_byte_as_serde_json_writes_them() {
+        let strings = ["", "plain", "q\"b\\\u{0}\u{1f}\n\u{7f}", "\u{2028}😀\u{fffd}"];
+        let mut fields: Fields = OrderedMap(
+            strings.iter().map(|s| ("s\"\u{1}", FieldValue::Str((*s).into()))).collect(),
+        );
+        fields
+            .push("i", FieldValue::Signed(i64::MIN))
+            .push("u", FieldValue::Unsigned(u64::MAX))
+            .push("bytes", FieldValue::Bytes(vec![0, 0x7f, 0x80, 0xff]))
+            .push("no_bytes", FieldValue::Bytes(Vec::new()))
+            .push("empty", FieldValue::Array(Vec::new()))
+            .push(
+                "nested",
+                FieldValue::Array(vec![
+                    FieldValue::Array(vec![FieldValue::Signed(-1)]),
+                    FieldValue::Str("\\".into()),
+                ]),
+            );
+        assert_eq!(json_of(&fields), serde_json::to_string(&fields).unwrap());
+        assert_eq!(json_of(&Fields::default()), "{}");
+    }
+
     const COMMON: &str = "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
 \tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
 \tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
@@ -292,10 +336,7 @@ mod tests {
         let c = common_fields(&r).unwrap();
         assert_eq!(c, CommonFields { common_type: 365, flags: 1, preempt_count: 2, pid: 77 });
         let fields = decode_fields(&f, &r).unwrap();
-        assert_eq!(
-            serde_json::to_string(&fields).unwrap(),
-            r#"{"filename":"/bin/true","pid":77,"old_pid":-1}"#
-        );
+        assert_eq!(json_of(&fields), r#"{"filename":"/bin/true","pid":77,"old_pid":-1}"#);
     }
 
     #[test]
@@ -333,7 +374,7 @@ mod tests {
         r.extend(7u32.to_le_bytes());
         r.extend([0xff, 0x00, 0x10, 0x20]);
         let fields = decode_fields(&raw, &r).unwrap();
-        assert_eq!(serde_json::to_string(&fields).unwrap(), r#"{"id":7,"buf":"ff001020"}"#);
+        assert_eq!(json_of(&fields), r#"{"id":7,"buf":"ff001020"}"#);
     }
 
     #[test]
@@ -355,7 +396,7 @@ mod tests {
         r.extend(0xffff_ff9cu64.to_le_bytes());
         let fields = decode_fields(&f, &r).unwrap();
         assert_eq!(
-            serde_json::to_string(&fields).unwrap(),
+            json_of(&fields),
             r#"{"id":-2,"args":[18446744073709551615,3],"comm":"bash","dfd":4294967196}"#
         );
     }

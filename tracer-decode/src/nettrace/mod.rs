@@ -21,6 +21,7 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
+use crate::json::{self, WriteJson};
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
 pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid};
@@ -131,31 +132,53 @@ pub struct Event<'a> {
     pub offset: u64,
 }
 
-/// An event ready for output (the pipeline adds the envelope: ts, mono_ns, pid, kind).
-#[derive(Debug, Clone, Serialize)]
+/// An event ready for output (the pipeline adds the envelope: ts, mono_ns, pid, kind), written
+/// by [`DecodedEvent::write_json_members`]. Its serde derive (tests and fuzzing only) is the
+/// reference that writer is checked against.
+#[derive(Debug, Clone)]
+#[cfg_attr(any(test, feature = "serde-reference"), derive(Serialize))]
 pub struct DecodedEvent<'a> {
     pub provider: &'a str,
     pub event: Cow<'a, str>,
     pub id: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub version: Option<u32>,
     pub level: u32,
-    /// Hex (`"0x1"`): u64 keywords do not fit a JSON double.
-    pub keywords: String,
+    /// Written in hex (`"0x1"`): u64 keywords do not fit a JSON double.
+    #[cfg_attr(any(test, feature = "serde-reference"), serde(serialize_with = "hex_string"))]
+    pub keywords: u64,
     pub thread: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub sequence: Option<u32>,
     pub timestamp: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub activity_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub related_activity_id: Option<String>,
     /// The stack the runtime captured with the event (its StackBlock id; nettrace only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub stack_id: Option<u32>,
     pub fields: Fields<'a>,
     /// Set when the payload did not match its layout; `fields` then holds `raw_payload`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
     pub decode_error: Option<String>,
 }
 
@@ -213,7 +236,7 @@ impl<'a> DecodedEvent<'a> {
             id: meta.event_id,
             version: meta.version,
             level: meta.level,
-            keywords: format!("{:#x}", meta.keywords),
+            keywords: meta.keywords,
             thread: context.thread,
             sequence: context.sequence,
             timestamp: context.timestamp,
@@ -224,6 +247,70 @@ impl<'a> DecodedEvent<'a> {
             decode_error,
         }
     }
+}
+
+impl DecodedEvent<'_> {
+    /// Appends the event as a JSON object of its own (without the envelope of a line).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        self.write_json_members(out);
+        out[start] = b'{';
+        out.push(b'}');
+    }
+
+    /// Appends the event's fields as members of the object of its line, each after a comma
+    /// (the envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
+    /// "Output lines" table, optional members only when present.
+    pub fn write_json_members(&self, out: &mut Vec<u8>) {
+        // The names are ASCII letters and `_`: written as they are, without escaping.
+        out.extend_from_slice(br#","provider":"#);
+        json::push_str(out, self.provider);
+        out.extend_from_slice(br#","event":"#);
+        json::push_str(out, &self.event);
+        out.extend_from_slice(br#","id":"#);
+        json::push_u64(out, self.id.into());
+        if let Some(version) = self.version {
+            out.extend_from_slice(br#","version":"#);
+            json::push_u64(out, version.into());
+        }
+        out.extend_from_slice(br#","level":"#);
+        json::push_u64(out, self.level.into());
+        out.extend_from_slice(br#","keywords":""#);
+        json::push_hex_digits(out, self.keywords);
+        out.push(b'"');
+        out.extend_from_slice(br#","thread":"#);
+        json::push_u64(out, self.thread);
+        if let Some(sequence) = self.sequence {
+            out.extend_from_slice(br#","sequence":"#);
+            json::push_u64(out, sequence.into());
+        }
+        out.extend_from_slice(br#","timestamp":"#);
+        json::push_i64(out, self.timestamp);
+        if let Some(id) = &self.activity_id {
+            out.extend_from_slice(br#","activity_id":"#);
+            json::push_str(out, id);
+        }
+        if let Some(id) = &self.related_activity_id {
+            out.extend_from_slice(br#","related_activity_id":"#);
+            json::push_str(out, id);
+        }
+        if let Some(stack_id) = self.stack_id {
+            out.extend_from_slice(br#","stack_id":"#);
+            json::push_u64(out, stack_id.into());
+        }
+        out.extend_from_slice(br#","fields":"#);
+        self.fields.write_json(out);
+        if let Some(error) = &self.decode_error {
+            out.extend_from_slice(br#","decode_error":"#);
+            json::push_str(out, error);
+        }
+    }
+}
+
+/// The serde reference's `{:#x}` of a u64.
+#[cfg(any(test, feature = "serde-reference"))]
+fn hex_string<S: serde::Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{value:#x}"))
 }
 
 /// Counters of what the stream contained and lost.

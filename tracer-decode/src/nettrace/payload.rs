@@ -1,15 +1,14 @@
 //! Payload decoding into named, typed values: from metadata field lists (EventSource events) or
 //! from the built-in layouts of native runtime events. Shared by nettrace and user_events.
 
+use crate::json::{self, WriteJson};
 use crate::ordered::OrderedMap;
-use serde::ser::SerializeSeq;
-use serde::{Serialize, Serializer};
 
 use super::cursor::{Cursor, Utf16Problem};
 use super::metadata::{EventMetadata, FieldDef, FieldType};
 use super::runtime_events::{Count, Kind, RuntimeField};
 
-/// One decoded value. Serialises to plain JSON: numbers, strings, arrays, objects.
+/// One decoded value. Written as plain JSON ([`WriteJson`]): numbers, strings, arrays, objects.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value<'m> {
     Bool(bool),
@@ -37,7 +36,7 @@ pub enum Value<'m> {
     Bytes(Vec<u8>),
 }
 
-/// Named values in payload order; serialises as a JSON object keeping that order.
+/// Named values in payload order; written as a JSON object keeping that order.
 pub type Fields<'m> = OrderedMap<&'m str, Value<'m>>;
 
 impl Value<'_> {
@@ -51,15 +50,70 @@ impl Value<'_> {
     }
 }
 
-impl Serialize for Value<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl WriteJson for Value<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Bool(v) => json::push_bool(out, *v),
+            Value::I64(v) => json::push_i64(out, *v),
+            Value::U64(v) => json::push_u64(out, *v),
+            Value::F64(v) => json::push_f64(out, *v),
+            Value::Str(v) => json::push_str(out, v),
+            Value::Guid(g) => {
+                // Hex digits and dashes: nothing to escape.
+                out.push(b'"');
+                out.extend_from_slice(&guid_text(g));
+                out.push(b'"');
+            }
+            Value::Array(items) => items.write_json(out),
+            Value::Object(fields) => fields.write_json(out),
+            Value::Enum { name, .. } => json::push_str(out, name),
+            Value::Flags { names, unnamed, .. } => {
+                // Names joined by ` | `, then the unnamed bits (also when no bit has a name).
+                out.push(b'"');
+                for (i, name) in names.iter().enumerate() {
+                    if i > 0 {
+                        out.extend_from_slice(b" | ");
+                    }
+                    json::push_escaped(out, name);
+                }
+                if *unnamed != 0 || names.is_empty() {
+                    if !names.is_empty() {
+                        out.extend_from_slice(b" | ");
+                    }
+                    json::push_hex_digits(out, *unnamed);
+                }
+                out.push(b'"');
+            }
+            Value::Bytes(bytes) => json::push_hex_string(out, bytes),
+        }
+    }
+}
+
+/// serde_json's rendering of a [`Value`]: the reference the direct writer is tested against.
+#[cfg(any(test, feature = "serde-reference"))]
+impl serde::Serialize for Value<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
         match self {
             Value::Bool(v) => s.serialize_bool(*v),
             Value::I64(v) => s.serialize_i64(*v),
             Value::U64(v) => s.serialize_u64(*v),
             Value::F64(v) => s.serialize_f64(*v),
             Value::Str(v) => s.serialize_str(v),
-            Value::Guid(g) => s.serialize_str(&format_guid(g)),
+            Value::Guid(g) => s.serialize_str(&format!(
+                "{:08x}-{:04x}-{:04x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                u32::from_le_bytes([g[0], g[1], g[2], g[3]]),
+                u16::from_le_bytes([g[4], g[5]]),
+                u16::from_le_bytes([g[6], g[7]]),
+                g[8],
+                g[9],
+                g[10],
+                g[11],
+                g[12],
+                g[13],
+                g[14],
+                g[15]
+            )),
             Value::Array(items) => {
                 let mut seq = s.serialize_seq(Some(items.len()))?;
                 for item in items {
@@ -77,37 +131,34 @@ impl Serialize for Value<'_> {
                 }
                 s.serialize_str(&text)
             }
-            Value::Bytes(bytes) => s.serialize_str(&hex(bytes)),
+            Value::Bytes(bytes) => {
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                s.serialize_str(&hex)
+            }
         }
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)].into());
-        out.push(DIGITS[usize::from(b & 0xf)].into());
+/// A GUID stored in Windows memory layout (u32, u16, u16 little-endian, then 8 bytes) as
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+fn guid_text(g: &[u8; 16]) -> [u8; 36] {
+    // The byte order of the text: the three little-endian groups reversed, the rest as stored.
+    const ORDER: [usize; 16] = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
+    let mut text = [b'-'; 36];
+    let mut at = 0;
+    for (i, &byte_index) in ORDER.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            at += 1;
+        }
+        (text[at], text[at + 1]) = json::hex_pair(g[byte_index]);
+        at += 2;
     }
-    out
+    text
 }
 
-/// Formats a GUID stored in Windows memory layout (u32, u16, u16 little-endian, then 8 bytes).
+/// Formats a GUID stored in Windows memory layout (see [`guid_text`]).
 pub fn format_guid(g: &[u8; 16]) -> String {
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-        u32::from_le_bytes([g[0], g[1], g[2], g[3]]),
-        u16::from_le_bytes([g[4], g[5]]),
-        u16::from_le_bytes([g[6], g[7]]),
-        g[8],
-        g[9],
-        g[10],
-        g[11],
-        g[12],
-        g[13],
-        g[14],
-        g[15]
-    )
+    String::from_utf8(guid_text(g).to_vec()).expect("hex digits and dashes are ASCII")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

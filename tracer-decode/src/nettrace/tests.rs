@@ -1,4 +1,19 @@
 use super::*;
+use crate::json::WriteJson;
+
+/// The event as the JSON object tracer writes.
+fn event_json(event: &DecodedEvent) -> String {
+    let mut out = Vec::new();
+    event.write_json(&mut out);
+    String::from_utf8(out).unwrap()
+}
+
+/// Fields as the JSON object tracer writes.
+fn fields_json(fields: &Fields) -> String {
+    let mut out = Vec::new();
+    fields.write_json(&mut out);
+    String::from_utf8(out).unwrap()
+}
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = format!("{}/../tests/fixtures/nettrace/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -18,7 +33,7 @@ fn parse_chunked(
         let n = chunk(i).clamp(1, data.len() - at);
         parser
             .feed(&data[at..at + n], |e| {
-                let json = serde_json::to_string(&e.decode()).unwrap();
+                let json = event_json(&e.decode());
                 lines.push(format!("{} {} {} {}", e.offset, e.capture_thread_id, e.stack_id, json));
             })
             .unwrap();
@@ -561,10 +576,7 @@ fn metadata_with_nested_objects_v2_arrays_and_opcode() {
     payload.extend(1u32.to_le_bytes());
     payload.extend([0xEE]); // longer payloads are tolerated
     let fields = decode_payload(&meta, &payload, 8).unwrap();
-    assert_eq!(
-        serde_json::to_string(&fields).unwrap(),
-        r#"{"inner":{"a":4660,"s":"hé"},"flag":true}"#
-    );
+    assert_eq!(fields_json(&fields), r#"{"inner":{"a":4660,"s":"hé"},"flag":true}"#);
 
     // V2Params tag: an array of UInt32 and a Guid; the V1 list is empty.
     let def = |name: &str, types: &[u32]| {
@@ -593,10 +605,7 @@ fn metadata_with_nested_objects_v2_arrays_and_opcode() {
     payload.extend(6u32.to_le_bytes());
     payload.extend([0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 8, 9, 10, 11, 12, 13, 14, 15]);
     let fields = decode_payload(&meta, &payload, 8).unwrap();
-    assert_eq!(
-        serde_json::to_string(&fields).unwrap(),
-        r#"{"ids":[5,6],"g":"00112233-4455-6677-0809-0a0b0c0d0e0f"}"#
-    );
+    assert_eq!(fields_json(&fields), r#"{"ids":[5,6],"g":"00112233-4455-6677-0809-0a0b0c0d0e0f"}"#);
     let short = decode_payload(&meta, &payload[..5], 8).unwrap_err();
     assert_eq!(
         (short.field.as_str(), short.at, short.problem),
@@ -904,7 +913,7 @@ fn render_bounded(data: &[u8]) -> (u64, u64, Option<crate::budget::BudgetExceede
         if refused.is_some() {
             return;
         }
-        let json = serde_json::to_string(&e.decode()).unwrap();
+        let json = event_json(&e.decode());
         match budget.spend(json.len() as u64 + ENVELOPE) {
             Ok(()) => written += 1,
             Err(e) => refused = Some(e),
@@ -1021,7 +1030,7 @@ fn struct_arrays_counted_fields_and_bit_maps_decode_to_exact_json() {
     }
     let fields = decode_payload(&meta, &payload, 8).unwrap();
     assert_eq!(
-        serde_json::to_string(&fields).unwrap(),
+        fields_json(&fields),
         concat!(
             r#"{"Count":2,"ClrInstanceID":7,"Values":["#,
             r#"{"TypeID":16,"ModuleID":48,"TypeNameID":5,"Flags":"Finalizable | Array","#,
@@ -1047,4 +1056,125 @@ fn a_records_version_is_the_newest_template_it_fills_exactly() {
     assert_eq!((version(92), version(94), version(110)), (Some(0), Some(1), Some(2)));
     assert_eq!(version(93), None);
     assert_eq!(payload::fitting_version("Other", 4, &[0; 94], 8), None);
+}
+
+const FIXTURES: [&str; 4] = [
+    "coreclr8_gc_induced5.nettrace",
+    "coreclr8_verbose.nettrace",
+    "coreclr8_threadpool.nettrace",
+    "coreclr8_counters.nettrace",
+];
+
+/// The direct writer against its reference, serde_json over the `Serialize` derive.
+fn assert_writes_like_serde(event: &DecodedEvent) {
+    let reference = serde_json::to_string(event).unwrap();
+    assert_eq!(event_json(event), reference);
+}
+
+#[test]
+fn every_fixture_event_is_written_byte_for_byte_as_serde_json_writes_it() {
+    for name in FIXTURES {
+        let mut parser = NettraceParser::default();
+        let mut events = 0;
+        parser
+            .feed(&fixture(name), |e| {
+                assert_writes_like_serde(&e.decode());
+                events += 1;
+            })
+            .unwrap();
+        assert!(events > 0, "{name}");
+    }
+}
+
+#[test]
+fn edge_values_are_written_byte_for_byte_as_serde_json_writes_them() {
+    let meta = EventMetadata {
+        event_name: "Edge \"cases\"\n".into(),
+        version: Some(u32::MAX),
+        keywords: u64::MAX,
+        ..EventMetadata::native("Provider\\with\u{1}controls", u32::MAX)
+    };
+    let strings = [
+        "",
+        "quote \" backslash \\ slash /",
+        "\u{0}\u{7}\u{8}\t\n\u{b}\u{c}\r\u{1b}\u{1f}\u{7f}",
+        "line\u{2028}para\u{2029}",
+        "non-BMP 😀 𝄞, replacement \u{fffd}, é",
+    ];
+    let guid = [0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 8, 9, 10, 11, 12, 13, 14, 0xff];
+    let mut fields: Fields = OrderedMap(
+        strings.iter().map(|s| ("s\"\u{1}key\u{2028}", Value::Str((*s).into()))).collect(),
+    );
+    fields
+        .push("bool", Value::Bool(true))
+        .push("i64_min", Value::I64(i64::MIN))
+        .push("i64_max", Value::I64(i64::MAX))
+        .push("u64_max", Value::U64(u64::MAX))
+        .push("guid", Value::Guid(guid))
+        .push("enum", Value::Enum { value: 3, name: "Named \"enum\"" })
+        .push("bytes", Value::Bytes(vec![0, 0x7f, 0x80, 0xff]))
+        .push("no_bytes", Value::Bytes(Vec::new()))
+        .push("empty_array", Value::Array(Vec::new()))
+        .push("empty_object", Value::Object(Fields::default()));
+    for v in [0.0, -0.0, 0.1, 1e21, 1e-7, 5e-324, f64::MAX, f64::from(0.1f32), 1.0, -2.5] {
+        fields.push("f64", Value::F64(v));
+    }
+    for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        fields.push("non_finite", Value::F64(v));
+    }
+    for (names, unnamed) in
+        [(vec![], 0), (vec![], 0x4000), (vec!["A"], 0), (vec!["A", "B\"c"], 0x8000_0000_0000_0000)]
+    {
+        fields.push("flags", Value::Flags { value: 0, names, unnamed });
+    }
+    let nested = Value::Array(vec![
+        Value::Object(OrderedMap(vec![("a", Value::U64(1)), ("b", Value::Array(vec![]))])),
+        Value::Array(vec![Value::Str("\\".into()), Value::I64(-1)]),
+    ]);
+    fields.push("nested", nested);
+    let context = EventContext {
+        thread: u64::MAX,
+        sequence: Some(u32::MAX),
+        timestamp: i64::MIN,
+        activity_id: guid,
+        related_activity_id: [0xff; 16],
+        stack_id: u32::MAX,
+    };
+    let mut event = DecodedEvent::new(&meta, &[], 8, context);
+    event.fields = fields;
+    event.decode_error = Some("payload \"bad\"\u{0}".into());
+    assert_writes_like_serde(&event);
+    // Every optional member absent, and a name only the id gives.
+    let bare = EventMetadata::native("P", 4242);
+    assert_writes_like_serde(&DecodedEvent::new(&bare, &[], 8, EventContext::default()));
+    let raw = DecodedEvent::new(&bare, &[1, 2, 3], 8, EventContext::default());
+    assert_eq!(
+        event_json(&raw),
+        r#"{"provider":"P","event":"EventID(4242)","id":4242,"level":0,"keywords":"0x0","thread":0,"timestamp":0,"fields":{"raw_payload":"010203"}}"#
+    );
+}
+
+/// UTF-16 payload strings with lone surrogates, unpaired halves at the end, embedded NULs after
+/// the terminator: what the decoder makes of them is written as serde_json writes it.
+#[test]
+fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
+    let meta = EventMetadata {
+        event_name: "Strings".into(),
+        fields: ["a", "b", "c", "d"]
+            .map(|name| FieldDef { name: name.into(), ty: FieldType::String })
+            .into(),
+        ..EventMetadata::native("P", 1)
+    };
+    let units: [&[u16]; 4] = [
+        &[0xD800, 0x41, 0],
+        &[0x41, 0xDC00, 0xD83D, 0xDE00, 0],
+        &[0xDBFF, 0],
+        &[0x2028, 0x22, 0x5C, 0x1, 0],
+    ];
+    let payload: Vec<u8> =
+        units.iter().flat_map(|s| s.iter()).flat_map(|u| u.to_le_bytes()).collect();
+    let event = DecodedEvent::new(&meta, &payload, 8, EventContext::default());
+    assert_eq!(event.decode_error, None);
+    assert_writes_like_serde(&event);
+    assert!(event_json(&event).contains("\"a\":\"\u{fffd}A\","), "{}", event_json(&event));
 }

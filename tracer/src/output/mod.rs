@@ -1,6 +1,8 @@
 //! Everything tracer writes, defined in one place. Every output line is a [`Line`]: the common
-//! envelope `{ts, mono_ns, kind, source, pid}` followed by the body of its kind, serialized by
-//! [`JsonLines`] (or rendered ahead by a session task with [`Line::render`]). The README's
+//! envelope `{ts, mono_ns, kind, source, pid}` followed by the body of its kind ([`LineBody`]),
+//! written by [`JsonLines`] (or rendered ahead by a session task with [`Line::render`]). The
+//! envelope and the runtime events' bodies are written straight into the line's buffer (one per
+//! event: the output path's cost); the other bodies are serialized with serde. The README's
 //! "Output lines" table lists the same kinds and fields; a test below checks that they agree.
 mod detection;
 mod writer;
@@ -10,13 +12,16 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tracer_common::EventKind;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
+use tracer_decode::json::{self, WriteJson};
 use tracer_decode::nettrace::DecodedEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
-pub use self::writer::{JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file};
+pub use self::writer::{
+    Batch, JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file,
+};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
-use crate::time::{Clock, monotonic_ns};
+use crate::time::{Clock, monotonic_ns, write_iso8601};
 
 /// What a line reports (`"kind"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,12 +62,6 @@ impl Kind {
     }
 }
 
-impl Serialize for Kind {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
 /// Where what a line reports was seen (`"source"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -93,12 +92,6 @@ impl Source {
     }
 }
 
-impl Serialize for Source {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
 /// The process a line is about (`"pid"`, as the host's pid namespace numbers it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pid {
@@ -110,54 +103,123 @@ pub enum Pid {
     NotApplicable,
 }
 
-impl Pid {
-    fn is_not_applicable(&self) -> bool {
-        *self == Pid::NotApplicable
-    }
-}
-
-impl Serialize for Pid {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Pid::Known(pid) => s.serialize_u32(*pid),
-            _ => s.serialize_none(),
-        }
-    }
-}
-
 /// One output line: the envelope, then the kind's body.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Line<B> {
-    /// ISO-8601 UTC wall-clock time of `mono_ns`.
-    ts: String,
+    /// Wall-clock nanoseconds since the epoch of `mono_ns` (`ts`, written as ISO-8601 UTC).
+    wall_ns: i128,
     /// CLOCK_MONOTONIC nanoseconds: the time the event happened (or tracer saw it).
     mono_ns: u64,
     kind: Kind,
     source: Source,
-    #[serde(skip_serializing_if = "Pid::is_not_applicable")]
+    /// Not written when [`Pid::NotApplicable`].
     pid: Pid,
     /// The process's cgroup, container and pod, when known (lines about a process only).
-    #[serde(flatten)]
     labels: Option<Arc<ProcessLabels>>,
-    #[serde(flatten)]
     body: B,
 }
 
 /// Where a process runs: its cgroup v2 path and the container and pod that path names. Each is
 /// written only when known (`crate::identity` reads them from `/proc/<pid>/cgroup`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessLabels {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
 }
 
-impl<B: Serialize> Line<B> {
+impl ProcessLabels {
+    /// Appends the known labels as members after the envelope's `pid`.
+    fn write_json_members(&self, out: &mut Vec<u8>) {
+        let labels: [(&[u8], _); 3] = [
+            (br#","cgroup":"#, &self.cgroup),
+            (br#","container_id":"#, &self.container_id),
+            (br#","pod_uid":"#, &self.pod_uid),
+        ];
+        for (key, value) in labels {
+            if let Some(value) = value {
+                out.extend_from_slice(key);
+                json::push_str(out, value);
+            }
+        }
+    }
+}
+
+/// The fields a line's kind adds after the envelope.
+pub trait LineBody {
+    /// Appends them as members of the line's object, each after a comma.
+    fn write_json_members(&self, out: &mut Vec<u8>);
+}
+
+impl<B: LineBody> LineBody for &B {
+    fn write_json_members(&self, out: &mut Vec<u8>) {
+        (**self).write_json_members(out);
+    }
+}
+
+/// Runtime events: written directly (the line tracer writes most, one per event).
+impl LineBody for DecodedEvent<'_> {
+    fn write_json_members(&self, out: &mut Vec<u8>) {
+        DecodedEvent::write_json_members(self, out);
+    }
+}
+
+impl LineBody for FtraceRecord<'_> {
+    fn write_json_members(&self, out: &mut Vec<u8>) {
+        // The names are ASCII letters: written as they are, without escaping.
+        out.extend_from_slice(br#","system":"#);
+        json::push_str(out, self.system);
+        out.extend_from_slice(br#","event":"#);
+        json::push_str(out, self.event);
+        out.extend_from_slice(br#","cpu":"#);
+        json::push_u64(out, self.cpu.into());
+        out.extend_from_slice(br#","tid":"#);
+        json::push_i64(out, self.tid.into());
+        out.extend_from_slice(br#","fields":"#);
+        self.fields.write_json(out);
+    }
+}
+
+/// Bodies written by serde_json: lines that are few (lifecycle, detections, summaries).
+macro_rules! serde_line_bodies {
+    ($($body:ty),* $(,)?) => {$(
+        impl LineBody for $body {
+            fn write_json_members(&self, out: &mut Vec<u8>) {
+                write_serde_members(self, out);
+            }
+        }
+    )*};
+}
+
+serde_line_bodies!(
+    FieldMap,
+    RegistrationTableBody<'_>,
+    SessionStarted<'_>,
+    SessionEnded<'_>,
+    SessionFailed<'_>,
+    SocketRefused<'_>,
+    DotnetProcess,
+    SummaryBody<'_>,
+);
+
+/// Serializes `body` (a struct or map: a JSON object) and keeps its members: `{"a":1}` becomes
+/// `,"a":1`, `{}` nothing.
+fn write_serde_members(body: &impl Serialize, out: &mut Vec<u8>) {
+    let start = out.len();
+    // Serializing into memory fails only for maps with non-string keys, which no body has.
+    serde_json::to_writer(&mut *out, body).expect("line bodies serialize to JSON");
+    debug_assert_eq!((out[start], out.last()), (b'{', Some(&b'}')), "a body is an object");
+    if out.len() - start == 2 {
+        out.truncate(start);
+    } else {
+        out[start] = b',';
+        out.pop();
+    }
+}
+
+impl<B: LineBody> Line<B> {
     pub fn new(clock: &Clock, mono_ns: u64, kind: Kind, source: Source, pid: Pid, body: B) -> Self {
-        Line { ts: clock.iso8601(mono_ns), mono_ns, kind, source, pid, labels: None, body }
+        Line { wall_ns: clock.wall_ns(mono_ns), mono_ns, kind, source, pid, labels: None, body }
     }
 
     /// The same line with the process's cgroup, container and pod.
@@ -174,6 +236,33 @@ impl<B: Serialize> Line<B> {
     /// their events so the pipeline only writes bytes).
     pub fn render(&self) -> RenderedLine {
         RenderedLine::of(self)
+    }
+
+    /// Appends the line's JSON object (no newline).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        // The envelope's names and values need no escaping: digits and fixed ASCII names.
+        out.extend_from_slice(br#"{"ts":""#);
+        write_iso8601(out, self.wall_ns);
+        out.extend_from_slice(br#"","mono_ns":"#);
+        json::push_u64(out, self.mono_ns);
+        out.extend_from_slice(br#","kind":""#);
+        out.extend_from_slice(self.kind.name().as_bytes());
+        out.extend_from_slice(br#"","source":""#);
+        out.extend_from_slice(self.source.name().as_bytes());
+        out.push(b'"');
+        match self.pid {
+            Pid::Known(pid) => {
+                out.extend_from_slice(br#","pid":"#);
+                json::push_u64(out, pid.into());
+            }
+            Pid::Unknown => out.extend_from_slice(br#","pid":null"#),
+            Pid::NotApplicable => {}
+        }
+        if let Some(labels) = &self.labels {
+            labels.write_json_members(out);
+        }
+        self.body.write_json_members(out);
+        out.push(b'}');
     }
 }
 
@@ -317,8 +406,8 @@ pub struct SocketRefused<'a> {
     pub error: &'a str,
 }
 
-/// Body of an `ftrace` line.
-#[derive(Debug, Serialize)]
+/// Body of an `ftrace` line (written directly: one line per record).
+#[derive(Debug)]
 pub struct FtraceRecord<'a> {
     pub system: &'a str,
     pub event: &'a str,
@@ -430,7 +519,7 @@ pub fn dotnet_event<'a>(
 }
 
 /// A session lifecycle line about `pid`, stamped now.
-pub fn session_line<B: Serialize>(clock: &Clock, kind: Kind, pid: u32, body: B) -> Line<B> {
+pub fn session_line<B: LineBody>(clock: &Clock, kind: Kind, pid: u32, body: B) -> Line<B> {
     Line::new(clock, monotonic_ns(), kind, Source::Tracer, Pid::Known(pid), body)
 }
 

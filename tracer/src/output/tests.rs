@@ -56,8 +56,17 @@ fn ipc_mapping() -> Mapping {
     }
 }
 
-fn json_of<B: Serialize>(line: &Line<B>) -> Value {
-    serde_json::to_value(line).unwrap()
+// Tests build session lines from bodies turned into JSON values.
+serde_line_bodies!(Value);
+
+/// The line as tracer writes it (without its newline).
+fn text_of<B: LineBody>(line: &Line<B>) -> String {
+    String::from_utf8(line.render().as_bytes().to_vec()).unwrap()
+}
+
+/// The line as written, parsed (keys in the written order).
+fn json_of<B: LineBody>(line: &Line<B>) -> Value {
+    serde_json::from_slice(line.render().as_bytes()).unwrap()
 }
 
 #[test]
@@ -101,7 +110,7 @@ fn envelope_order_and_fields() {
     };
     let checks = DetectionChecks { user_events_data: None, mapped_addr: Some(0x7f00_0000_1000) };
     let line = detection_line(&ev, &clock, checks);
-    let text = serde_json::to_string(&line).unwrap();
+    let text = text_of(&line);
     assert!(
             text.starts_with(r#"{"ts":"1970-01-01T00:00:01.000000000Z","mono_ns":1000000000,"kind":"dotnet_ipc_ready","source":"kernel","pid":100,"tid":101,"comm":"helper","uid":0,"cgroup_id":55,"cpu":1,"seq":3,"#),
             "{text}"
@@ -347,7 +356,7 @@ fn one_of_each_kind() -> Vec<Value> {
         id: 1,
         version: Some(1),
         level: 4,
-        keywords: "0x1".into(),
+        keywords: 1,
         thread: 2,
         sequence: Some(3),
         timestamp: 4,
@@ -545,18 +554,16 @@ fn labels_are_written_only_when_known() {
         container_id: Some("e".repeat(64)),
         pod_uid: None,
     };
-    let text = serde_json::to_string(
+    let text = text_of(
         &detection_line(&exit, &clock, DetectionChecks::default())
             .with_labels(Some(std::sync::Arc::new(labels))),
-    )
-    .unwrap();
+    );
     let want = format!(
         r#""pid":100,"cgroup":"/system.slice/docker-x.scope","container_id":"{}","tid":101,"#,
         "e".repeat(64)
     );
     assert!(text.contains(&want), "{text}");
-    let bare =
-        serde_json::to_string(&detection_line(&exit, &clock, DetectionChecks::default())).unwrap();
+    let bare = text_of(&detection_line(&exit, &clock, DetectionChecks::default()));
     assert!(bare.contains(r#""pid":100,"tid":101,"#), "{bare}");
 }
 
@@ -586,7 +593,6 @@ fn kind_and_source_names() {
     assert_eq!(Kind::DotnetEvent.name(), "dotnet_event");
     assert_eq!(Source::UserEvents.name(), "user_events");
     assert_eq!(serde_json::to_string(&SessionId(0xabc)).unwrap(), r#""0xabc""#);
-    assert_eq!(serde_json::to_string(&Pid::Unknown).unwrap(), "null");
 }
 
 /// Every loss `run` and `audit` count (zero or not) has its row in the README's table of
@@ -618,5 +624,154 @@ fn readme_lists_every_loss() {
             rows.iter().any(|r| r[1].contains(&source) && r[2].contains(&reason)),
             "the README's table of losses lacks {source} {reason}"
         );
+    }
+}
+
+/// A `dotnet_event` line as serde_json wrote it before the direct writer (the derive `Line`
+/// had): the reference the writer's bytes are compared with.
+#[derive(Serialize)]
+struct ReferenceEventLine<'a> {
+    ts: String,
+    mono_ns: u64,
+    kind: &'static str,
+    source: &'static str,
+    pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_uid: Option<&'a str>,
+    #[serde(flatten)]
+    event: &'a DecodedEvent<'a>,
+}
+
+fn reference_line(
+    clock: &Clock,
+    mono_ns: u64,
+    source: Source,
+    pid: u32,
+    labels: Option<&ProcessLabels>,
+    event: &DecodedEvent,
+) -> String {
+    let label = |f: fn(&ProcessLabels) -> &Option<String>| labels.and_then(|l| f(l).as_deref());
+    serde_json::to_string(&ReferenceEventLine {
+        ts: clock.iso8601(mono_ns),
+        mono_ns,
+        kind: "dotnet_event",
+        source: source.name(),
+        pid,
+        cgroup: label(|l| &l.cgroup),
+        container_id: label(|l| &l.container_id),
+        pod_uid: label(|l| &l.pod_uid),
+        event,
+    })
+    .unwrap()
+}
+
+/// Every event of the captured streams, as a `dotnet_event` line of either source, with and
+/// without process labels (escapes in them too), at clocks before and after 1970 and now: the
+/// written bytes are serde_json's.
+#[test]
+fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
+    use tracer_decode::nettrace::NettraceParser;
+    let all_labels = ProcessLabels {
+        cgroup: Some("/kubepods.slice/pod\"quote\\\u{1}\u{2028}.slice".into()),
+        container_id: Some("e".repeat(64)),
+        pod_uid: Some("0b7c3a0e-1111-2222-3333-444455556666".into()),
+    };
+    let cgroup_only =
+        ProcessLabels { cgroup: Some("/system.slice/a.service".into()), ..all_labels.clone() };
+    let pod_only = ProcessLabels { pod_uid: Some("p".into()), ..ProcessLabels::default() };
+    let labels =
+        [None, Some(all_labels), Some(cgroup_only), Some(pod_only)].map(|l| l.map(Arc::new));
+    let clocks = [Clock::with_offset(0), Clock::with_offset(-5_000_000_000_123), Clock::new()];
+    let dir = format!("{}/../tests/fixtures/nettrace", env!("CARGO_MANIFEST_DIR"));
+    let mut lines = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "nettrace") {
+            continue;
+        }
+        let mut parser = NettraceParser::default();
+        parser
+            .feed(&std::fs::read(&path).unwrap(), |e| {
+                let i = lines;
+                let (clock, labels) = (&clocks[i % clocks.len()], &labels[i % labels.len()]);
+                let source = if i % 2 == 0 { Source::Nettrace } else { Source::UserEvents };
+                let mono_ns = if i == 0 { u64::MAX } else { e.timestamp as u64 };
+                let pid = if i == 1 { u32::MAX } else { 4242 };
+                let event = e.decode();
+                let want = reference_line(clock, mono_ns, source, pid, labels.as_deref(), &event);
+                let line =
+                    dotnet_event(clock, mono_ns, source, pid, event).with_labels(labels.clone());
+                assert_eq!(text_of(&line), want, "{}", path.display());
+                lines += 1;
+            })
+            .unwrap();
+    }
+    assert!(lines > 800, "{lines} lines");
+}
+
+#[test]
+fn a_pid_tracer_could_not_tell_is_null_and_one_that_does_not_apply_is_absent() {
+    let clock = Clock::with_offset(0);
+    let body = FieldMap::default();
+    let unknown = Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, body.clone());
+    assert_eq!(
+        text_of(&unknown),
+        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"ftrace","source":"ftrace","pid":null}"#
+    );
+    let none = Line::new(&clock, 1, Kind::Summary, Source::Tracer, Pid::NotApplicable, body);
+    assert_eq!(
+        text_of(&none),
+        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"summary","source":"tracer"}"#
+    );
+}
+
+/// An `ftrace` line as serde_json wrote it before the direct writer: the reference.
+#[derive(Serialize)]
+struct ReferenceFtraceLine<'a> {
+    ts: String,
+    mono_ns: u64,
+    kind: &'static str,
+    source: &'static str,
+    pid: Option<u32>,
+    system: &'a str,
+    event: &'a str,
+    cpu: u32,
+    tid: i32,
+    fields: &'a tracer_decode::ftrace::record::Fields<'a>,
+}
+
+#[test]
+fn ftrace_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
+    use tracer_decode::ftrace::record::FieldValue;
+    let clock = Clock::with_offset(1_795_991_400_000_000_000);
+    let mut fields = tracer_decode::ordered::OrderedMap::default();
+    fields
+        .push("filename", FieldValue::Str("/tmp/\"odd\"\\name\n\u{2028}é".into()))
+        .push("ret", FieldValue::Signed(i64::MIN))
+        .push("addr", FieldValue::Unsigned(u64::MAX))
+        .push("buf", FieldValue::Bytes(vec![0, 0xff]))
+        .push("args", FieldValue::Array(vec![FieldValue::Unsigned(1), FieldValue::Signed(-2)]));
+    for (pid, want_pid) in [(Pid::Known(u32::MAX), Some(u32::MAX)), (Pid::Unknown, None)] {
+        let record =
+            FtraceRecord { system: "sys\"x", event: "ev", cpu: 1, tid: -3, fields: fields.clone() };
+        let want = serde_json::to_string(&ReferenceFtraceLine {
+            ts: clock.iso8601(77),
+            mono_ns: 77,
+            kind: "ftrace",
+            source: "ftrace",
+            pid: want_pid,
+            system: record.system,
+            event: record.event,
+            cpu: record.cpu,
+            tid: record.tid,
+            fields: &record.fields,
+        })
+        .unwrap();
+        let line = Line::new(&clock, 77, Kind::Ftrace, Source::Ftrace, pid, record);
+        assert_eq!(text_of(&line), want);
     }
 }

@@ -1,5 +1,7 @@
 //! The JSON-lines writer: one [`Line`] per line to stdout or a file, flushed per line so a
-//! consumer (or a test) sees each event as soon as it is decoded.
+//! consumer (or a test) sees each event as soon as it is decoded — or, for the lines a pipeline
+//! has at hand at once (a [`Batch`]: the events sessions have sent, a ring buffer's records),
+//! flushed once for all of them: one `write` per batch instead of one per line.
 //!
 //! The output holds command lines and payloads of other users' processes: a file is created
 //! `0600` and never through a symlink. `SIGHUP` (see [`ReopenRequest`]) reopens the file after
@@ -8,19 +10,22 @@
 //! then on, and the pipeline ends as if stopped (see [`JsonLines::failure`]).
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
-use serde::Serialize;
 
-use super::Line;
+use super::{Line, LineBody};
 use crate::export::otlp::LineExport;
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
 pub const OUTPUT_FILE_MODE: u32 = 0o600;
+
+/// Bytes buffered before a write: a batch of lines up to this size leaves in one `write`.
+const OUTPUT_BUFFER_BYTES: usize = 256 * 1024;
 
 pub struct JsonLines {
     out: Box<dyn Write + Send>,
@@ -31,6 +36,10 @@ pub struct JsonLines {
     failure: Option<io::Error>,
     /// Lines not written because of `failure` (the failed one included).
     unwritten: u64,
+    /// Lines handed to `out` since it was last flushed (lost with it if the flush fails).
+    unflushed: u64,
+    /// Inside a [`Batch`]: lines are flushed when it ends, not one by one.
+    batching: bool,
     /// `--otlp-endpoint`: every line is also offered to the exporter (never waits).
     export: Option<LineExport>,
 }
@@ -54,10 +63,9 @@ impl ReopenRequest {
 pub struct RenderedLine(Vec<u8>);
 
 impl RenderedLine {
-    pub(super) fn of(line: &impl Serialize) -> RenderedLine {
-        let mut bytes = Vec::with_capacity(256);
-        // Serializing into memory fails only for maps with non-string keys, which no line has.
-        serde_json::to_writer(&mut bytes, line).expect("output lines serialize to JSON");
+    pub(super) fn of(line: &Line<impl LineBody>) -> RenderedLine {
+        let mut bytes = Vec::with_capacity(512);
+        line.write_json(&mut bytes);
         bytes.push(b'\n');
         RenderedLine(bytes)
     }
@@ -70,13 +78,13 @@ impl RenderedLine {
 
 impl JsonLines {
     pub fn stdout() -> JsonLines {
-        JsonLines::writer(BufWriter::new(io::stdout()))
+        JsonLines::writer(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, io::stdout()))
     }
 
     /// Creates (or truncates) `path`: mode 0600 when new, refused when `path` is a symlink.
     pub fn file(path: &Path) -> anyhow::Result<JsonLines> {
         let file = open_output(path, true)?;
-        let mut sink = JsonLines::writer(BufWriter::new(file));
+        let mut sink = JsonLines::writer(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, file));
         sink.path = Some(path.to_path_buf());
         Ok(sink)
     }
@@ -97,6 +105,8 @@ impl JsonLines {
             reopen: ReopenRequest::default(),
             failure: None,
             unwritten: 0,
+            unflushed: 0,
+            batching: false,
             export: None,
         }
     }
@@ -107,7 +117,7 @@ impl JsonLines {
     }
 
     /// Writes one line (or counts it as unwritten once the output has failed).
-    pub fn emit<B: Serialize>(&mut self, line: &Line<B>) {
+    pub fn emit<B: LineBody>(&mut self, line: &Line<B>) {
         self.emit_rendered(&line.render());
     }
 
@@ -120,14 +130,38 @@ impl JsonLines {
             return;
         }
         let written = self.before_line().and_then(|()| {
+            self.unflushed += 1;
             // The line and its newline in one piece.
-            self.out.write_all(&line.0)?;
-            self.out.flush()
+            self.out.write_all(&line.0)
         });
-        if let Err(e) = written {
-            self.failure = Some(e);
-            self.unwritten += 1;
+        match written {
+            Err(e) => self.fail(e),
+            Ok(()) if !self.batching => self.flush(),
+            Ok(()) => {}
         }
+    }
+
+    /// Lines written until the batch is dropped leave together, in one flush.
+    pub fn batch(&mut self) -> Batch<'_> {
+        self.batching = true;
+        Batch(self)
+    }
+
+    fn flush(&mut self) {
+        if self.failure.is_some() {
+            return;
+        }
+        match self.out.flush() {
+            Ok(()) => self.unflushed = 0,
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Keeps the first error; the lines not flushed yet count as unwritten.
+    fn fail(&mut self, e: io::Error) {
+        self.failure = Some(e);
+        self.unwritten += self.unflushed;
+        self.unflushed = 0;
     }
 
     /// From now on every line is also offered to `export` (`--otlp-endpoint`).
@@ -155,12 +189,37 @@ impl JsonLines {
             && self.reopen.take()
         {
             self.out.flush()?;
+            self.unflushed = 0;
             // Appends: after rotation the name is new (or truncated by the rotator).
             let file = open_output(path, false).map_err(io::Error::other)?;
-            self.out = Box::new(BufWriter::new(file));
+            self.out = Box::new(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, file));
             log::info!("reopened {}", path.display());
         }
         Ok(())
+    }
+}
+
+/// Lines a pipeline writes together (see [`JsonLines::batch`]); flushed when dropped.
+pub struct Batch<'a>(&'a mut JsonLines);
+
+impl Deref for Batch<'_> {
+    type Target = JsonLines;
+
+    fn deref(&self) -> &JsonLines {
+        self.0
+    }
+}
+
+impl DerefMut for Batch<'_> {
+    fn deref_mut(&mut self) -> &mut JsonLines {
+        self.0
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.0.batching = false;
+        self.0.flush();
     }
 }
 
@@ -180,4 +239,82 @@ fn open_output(path: &Path, truncate: bool) -> anyhow::Result<File> {
             path.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::output::{FieldMap, Kind, Pid, Source};
+    use crate::time::Clock;
+
+    /// Records each `write` it gets; fails every write once `fail` is set.
+    #[derive(Clone, Default)]
+    struct Writes {
+        writes: Arc<Mutex<Vec<Vec<u8>>>>,
+        fail: Arc<AtomicBool>,
+    }
+
+    impl Write for Writes {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.fail.load(Ordering::Relaxed) {
+                return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+            }
+            self.writes.lock().unwrap().push(bytes.to_vec());
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn line(mono_ns: u64) -> RenderedLine {
+        let clock = Clock::with_offset(0);
+        Line::new(
+            &clock,
+            mono_ns,
+            Kind::Summary,
+            Source::Tracer,
+            Pid::NotApplicable,
+            FieldMap::default(),
+        )
+        .render()
+    }
+
+    #[test]
+    fn a_batch_leaves_in_one_write_and_single_lines_at_once() {
+        let writes = Writes::default();
+        let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
+        sink.emit_rendered(&line(1));
+        assert_eq!(writes.writes.lock().unwrap().len(), 1, "a line outside a batch is written");
+        {
+            let mut batch = sink.batch();
+            for mono_ns in 2..=4 {
+                batch.emit_rendered(&line(mono_ns));
+            }
+            assert_eq!(writes.writes.lock().unwrap().len(), 1, "held until the batch ends");
+        }
+        let writes = writes.writes.lock().unwrap();
+        let want: Vec<u8> = (2..=4).flat_map(|n| line(n).0).collect();
+        assert_eq!(*writes, [line(1).0, want]);
+    }
+
+    #[test]
+    fn a_failed_batch_counts_its_lines_unwritten() {
+        let writes = Writes::default();
+        let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
+        sink.emit_rendered(&line(1));
+        writes.fail.store(true, Ordering::Relaxed);
+        {
+            let mut batch = sink.batch();
+            batch.emit_rendered(&line(2));
+            batch.emit_rendered(&line(3));
+        }
+        assert_eq!(sink.failure().map(io::Error::kind), Some(io::ErrorKind::BrokenPipe));
+        sink.emit_rendered(&line(4));
+        assert_eq!(sink.unwritten(), 3);
+        assert_eq!(writes.writes.lock().unwrap().len(), 1);
+    }
 }

@@ -228,10 +228,11 @@ pub async fn run(
                 continue;
             }
         }
+        // The records of one ring-buffer read, one write.
         emit_events(
             &mut batch,
             &clock,
-            &mut sink,
+            &mut sink.batch(),
             &mut table,
             &mut tracker,
             &mut confirmer,
@@ -245,7 +246,7 @@ pub async fn run(
     emit_events(
         &mut batch,
         &clock,
-        &mut sink,
+        &mut sink.batch(),
         &mut table,
         &mut tracker,
         &mut confirmer,

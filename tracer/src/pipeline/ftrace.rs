@@ -121,7 +121,8 @@ pub async fn run(
                 unwritten_lines: sink.unwritten(),
             }),
             batch = reader.next_batch() => match batch {
-                Ok(events) => out.emit(&mut sink, &events, integrity)?,
+                // A batch of records, one write.
+                Ok(events) => out.emit(&mut sink.batch(), &events, integrity)?,
                 Err(e) => break Err(e),
             },
         }
@@ -130,7 +131,7 @@ pub async fn run(
     instance.set_tracing_on(false)?;
     let result = result.and_then(|()| {
         let rest = reader.flush()?;
-        out.emit(&mut sink, &rest, integrity)
+        out.emit(&mut sink.batch(), &rest, integrity)
     });
     let mut summary = FtraceSummary {
         reader: reader.stats(),

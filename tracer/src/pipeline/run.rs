@@ -466,7 +466,7 @@ pub async fn run(
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
+            Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
             Some(done) = tasks.join_next_with_id() => {
                 let id = done.map_or_else(|e| e.id(), |(id, ())| id);
                 let uid = slot_uids.remove(&id).expect("every session has a slot");
@@ -506,7 +506,7 @@ pub async fn run(
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
-                Some(msg) => handle_message(msg, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
+                Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
                 None => break,
             },
             // Session tasks wait on the user_events reader (release) while they finish.
@@ -591,7 +591,32 @@ fn emit_user_events(
     labels: &LabelRegistry,
 ) {
     *summary.events_by_source.entry("user_events").or_default() += lines.len() as u64;
-    lines.into_iter().for_each(|event| emit_event(event, sink, summary, events_by_pid, labels))
+    let mut batch = sink.batch();
+    lines
+        .into_iter()
+        .for_each(|event| emit_event(event, &mut batch, summary, events_by_pid, labels))
+}
+
+/// Most session messages handled in one batch of lines (one write) before the pipeline looks at
+/// its other work again.
+const MAX_BATCH_MESSAGES: usize = 256;
+
+/// `first`, then what the sessions have sent meanwhile, as one batch of lines.
+fn handle_messages(
+    first: SessionMessage,
+    out_rx: &mut mpsc::Receiver<SessionMessage>,
+    clock: &Clock,
+    sink: &mut JsonLines,
+    summary: &mut RunSummary,
+    events_by_pid: &mut HashMap<u32, u64>,
+    labels: &LabelRegistry,
+) {
+    let mut batch = sink.batch();
+    handle_message(first, clock, &mut batch, summary, events_by_pid, labels);
+    for _ in 1..MAX_BATCH_MESSAGES {
+        let Ok(msg) = out_rx.try_recv() else { break };
+        handle_message(msg, clock, &mut batch, summary, events_by_pid, labels);
+    }
 }
 
 /// The one path of every runtime event: counted, written, and (with metrics on) its counter

@@ -51,12 +51,13 @@ impl StoppingEvent {
             && self.event.as_deref().is_none_or(|name| name == event.event)
             && self.fields.iter().all(|(field, wanted)| {
                 event.fields.get(field.as_str()).is_some_and(|value| {
-                    let text = match serde_json::to_value(value) {
-                        Ok(serde_json::Value::String(text)) => text,
-                        Ok(other) => other.to_string(),
-                        Err(_) => return false,
-                    };
-                    text == *wanted
+                    let mut json = Vec::new();
+                    tracer_decode::json::WriteJson::write_json(value, &mut json);
+                    // A string matches by its text, any other value by its JSON.
+                    match serde_json::from_slice::<String>(&json) {
+                        Ok(text) => text == *wanted,
+                        Err(_) => json == wanted.as_bytes(),
+                    }
                 })
             })
     }
