@@ -186,6 +186,9 @@ pub const MAPPING_CONFIRM_TIMEOUT: Duration = Duration::from_millis(20);
 /// `mmap`s fail (each costs the whole timeout) cannot stall the detection pipeline.
 pub const MAPPING_CONFIRM_BUDGET_PER_SECOND: Duration = Duration::from_millis(100);
 const MAPPING_CONFIRM_POLL: Duration = Duration::from_micros(200);
+/// Bytes of `/proc/<pid>/maps` read per look (another process controls its length: ~65 k
+/// mappings with long names run to hundreds of MiB); a mapping past them is not found.
+pub const MAX_MAPS_BYTES: u64 = 16 << 20;
 const MAP_FIXED: u64 = 0x10;
 const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
 
@@ -208,9 +211,9 @@ impl MappingConfirmer {
     pub fn mapped_address(&mut self, pid: u32, mapping: &Mapping) -> Option<u64> {
         let fixed_at =
             (mapping.flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0).then_some(mapping.addr_hint);
-        let path = format!("{PROC}/{pid}/maps");
+        let path = PathBuf::from(format!("{PROC}/{pid}/maps"));
         let find = || {
-            let maps = fs::read(&path).ok()?;
+            let (maps, _) = crate::identity::read_bounded(&path, MAX_MAPS_BYTES).ok()?;
             let text = String::from_utf8_lossy(&maps);
             Some(mapped_address(&text, mapping.memfd_kind, mapping.offset, mapping.len, fixed_at))
         };
