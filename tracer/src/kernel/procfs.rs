@@ -171,7 +171,8 @@ fn scan_memfd_mappings(pids: &[u32]) -> Vec<MemfdMapping> {
         // Kernel threads have empty maps; processes may exit mid-scan.
         // Bytes, not UTF-8 text: a process can name files (or memfds) with any bytes, and one such
         // line must not hide its other mappings.
-        if let Ok(maps) = fs::read(Path::new(PROC).join(pid.to_string()).join("maps")) {
+        let path = Path::new(PROC).join(pid.to_string()).join("maps");
+        if let Ok((maps, _)) = crate::identity::read_bounded(&path, MAX_MAPS_BYTES) {
             out.extend(memfd_mappings(pid, &String::from_utf8_lossy(&maps)));
         }
     }
@@ -186,7 +187,7 @@ pub const MAPPING_CONFIRM_TIMEOUT: Duration = Duration::from_millis(20);
 /// `mmap`s fail (each costs the whole timeout) cannot stall the detection pipeline.
 pub const MAPPING_CONFIRM_BUDGET_PER_SECOND: Duration = Duration::from_millis(100);
 const MAPPING_CONFIRM_POLL: Duration = Duration::from_micros(200);
-/// Bytes of `/proc/<pid>/maps` read per look (another process controls its length: ~65 k
+/// Bytes of `/proc/<pid>/maps` read per look, at start-up and per live mapping (another process controls its length: ~65 k
 /// mappings with long names run to hundreds of MiB); a mapping past them is not found.
 pub const MAX_MAPS_BYTES: u64 = 16 << 20;
 const MAP_FIXED: u64 = 0x10;
