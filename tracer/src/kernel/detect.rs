@@ -324,9 +324,8 @@ fn load_error(prog_name: &str, err: ProgramError) -> anyhow::Error {
     }
 }
 
-/// Field offsets of the sched/task tracepoints, read from their format files and checked
-/// against the layouts the programs expect (they read them with fixed-size loads).
-/// `base` with the tracepoint field offsets the lifecycle programs read.
+/// `base` with the field offsets of the sched/task tracepoints, read from their format files and
+/// checked against the layouts the programs expect (they read them with fixed-size loads).
 fn config_offsets(tracefs: &Tracefs, base: Config) -> anyhow::Result<Config> {
     let newtask = tracefs.event_format("task", "task_newtask")?;
     let fork = tracefs.event_format("sched", "sched_process_fork")?;

@@ -187,8 +187,9 @@ pub const MAPPING_CONFIRM_TIMEOUT: Duration = Duration::from_millis(20);
 /// `mmap`s fail (each costs the whole timeout) cannot stall the detection pipeline.
 pub const MAPPING_CONFIRM_BUDGET_PER_SECOND: Duration = Duration::from_millis(100);
 const MAPPING_CONFIRM_POLL: Duration = Duration::from_micros(200);
-/// Bytes of `/proc/<pid>/maps` read per look, at start-up and per live mapping (another process controls its length: ~65 k
-/// mappings with long names run to hundreds of MiB); a mapping past them is not found.
+/// Bytes of `/proc/<pid>/maps` read per look, at start-up and per live mapping (another
+/// process controls its length: ~65 k mappings with long names run to hundreds of MiB); a
+/// mapping past them is not found.
 pub const MAX_MAPS_BYTES: u64 = 16 << 20;
 const MAP_FIXED: u64 = 0x10;
 const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
