@@ -172,6 +172,9 @@ fn mmap(kind: EventKind, memfd_kind: MemfdKind) -> MmapEvent {
         prot: libc::PROT_READ as u64,
         flags: libc::MAP_SHARED as u64,
         offset: 0,
+        ret: 0x7f3a_1c00_0000,
+        ret_known: 1,
+        _pad: 0,
     }
 }
 

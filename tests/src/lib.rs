@@ -1,6 +1,7 @@
 //! Support code shared by the integration tests in `tests/tests/` and the helper programs in
 //! `tests/src/bin/` that play the processes tracer observes.
 
+pub mod audit_scenarios;
 pub mod cgroups;
 pub mod coreclr;
 pub mod detection;

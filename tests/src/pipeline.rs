@@ -240,6 +240,7 @@ pub fn run_config(
         },
         providers,
         target_pids: Vec::new(),
+        hooks: Default::default(),
         live_status: false,
         buffer_size_kb,
         filter: Default::default(),

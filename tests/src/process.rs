@@ -109,12 +109,18 @@ pub fn spawn_idle_target(tmpdir: &std::path::Path) -> Result<LineProcess> {
 
 /// `target/<profile>/tracer`, next to the directory holding the running test executable.
 pub fn tracer_binary() -> std::path::PathBuf {
+    built_binary("tracer", "`cargo build -p tracer`")
+}
+
+/// A binary of the workspace next to the running test executable's profile directory;
+/// `how`: the command that builds it.
+pub fn built_binary(name: &str, how: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe.parent().and_then(std::path::Path::parent).expect("target/<profile>");
-    let bin = profile_dir.join("tracer");
+    let bin = profile_dir.join(name);
     assert!(
         bin.is_file(),
-        "{} is missing: build it first (`cargo build -p tracer`, or `cargo xtask test`)",
+        "{} is missing: build it first ({how}, or `cargo xtask test`)",
         bin.display()
     );
     bin

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tests::pipeline::Running;
 use tests::process::LineProcess;
 use tests::user_events::tracefs_with_user_events;
+use tracer::kernel::detect::HookChoice;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_user_events_helper");
@@ -119,19 +120,21 @@ struct Audit {
     running: Running<AuditSummary>,
     /// Lines consumed so far per (kind, pid): reports are matched to requests in order.
     consumed: HashMap<(&'static str, u64), usize>,
+    hooks: HookChoice,
 }
 
 impl Audit {
-    fn start(pid: u64) -> Audit {
+    fn start(pid: u64, hooks: HookChoice) -> Audit {
         let config = AuditConfig {
             target_pids: vec![pid as u32],
+            hooks,
             registrations: true,
             ..AuditConfig::default()
         };
         let running = Running::start(TIMEOUT, move |sink, stop, ready| {
             audit::run(config, sink, stop, Some(ready))
         });
-        Audit { running, consumed: HashMap::new() }
+        Audit { running, consumed: HashMap::new(), hooks }
     }
 
     /// The next (not yet consumed) line of `kind` about `pid`.
@@ -208,6 +211,7 @@ impl Audit {
         let from_summary: Vec<Value> =
             table.iter().map(|(pid, regs)| json!({"pid": pid, "registrations": regs})).collect();
         assert_eq!(json!(from_summary), processes, "summary and registration_table line differ");
+        tests::audit_scenarios::assert_hooks(&summary, self.hooks);
         assert_eq!(summary.decode_errors, 0);
         assert_eq!(summary.total_lost(), 0, "{:?}", summary.losses);
         assert!(summary.seq_gaps.is_empty(), "{:?}", summary.seq_gaps);
@@ -314,20 +318,36 @@ impl Status {
 }
 
 /// The event name of a registration's `name_args`.
+/// The prefix of the event names a test registers: its own per mechanism, as both run at once.
+fn prefix(test: &str, hooks: HookChoice) -> String {
+    let mechanism = match hooks {
+        HookChoice::Trampolines => "t",
+        _ => "s",
+    };
+    format!("tracer_vm_audit_{mechanism}_{test}_")
+}
+
 fn event_name(name_args: &Value) -> &str {
     name_args.as_str().and_then(|s| s.split(' ').next()).expect("name_args")
 }
 
-#[test]
-fn registrations_are_reported_as_made_and_fork_copies_them() {
-    let tracefs = tracefs_with_user_events();
-    const PREFIX: &str = "tracer_vm_audit_fork_";
-    assert_eq!(Status::read(&tracefs).events_of(PREFIX), Vec::<&str>::new(), "a fresh kernel");
-    let mut parent = Producer::spawn();
-    let mut audit = Audit::start(parent.pid);
+tests::test_with_both_mechanisms! {
+    registrations_are_reported_as_made_and_fork_copies_them;
+    refused_registrations_are_reported_with_their_errno_and_not_tabled;
+    exec_and_exit_drop_registrations_and_delete_follows_the_references;
+    a_burst_of_registrations_with_the_consumer_paused_loses_nothing;
+}
 
-    let a = parent.register(0, 3, 4, 0, "tracer_vm_audit_fork_a u32 x");
-    let b = parent.register(1, 63, 8, 0, "tracer_vm_audit_fork_b u64 y; u32 z");
+fn registrations_are_reported_as_made_and_fork_copies_them(hooks: HookChoice) {
+    let tracefs = tracefs_with_user_events();
+    let prefix = prefix("fork", hooks);
+    let (name_a, name_b) = (format!("{prefix}a"), format!("{prefix}b"));
+    assert_eq!(Status::read(&tracefs).events_of(&prefix), Vec::<&str>::new(), "a fresh kernel");
+    let mut parent = Producer::spawn();
+    let mut audit = Audit::start(parent.pid, hooks);
+
+    let a = parent.register(0, 3, 4, 0, &format!("{name_a} u32 x"));
+    let b = parent.register(1, 63, 8, 0, &format!("{name_b} u64 y; u32 z"));
     assert_eq!(outcome(&a), ok(), "{a}");
     assert_eq!(outcome(&b), ok(), "{b}");
     assert_eq!((&a["write_index"], &b["write_index"]), (&json!(0), &json!(1)), "a fresh fd");
@@ -336,7 +356,7 @@ fn registrations_are_reported_as_made_and_fork_copies_them() {
 
     // Listed, and used by no consumer.
     let status = Status::read(&tracefs);
-    assert_eq!(status.events_of(PREFIX), ["tracer_vm_audit_fork_a", "tracer_vm_audit_fork_b"]);
+    assert_eq!(status.events_of(&prefix), [name_a.as_str(), name_b.as_str()]);
 
     let child = parent.fork();
     let fork = audit.next("process_fork", parent.pid);
@@ -388,29 +408,29 @@ fn registrations_are_reported_as_made_and_fork_copies_them() {
     parent.process.send_line("exit").expect("commanding the helper");
     parent.process.wait_exit(TIMEOUT).expect("the helper exits");
     // With every reference gone the kernel deletes both events by itself.
-    Status::wait(&tracefs, "auto-deletion of both events", |s| s.events_of(PREFIX).is_empty());
+    Status::wait(&tracefs, "auto-deletion of both events", |s| s.events_of(&prefix).is_empty());
 }
 
-#[test]
-fn refused_registrations_are_reported_with_their_errno_and_not_tabled() {
+fn refused_registrations_are_reported_with_their_errno_and_not_tabled(hooks: HookChoice) {
     let tracefs = tracefs_with_user_events();
     let mut parent = Producer::spawn();
-    let mut audit = Audit::start(parent.pid);
+    let mut audit = Audit::start(parent.pid, hooks);
 
-    const PREFIX: &str = "tracer_vm_audit_refuse_";
-    let good = parent.register(0, 0, 4, 0, "tracer_vm_audit_refuse_good u32 x");
+    let prefix = prefix("refuse", hooks);
+    let (good_name, bad_name) = (format!("{prefix}good"), format!("{prefix}bad"));
+    let good = parent.register(0, 0, 4, 0, &format!("{good_name} u32 x"));
     assert_eq!(outcome(&good), ok(), "{good}");
-    let bad_size = parent.register(1, 0, 3, 0, "tracer_vm_audit_refuse_bad u32 x");
+    let bad_size = parent.register(1, 0, 3, 0, &format!("{bad_name} u32 x"));
     assert_eq!(outcome(&bad_size), failed(libc::EINVAL), "enable_size 3: {bad_size}");
-    let same_bit = parent.register(0, 0, 4, 0, "tracer_vm_audit_refuse_bad u32 x");
+    let same_bit = parent.register(0, 0, 4, 0, &format!("{bad_name} u32 x"));
     assert_eq!(outcome(&same_bit), failed(libc::EADDRINUSE), "address and bit in use: {same_bit}");
-    let other_fields = parent.register(2, 0, 4, 0, "tracer_vm_audit_refuse_good u64 x");
+    let other_fields = parent.register(2, 0, 4, 0, &format!("{good_name} u64 x"));
     assert_eq!(outcome(&other_fields), failed(libc::EADDRINUSE), "same name, other fields");
     for reply in [&good, &bad_size, &same_bit, &other_fields] {
         audit.expect_ioctl(reply);
     }
     let status = Status::read(&tracefs);
-    assert_eq!(status.events_of(PREFIX), ["tracer_vm_audit_refuse_good"], "refusals create none");
+    assert_eq!(status.events_of(&prefix), [good_name.as_str()], "refusals create none");
 
     let (lines, processes) = audit.stop();
     assert_eq!(
@@ -421,28 +441,30 @@ fn refused_registrations_are_reported_with_their_errno_and_not_tabled() {
     assert_eq!(kinds_of(&lines, parent.pid), ["user_events_register"; 4]);
     parent.process.send_line("exit").expect("commanding the helper");
     parent.process.wait_exit(TIMEOUT).expect("the helper exits");
-    Status::wait(&tracefs, "auto-deletion of the event", |s| s.events_of(PREFIX).is_empty());
+    Status::wait(&tracefs, "auto-deletion of the event", |s| s.events_of(&prefix).is_empty());
 }
 
-#[test]
-fn exec_and_exit_drop_registrations_and_delete_follows_the_references() {
+fn exec_and_exit_drop_registrations_and_delete_follows_the_references(hooks: HookChoice) {
     let tracefs = tracefs_with_user_events();
-    const PREFIX: &str = "tracer_vm_audit_exec_";
-    const EPHEMERAL: &str = "tracer_vm_audit_exec_ephemeral";
-    const PERSISTENT: &str = "tracer_vm_audit_exec_persistent";
+    let prefix = prefix("exec", hooks);
+    let (ephemeral_name, persistent_name) =
+        (format!("{prefix}ephemeral"), format!("{prefix}persistent"));
     let mut parent = Producer::spawn();
-    let mut audit = Audit::start(parent.pid);
+    let mut audit = Audit::start(parent.pid, hooks);
 
-    let ephemeral = parent.register(0, 5, 4, 0, &format!("{EPHEMERAL} u32 x"));
-    let persistent = parent.register(1, 40, 8, PERSIST, &format!("{PERSISTENT} u64 y; u32 z"));
+    let ephemeral = parent.register(0, 5, 4, 0, &format!("{ephemeral_name} u32 x"));
+    let persistent = parent.register(1, 40, 8, PERSIST, &format!("{persistent_name} u64 y; u32 z"));
     assert_eq!(outcome(&ephemeral), ok(), "{ephemeral}");
     assert_eq!(outcome(&persistent), ok(), "{persistent}");
     audit.expect_ioctl(&ephemeral);
     audit.expect_ioctl(&persistent);
-    assert_eq!(Status::read(&tracefs).events_of(PREFIX), [EPHEMERAL, PERSISTENT]);
+    assert_eq!(
+        Status::read(&tracefs).events_of(&prefix),
+        [ephemeral_name.as_str(), persistent_name.as_str()]
+    );
 
     // Referenced events cannot be deleted.
-    for name in [EPHEMERAL, PERSISTENT] {
+    for name in [ephemeral_name.as_str(), persistent_name.as_str()] {
         let del = parent.request(&format!("del {name}"));
         assert_eq!(outcome(&del), failed(libc::EBUSY), "{del}");
         audit.expect_ioctl(&del);
@@ -474,18 +496,18 @@ fn exec_and_exit_drop_registrations_and_delete_follows_the_references() {
     // The parent's exit dropped its references and the exec its child's (which is still
     // running): the kernel deletes the ephemeral event; the persistent one stays.
     let status = Status::wait(&tracefs, "auto-deletion of the ephemeral event", |s| {
-        s.line(EPHEMERAL).is_none()
+        s.line(&ephemeral_name).is_none()
     });
-    assert_eq!(status.events_of(PREFIX), [PERSISTENT]);
+    assert_eq!(status.events_of(&prefix), [persistent_name.as_str()]);
 
-    let del_ephemeral = parent.child_request(&format!("del {EPHEMERAL}"));
+    let del_ephemeral = parent.child_request(&format!("del {ephemeral_name}"));
     assert_eq!(outcome(&del_ephemeral), failed(libc::ENOENT), "already deleted: {del_ephemeral}");
-    let del_persistent = parent.child_request(&format!("del {PERSISTENT}"));
+    let del_persistent = parent.child_request(&format!("del {persistent_name}"));
     assert_eq!(outcome(&del_persistent), ok(), "unreferenced persistent event: {del_persistent}");
     audit.expect_ioctl(&del_ephemeral);
     audit.expect_ioctl(&del_persistent);
     assert_eq!(
-        Status::read(&tracefs).events_of(PREFIX),
+        Status::read(&tracefs).events_of(&prefix),
         Vec::<&str>::new(),
         "DIAG_IOCSDEL deleted it"
     );
@@ -514,15 +536,15 @@ fn exec_and_exit_drop_registrations_and_delete_follows_the_references() {
 /// (the consumer paused): every one arrives — registrations are submitted without waking the
 /// reader, so what carries them is the forced wake-up past the fill threshold and the drain
 /// timer (docs/protocol/bpf-detection.md §6) — and nothing is lost.
-#[test]
-fn a_burst_of_registrations_with_the_consumer_paused_loses_nothing() {
+fn a_burst_of_registrations_with_the_consumer_paused_loses_nothing(hooks: HookChoice) {
     use tests::detection::read_until;
     use tracer::kernel::detect::{DetectOptions, Detector};
     use tracer_decode::bpf_event::EventBody;
     const BURST: u64 = 1000;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let mut detector = Detector::attach(&DetectOptions::for_targets(&[])).expect("attach");
+        let options = DetectOptions { hooks, ..DetectOptions::for_targets(&[]) };
+        let mut detector = Detector::attach(&options).expect("attach");
         let mut helper = LineProcess::spawn("user_events_helper", Command::new(HELPER)).unwrap();
         let ready: Value = serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap();
         let pid = ready["pid"].as_u64().unwrap() as u32;

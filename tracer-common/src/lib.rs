@@ -217,20 +217,26 @@ pub struct MemfdCreateEvent {
     pub name: [u8; MEMFD_NAME_LEN],
 }
 
-/// An `mmap` of a memfd of interest, at syscall entry: `DotnetIpcReady` or `DotnetRuntimeSeen`.
+/// An `mmap` of a memfd of interest: `DotnetIpcReady` or `DotnetRuntimeSeen`. From the syscall
+/// tracepoint it is seen at entry (result unknown); from the BPF trampoline on the syscall
+/// function, at its return.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MmapEvent {
     pub header: EventHeader,
     pub memfd_kind: u32,
     pub fd: i32,
-    /// The `addr` argument (0: the kernel chooses); where the mapping went is read from
-    /// `/proc/<pid>/maps`.
+    /// The `addr` argument (0: the kernel chooses). Without a known result, where the mapping
+    /// went is read from `/proc/<pid>/maps`.
     pub addr_hint: u64,
     pub len: u64,
     pub prot: u64,
     pub flags: u64,
     pub offset: u64,
+    /// The syscall's result (the address, or -errno) when `ret_known` is 1.
+    pub ret: i64,
+    pub ret_known: u32,
+    pub _pad: u32,
 }
 
 /// A user_events ioctl (`DIAG_IOCSREG`, `DIAG_IOCSDEL`, `DIAG_IOCSUNREG`), read at syscall exit.
@@ -338,6 +344,10 @@ pub struct Config {
     pub fdtable_fd_offset: u32,
     pub file_dentry_offset: u32,
     pub dentry_name_offset: u32,
+    /// Offsets in `struct pt_regs` of syscall arguments 0..6 (x86-64: `di`, `si`, `dx`, `r10`,
+    /// `r8`, `r9`, from kernel BTF): where the BPF-trampoline programs on `__x64_sys_*`
+    /// functions read the arguments (docs/protocol/bpf-detection.md §8).
+    pub syscall_arg_offsets: [u32; 6],
 }
 
 #[cfg(feature = "user")]

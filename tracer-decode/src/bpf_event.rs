@@ -52,6 +52,8 @@ pub struct Mapping {
     pub prot: u64,
     pub flags: u64,
     pub offset: u64,
+    /// The result (address or −errno), when the hook saw the syscall return.
+    pub ret: Option<i64>,
 }
 
 /// `struct user_reg` as the process passed it (`write_index` as the kernel returned it).
@@ -253,6 +255,7 @@ pub fn decode(bytes: &[u8]) -> Result<DetectionEvent, DecodeError> {
                 prot: ev.prot,
                 flags: ev.flags,
                 offset: ev.offset,
+                ret: (ev.ret_known != 0).then_some(ev.ret),
             };
             match (kind, memfd_kind) {
                 (EventKind::DotnetIpcReady, MemfdKind::DotnetIpcCreated) => {
@@ -408,6 +411,9 @@ mod tests {
             prot: 0,
             flags: 2,
             offset: 0,
+            ret: 0,
+            ret_known: 0,
+            _pad: 0,
         }
     }
 
@@ -513,8 +519,18 @@ mod tests {
             prot: 0,
             flags: 2,
             offset: 0,
+            ret: None,
         };
-        assert_eq!(decode(&bytes_of(&ready)).unwrap().body, EventBody::DotnetIpcReady(expected));
+        assert_eq!(
+            decode(&bytes_of(&ready)).unwrap().body,
+            EventBody::DotnetIpcReady(expected.clone())
+        );
+        // From a hook at the syscall's return, the result comes along.
+        let returned = MmapEvent { ret: 0x7f00_1234_5000, ret_known: 1, ..ready };
+        assert_eq!(
+            decode(&bytes_of(&returned)).unwrap().body,
+            EventBody::DotnetIpcReady(Mapping { ret: Some(0x7f00_1234_5000), ..expected })
+        );
         let seen = mmap_event(EventKind::DotnetRuntimeSeen, MemfdKind::DoubleMapper);
         assert!(matches!(
             decode(&bytes_of(&seen)).unwrap().body,

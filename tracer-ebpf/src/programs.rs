@@ -26,9 +26,9 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
         bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
-    macros::{map, tracepoint},
+    macros::{fexit, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    programs::{FExitContext, TracePointContext},
 };
 use tracer_common::{
     AF_UNIX, COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG,
@@ -369,6 +369,53 @@ fn syscall_ret(ctx: &TracePointContext) -> i64 {
     syscall_ctx_u64(ctx, SYSCALL_RET) as i64
 }
 
+/// Where a syscall hook finds the syscall's arguments: each hook's work is written once, for
+/// the syscall tracepoint and for the BPF trampoline on the syscall function alike
+/// (docs/protocol/bpf-detection.md §8).
+trait SyscallArgs {
+    fn arg(&self, i: usize) -> u64;
+}
+
+impl SyscallArgs for TracePointContext {
+    #[inline(always)]
+    fn arg(&self, i: usize) -> u64 {
+        syscall_arg(self, i)
+    }
+}
+
+/// The `const struct pt_regs *` a `__x64_sys_*` function receives: the caller's registers,
+/// read at the offsets user space took from kernel BTF. Arguments are read only when a hook
+/// asks for them, so the common early returns cost no read.
+struct SavedRegs {
+    regs: *const u8,
+    cfg: &'static Config,
+}
+
+impl SavedRegs {
+    /// The registers of a trampoline program on a syscall function (its only argument).
+    #[inline(always)]
+    fn of(ctx: &FExitContext) -> Option<SavedRegs> {
+        let regs: *const u8 = ctx.arg(0);
+        Some(SavedRegs { regs, cfg: config()? })
+    }
+}
+
+impl SyscallArgs for SavedRegs {
+    #[inline(always)]
+    fn arg(&self, i: usize) -> u64 {
+        let offset = self.cfg.syscall_arg_offsets[i] as usize;
+        // SAFETY: the helper reads kernel memory without faulting; the registers stay valid
+        // for the whole syscall. A failed read (never seen) reads as 0.
+        unsafe { bpf_probe_read_kernel(self.regs.add(offset).cast::<u64>()) }.unwrap_or(0)
+    }
+}
+
+/// The return value a trampoline program on a function sees.
+#[inline(always)]
+fn function_ret(ctx: &FExitContext) -> i64 {
+    ctx.ret::<i64>().unwrap_or(0)
+}
+
 // ---------------------------------------------------------------------------------------------
 // memfd_create
 
@@ -383,12 +430,27 @@ const MEMFD_FILE_PREFIX: &[u8] = b"memfd:";
 /// (docs/protocol/bpf-detection.md §7).
 #[tracepoint(category = "syscalls", name = "sys_enter_memfd_create")]
 pub fn sys_enter_memfd_create(ctx: TracePointContext) -> u32 {
+    memfd_created(&ctx)
+}
+
+/// The trampoline twin of `sys_enter_memfd_create`, at the syscall's return: the kernel has
+/// copied the name by then, so the page is resident and the read does not fail.
+#[fexit(function = "__x64_sys_memfd_create")]
+pub fn fexit_memfd_create(ctx: FExitContext) -> u32 {
+    match SavedRegs::of(&ctx) {
+        Some(args) => memfd_created(&args),
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn memfd_created(args: &impl SyscallArgs) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if excluded(tgid) {
         return 0;
     }
     let mut buf = [0u8; NAME_READ_LEN];
-    let uname = syscall_arg(&ctx, 0) as *const u8;
+    let uname = args.arg(0) as *const u8;
     // SAFETY: reads user memory through the helper, bounded by `buf`.
     let name = match unsafe { bpf_probe_read_user_str_bytes(uname, &mut buf) } {
         Ok(name) => name,
@@ -415,7 +477,7 @@ pub fn sys_enter_memfd_create(ctx: TracePointContext) -> u32 {
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, EventKind::MemfdCreate, seq);
     ev.memfd_kind = kind as u32;
-    ev.flags = syscall_arg(&ctx, 1) as u32;
+    ev.flags = args.arg(1) as u32;
     ev.name_len = name_len as i32;
     ev._pad = 0;
     ev.name = [0; tracer_common::MEMFD_NAME_LEN];
@@ -486,13 +548,30 @@ fn memfd_kind_of_fd(cfg: &Config, fd: i32) -> Option<MemfdKind> {
 /// reads the address the mapping got from `/proc/<pid>/maps`.
 #[tracepoint(category = "syscalls", name = "sys_enter_mmap")]
 pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
-    let flags = syscall_arg(&ctx, 3);
-    let fd = syscall_arg(&ctx, 4) as i32;
-    if flags & MAP_ANONYMOUS != 0 || fd < 0 {
-        return 0;
+    mapped(&ctx, None)
+}
+
+/// The trampoline twin of `sys_enter_mmap`, at the syscall's return: the result (the address)
+/// comes with the event.
+#[fexit(function = "__x64_sys_mmap")]
+pub fn fexit_mmap(ctx: FExitContext) -> u32 {
+    match SavedRegs::of(&ctx) {
+        Some(args) => mapped(&args, Some(function_ret(&ctx))),
+        None => 0,
     }
+}
+
+/// `ret`: the syscall's result, when the hook runs at its return.
+#[inline(always)]
+fn mapped(args: &impl SyscallArgs, ret: Option<i64>) -> u32 {
+    // The per-tgid hint first: it turns away almost every mmap before any argument is read.
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !may_have_memfds(tgid) {
+        return 0;
+    }
+    let flags = args.arg(3);
+    let fd = args.arg(4) as i32;
+    if flags & MAP_ANONYMOUS != 0 || fd < 0 {
         return 0;
     }
     let wanted = candidate_bit(tgid, MemfdKind::DotnetIpcCreated)
@@ -516,17 +595,22 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
     if REPORTED_KINDS.insert(&tgid, &reported, 0).is_err() {
         count_loss(event_kind, LossReason::MapFull);
     }
+    // Tracked here too: the creation may have gone unread (and untracked).
+    track(tgid, event_kind);
     let Some((mut entry, seq)) = reserve!(MmapEvent, event_kind) else { return 0 };
     // SAFETY: the reservation is exactly one MmapEvent; every field is written below.
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, event_kind, seq);
     ev.memfd_kind = kind as u32;
     ev.fd = fd;
-    ev.addr_hint = syscall_arg(&ctx, 0);
-    ev.len = syscall_arg(&ctx, 1);
-    ev.prot = syscall_arg(&ctx, 2);
+    ev.addr_hint = args.arg(0);
+    ev.len = args.arg(1);
+    ev.prot = args.arg(2);
     ev.flags = flags;
-    ev.offset = syscall_arg(&ctx, 5);
+    ev.offset = args.arg(5);
+    ev.ret = ret.unwrap_or(0);
+    ev.ret_known = u32::from(ret.is_some());
+    ev._pad = 0;
     entry.submit(BPF_RB_FORCE_WAKEUP);
     0
 }
@@ -632,7 +716,22 @@ fn diagnostic_name_end(
 /// (the name is in user memory now; whether the bind succeeds the session finds out).
 #[tracepoint(category = "syscalls", name = "sys_enter_bind")]
 pub fn sys_enter_bind(ctx: TracePointContext) -> u32 {
-    let addrlen = syscall_arg(&ctx, 2);
+    bound(&ctx)
+}
+
+/// The trampoline twin of `sys_enter_bind` (at the return, where the kernel has copied the
+/// address: its page is resident).
+#[fexit(function = "__x64_sys_bind")]
+pub fn fexit_bind(ctx: FExitContext) -> u32 {
+    match SavedRegs::of(&ctx) {
+        Some(args) => bound(&args),
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn bound(args: &impl SyscallArgs) -> u32 {
+    let addrlen = args.arg(2);
     if addrlen < (SUN_PATH + MIN_NAME_LEN) as u64 {
         return 0;
     }
@@ -642,7 +741,7 @@ pub fn sys_enter_bind(ctx: TracePointContext) -> u32 {
     }
     let len = (addrlen as usize).min(SOCKADDR_UN_LEN);
     let mut buf = [0u8; SOCKADDR_BUF_LEN];
-    let src = syscall_arg(&ctx, 1) as *const u8;
+    let src = args.arg(1) as *const u8;
     // SAFETY: reads user memory through the helper, at most `SOCKADDR_UN_LEN` bytes into `buf`.
     if unsafe { bpf_probe_read_user_buf(src, &mut buf[..len]) }.is_err() {
         count_loss(EventKind::DotnetIpcSocket, LossReason::ReadFailed);
@@ -667,7 +766,7 @@ pub fn sys_enter_bind(ctx: TracePointContext) -> u32 {
     // SAFETY: the reservation is exactly one IpcBindEvent; every field is written below.
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, EventKind::DotnetIpcSocket, seq);
-    ev.fd = syscall_arg(&ctx, 0) as i32;
+    ev.fd = args.arg(0) as i32;
     ev.addrlen = addrlen as u32;
     ev.abstract_name = u32::from(abstract_name);
     let path_len = end - start;
@@ -715,17 +814,47 @@ pub fn sys_enter_ioctl(ctx: TracePointContext) -> u32 {
 pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
     let (pending, pid_tgid) = take_pending!(PENDING_IOCTL, InFlight::Ioctl);
     let Some(kind) = user_events_kind(pending.cmd) else { return 0 };
-    let ret = syscall_ret(&ctx);
-    track((pid_tgid >> 32) as u32, kind);
+    let ioctl = Ioctl { fd: pending.fd, cmd: pending.cmd, arg: pending.arg };
+    user_events_ioctl_done((pid_tgid >> 32) as u32, kind, &ioctl, syscall_ret(&ctx))
+}
 
+/// The trampoline twin of the ioctl pair, at the syscall's return: one program sees the
+/// arguments and the result, and no other syscall pays for it. (The kernel's own
+/// `user_events_ioctl` would spare every other ioctl too, but kernel/trace/ is built without
+/// the function-tracer call sites a trampoline attaches to.)
+#[fexit(function = "__x64_sys_ioctl")]
+pub fn fexit_ioctl(ctx: FExitContext) -> u32 {
+    let Some(args) = SavedRegs::of(&ctx) else { return 0 };
+    let cmd = args.arg(1);
+    let Some(kind) = user_events_kind(cmd) else { return 0 };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if excluded(tgid) {
+        return 0;
+    }
+    let ioctl = Ioctl { fd: args.arg(0) as i32, cmd, arg: args.arg(2) };
+    user_events_ioctl_done(tgid, kind, &ioctl, function_ret(&ctx))
+}
+
+/// A user_events ioctl as its hook saw it.
+struct Ioctl {
+    fd: i32,
+    cmd: u64,
+    arg: u64,
+}
+
+/// Reports a finished user_events ioctl with what its argument holds now (the kernel has
+/// copied it in, and for REG written `write_index` back).
+#[inline(always)]
+fn user_events_ioctl_done(tgid: u32, kind: EventKind, ioctl: &Ioctl, ret: i64) -> u32 {
+    track(tgid, kind);
     let Some((mut entry, seq)) = reserve!(UserEventsIoctlEvent, kind) else { return 0 };
     // SAFETY: the reservation is exactly one UserEventsIoctlEvent; every field is written below.
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, kind, seq);
-    ev.fd = pending.fd;
+    ev.fd = ioctl.fd;
     ev.ret = ret;
-    ev.cmd = pending.cmd;
-    ev.arg = pending.arg;
+    ev.cmd = ioctl.cmd;
+    ev.arg = ioctl.arg;
     ev.arg_read = 0;
     ev.reg_size = 0;
     ev.reg_enable_bit = 0;
@@ -741,7 +870,7 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
     match kind {
         EventKind::UserEventsRegister => {
             // SAFETY: user memory read through the helper.
-            match unsafe { bpf_probe_read_user(pending.arg as *const UserReg) } {
+            match unsafe { bpf_probe_read_user(ioctl.arg as *const UserReg) } {
                 Ok(reg) => {
                     ev.reg_size = reg.size;
                     ev.reg_enable_bit = reg.enable_bit;
@@ -760,7 +889,7 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
         }
         EventKind::UserEventsUnregister => {
             // SAFETY: user memory read through the helper.
-            match unsafe { bpf_probe_read_user(pending.arg as *const UserUnreg) } {
+            match unsafe { bpf_probe_read_user(ioctl.arg as *const UserUnreg) } {
                 Ok(unreg) => {
                     // The `reg_*` fields carry `struct user_unreg` for UNREG (see the doc of
                     // `UserEventsIoctlEvent`; the decoder reads them back the same way).
@@ -776,7 +905,7 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
                 }
             }
         }
-        _ => string_ptr = pending.arg,
+        _ => string_ptr = ioctl.arg,
     }
     if string_ptr != 0 {
         // SAFETY: user memory read through the helper into the reserved entry, bounded by it.

@@ -15,6 +15,7 @@ use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
 use crate::identity::ProcessFilter;
 use crate::ipc::client::Timeouts;
 use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profiles, profiles_rundown_keyword};
+use crate::kernel::detect::HookChoice;
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
 use tracer_decode::text::escape_control;
 
@@ -77,6 +78,7 @@ impl Command {
                 run_pipeline("audit", args.duration, args.output.clone(), |sink, stop| async move {
                     let config = audit::AuditConfig {
                         target_pids: args.pids,
+                        hooks: args.hooks.hooks,
                         registrations: args.registrations,
                         filter: args.filter.filter()?,
                         metrics: args.metrics.start().await?,
@@ -299,11 +301,25 @@ pub struct RunArgs {
     #[arg(long, default_value_t = AdmissionLimits::default().max_waiting)]
     pub max_waiting_sessions: usize,
     #[command(flatten)]
+    pub hooks: HookArgs,
+    #[command(flatten)]
     pub filter: FilterArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
     #[command(flatten)]
     pub otlp: OtlpArgs,
+}
+
+/// `--hooks`, of `run` and `audit`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct HookArgs {
+    /// How the detection programs hook syscalls. `auto`: BPF trampolines (fexit on the
+    /// kernel's syscall functions: only those syscalls pay) where the kernel loads them, else
+    /// syscall tracepoints (while attached, every syscall of every process pays a few tens of
+    /// ns). The start-up log, the summary, `tracer check` and the
+    /// tracer_detection_hooks metric say which one runs.
+    #[arg(long, value_enum, default_value_t = HookChoice::Auto)]
+    pub hooks: HookChoice,
 }
 
 /// Which processes `run` and `audit` report: every flag given must match (values of one flag
@@ -472,6 +488,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
         },
         providers,
         target_pids: args.pids.clone(),
+        hooks: args.hooks.hooks,
         live_status: std::io::stderr().is_terminal(),
         buffer_size_kb: args.buffer_size_kb,
         filter: args.filter.filter()?,
@@ -512,6 +529,8 @@ pub struct AuditArgs {
     /// kernel keeps them per mm and lists them nowhere tracer can read).
     #[arg(long)]
     pub registrations: bool,
+    #[command(flatten)]
+    pub hooks: HookArgs,
     #[command(flatten)]
     pub filter: FilterArgs,
     #[command(flatten)]

@@ -6,8 +6,8 @@ use anyhow::{Context as _, bail};
 
 use crate::util::{output, run_cmd};
 
-/// Debian packages: LLVM 22 for bpf-linker, qemu/busybox and kernel build tools for the
-/// user_events test kernel, trace-cmd for the ftrace comparison benchmark.
+/// Debian packages: LLVM 22 for bpf-linker, qemu/busybox and kernel build tools (with pahole)
+/// for the user_events test kernel, trace-cmd for the ftrace comparison benchmark.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "qemu-system-x86",
@@ -23,6 +23,8 @@ const APT_PACKAGES: &[&str] = &[
     "libssl-dev",
     "cpio",
     "xz-utils",
+    // pahole, which turns the test kernel's DWARF into BTF (CONFIG_DEBUG_INFO_BTF).
+    "dwarves",
     "trace-cmd",
     // The metrics tests: a real Prometheus server and `promtool check metrics`.
     "prometheus",

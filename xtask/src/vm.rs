@@ -335,7 +335,7 @@ fn build_kernel(cache: &Path, source: &KernelSource) -> anyhow::Result<PathBuf> 
 
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!(
-        "vm-test: building the kernel with {jobs} jobs (once per config; ~6 min on 2 idle cores)"
+        "vm-test: building the kernel with {jobs} jobs (once per config; ~11 min on 2 cores)"
     );
     let started = Instant::now();
     make(&[&format!("-j{jobs}"), "bzImage"])?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{ProgramError, TracePoint, trace_point::TracePointLinkId};
+use aya::programs::{
+    FExit, ProgramError, TracePoint, fexit::FExitLink, trace_point::TracePointLink,
+};
 use aya::{Ebpf, EbpfLoader};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -19,32 +21,126 @@ use crate::kernel::tracefs::Tracefs;
 use tracer_decode::bpf_event::{self, DetectionEvent};
 use tracer_decode::ftrace::format::{DynamicKind, EventFormat};
 
-/// Every program of the object: (program name, tracepoint category, tracepoint name).
-pub const PROGRAMS: [(&str, &str, &str); 9] = [
-    ("sys_enter_memfd_create", "syscalls", "sys_enter_memfd_create"),
-    ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
-    ("sys_enter_ioctl", "syscalls", "sys_enter_ioctl"),
-    ("sys_exit_ioctl", "syscalls", "sys_exit_ioctl"),
-    ("sys_enter_bind", "syscalls", "sys_enter_bind"),
+/// What a syscall hook needs from the kernel to be worth attaching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Needs {
+    Nothing,
+    /// The memfd hooks follow kernel structs to a file's name (offsets from kernel BTF).
+    KernelBtf,
+    /// The ioctl hooks see only user_events registrations (`user_events_data` in tracefs).
+    UserEvents,
+}
+
+/// One detection on syscalls, by either mechanism: its syscall tracepoint programs (each
+/// attached to the tracepoint of its own name, category `syscalls`), or one fexit program on
+/// a kernel function (docs/protocol/bpf-detection.md §8).
+#[derive(Clone, Copy, Debug)]
+pub struct SyscallHook {
+    /// The syscall it watches, for logs and `tracer check`.
+    pub syscall: &'static str,
+    pub tracepoints: &'static [&'static str],
+    /// (program, kernel function).
+    pub trampoline: (&'static str, &'static str),
+    needs: Needs,
+}
+
+/// Every syscall hook of the object.
+pub const SYSCALL_HOOKS: [SyscallHook; 4] = [
+    SyscallHook {
+        syscall: "memfd_create",
+        tracepoints: &["sys_enter_memfd_create"],
+        trampoline: ("fexit_memfd_create", "__x64_sys_memfd_create"),
+        needs: Needs::KernelBtf,
+    },
+    SyscallHook {
+        syscall: "mmap",
+        tracepoints: &["sys_enter_mmap"],
+        trampoline: ("fexit_mmap", "__x64_sys_mmap"),
+        needs: Needs::KernelBtf,
+    },
+    SyscallHook {
+        syscall: "bind",
+        tracepoints: &["sys_enter_bind"],
+        trampoline: ("fexit_bind", "__x64_sys_bind"),
+        needs: Needs::Nothing,
+    },
+    SyscallHook {
+        syscall: "ioctl",
+        tracepoints: &["sys_enter_ioctl", "sys_exit_ioctl"],
+        trampoline: ("fexit_ioctl", "__x64_sys_ioctl"),
+        needs: Needs::UserEvents,
+    },
+];
+
+/// The process lifecycle programs: (program name, tracepoint category, tracepoint name). Not
+/// syscall tracepoints, so they put no task on the syscall slow path: attached as they are
+/// with either mechanism.
+pub const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 4] = [
     ("task_newtask", "task", "task_newtask"),
     ("sched_process_fork", "sched", "sched_process_fork"),
     ("sched_process_exec", "sched", "sched_process_exec"),
     ("sched_process_exit", "sched", "sched_process_exit"),
 ];
 
+/// (category, name) of every tracepoint a program of the object may attach to.
+pub fn tracepoints() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SYSCALL_HOOKS
+        .iter()
+        .flat_map(|hook| hook.tracepoints.iter().map(|name| ("syscalls", *name)))
+        .chain(LIFECYCLE_PROGRAMS.iter().map(|(_, category, name)| (*category, *name)))
+}
+
+/// Which mechanism the syscall hooks use (`--hooks`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HookChoice {
+    /// BPF trampolines where the kernel loads and attaches them, else syscall tracepoints.
+    #[default]
+    Auto,
+    /// BPF trampolines only: fail when the kernel refuses them.
+    Trampolines,
+    /// Syscall tracepoints only.
+    SyscallTracepoints,
+}
+
+/// The mechanism the syscall hooks run on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookMechanism {
+    /// fexit programs on BPF trampolines: only the hooked kernel functions pay for them.
+    Trampolines,
+    /// Syscall tracepoints: while any is attached, every syscall of every process takes the
+    /// kernel's traced slow path. `why`: why the trampolines are not used.
+    SyscallTracepoints { why: String },
+}
+
+impl HookMechanism {
+    /// The name in logs, summaries and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HookMechanism::Trampolines => "trampolines",
+            HookMechanism::SyscallTracepoints { .. } => "syscall_tracepoints",
+        }
+    }
+}
+
+impl std::fmt::Display for HookMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HookMechanism::Trampolines => {
+                f.write_str("BPF trampolines (fexit): only the hooked functions pay")
+            }
+            HookMechanism::SyscallTracepoints { why } => write!(
+                f,
+                "syscall tracepoints (every syscall of every process pays a few tens of ns): {why}"
+            ),
+        }
+    }
+}
+
 /// How long an event submitted without a wake-up (process lifecycle, memfd creation,
 /// user_events registrations) may wait in the ring: the reader drains it this often. Detections
 /// wake the reader at once, and so does a burst of lazy events (`LAZY_WAKEUP_BYTES` in the
 /// programs); docs/protocol/bpf-detection.md "Wake-ups".
 pub const LAZY_DRAIN_INTERVAL: Duration = Duration::from_millis(100);
-
-/// The programs that see only user_events registrations: attached only when the kernel has
-/// user_events (`user_events_data` in tracefs).
-pub const USER_EVENTS_PROGRAMS: [&str; 2] = ["sys_enter_ioctl", "sys_exit_ioctl"];
-
-/// The programs that detect .NET memfd mappings: attached only when kernel BTF gives the
-/// offsets they follow to a file's name (docs/protocol/bpf-detection.md §7).
-pub const MEMFD_PROGRAMS: [&str; 2] = ["sys_enter_memfd_create", "sys_enter_mmap"];
 
 /// Lines of the verifier log shown when the kernel rejects a program (the reason is at the end).
 const VERIFIER_LOG_TAIL: usize = 30;
@@ -56,13 +152,24 @@ pub struct DetectOptions {
     /// How often the ring is drained of events submitted without a wake-up
     /// ([`LAZY_DRAIN_INTERVAL`]).
     pub lazy_drain: Duration,
+    pub hooks: HookChoice,
 }
 
 impl DetectOptions {
     /// Every process, or only `target_pids` and their descendants.
     pub fn for_targets(target_pids: &[u32]) -> DetectOptions {
-        DetectOptions { target_pids: target_pids.to_vec(), lazy_drain: LAZY_DRAIN_INTERVAL }
+        DetectOptions {
+            target_pids: target_pids.to_vec(),
+            lazy_drain: LAZY_DRAIN_INTERVAL,
+            hooks: HookChoice::Auto,
+        }
     }
+}
+
+/// An attached program, held for its `Drop`, which detaches it.
+enum Link {
+    Tracepoint { _link: TracePointLink },
+    Trampoline { _link: FExitLink },
 }
 
 /// The detection programs, loaded and attached, and their ring buffer.
@@ -71,7 +178,8 @@ pub struct Detector {
     ring: AsyncFd<RingBuf<MapData>>,
     /// Drains what the programs submitted without waking the reader (lifecycle events).
     lazy_drain: tokio::time::Interval,
-    links: Vec<(&'static str, TracePointLinkId)>,
+    links: Vec<(&'static str, Link)>,
+    mechanism: HookMechanism,
     seq: SeqTracker,
     decode_errors: u64,
 }
@@ -103,7 +211,7 @@ impl Detector {
             .context("reading this process's capabilities from /proc/self/status")?
             .check_bpf_tracing()?;
         let tracefs = Tracefs::find_or_mount()?;
-        for (_, category, name) in PROGRAMS {
+        for (category, name) in tracepoints() {
             let dir = tracefs.event_dir(category, name);
             if !dir.is_dir() {
                 bail!(
@@ -113,34 +221,23 @@ impl Detector {
                 );
             }
         }
+        let offsets = crate::kernel::btf::kernel_offsets();
         // Without kernel BTF no file name can be resolved: the memfd programs stay off and
         // the diagnostic socket (bind) detection still finds every runtime.
-        let memfd = match crate::kernel::btf::memfd_offsets() {
-            Ok(offsets) => Some(offsets),
-            Err(e) => {
-                log::warn!(
-                    "{e:#}: the .NET memfd mapping detection stays off (runtimes are still \
-                     found by their diagnostic socket)"
-                );
-                None
-            }
-        };
+        if let Err(e) = &offsets {
+            log::warn!(
+                "{e:#}: the .NET memfd mapping detection stays off (runtimes are still found by \
+                 their diagnostic socket)"
+            );
+        }
+        let (memfd, syscall_args) = split_offsets(&offsets);
         let config = Config {
             tracer_tgid: std::process::id(),
             filter_targets: u32::from(!options.target_pids.is_empty()),
+            syscall_arg_offsets: syscall_args.clone().unwrap_or_default(),
             ..config_offsets(&tracefs, memfd.unwrap_or_default())?
         };
-
-        // Without aya's BTF support: the programs use no CO-RE relocations (the few kernel
-        // offsets they need come in CONFIG), and aya's parse of vmlinux BTF would cost ~15 MiB
-        // of heap (tracer's resident memory budget is 20 MiB).
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .load(crate::EBPF_OBJECT)
-            .context("loading the embedded BPF object")?;
-        Array::<_, Config>::try_from(map_mut(&mut ebpf, "CONFIG")?)?
-            .set(0, config, 0)
-            .context("writing the CONFIG map")?;
+        let mut ebpf = load_object(config)?;
         {
             let mut targets = HashMap::<_, u32, u8>::try_from(map_mut(&mut ebpf, "TARGETS")?)?;
             for pid in &options.target_pids {
@@ -168,39 +265,45 @@ impl Detector {
 
         // Every ioctl of every process pays for an attached ioctl pair; without
         // user_events_data no registration can happen, so they are not attached.
-        let user_events = tracefs.path("user_events_data").exists();
+        let user_events = user_events_available(&tracefs);
         if !user_events {
             log::info!(
                 "this kernel has no user_events (no {}): the ioctl hooks stay off",
                 tracefs.path("user_events_data").display()
             );
         }
-        let mut links = Vec::with_capacity(PROGRAMS.len());
-        for (prog_name, category, name) in PROGRAMS {
-            let program: &mut TracePoint = ebpf
-                .program_mut(prog_name)
-                .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
-                .try_into()?;
-            program.load().map_err(|e| load_error(prog_name, e))?;
-            if (!user_events && USER_EVENTS_PROGRAMS.contains(&prog_name))
-                || (memfd.is_none() && MEMFD_PROGRAMS.contains(&prog_name))
-            {
-                continue;
-            }
-            let link = program.attach(category, name).with_context(|| {
-                format!("attaching program {prog_name} to tracepoint {category}:{name}")
-            })?;
-            links.push((prog_name, link));
+        let hooks = wanted_hooks(memfd.is_some(), user_events);
+        let (mut links, mechanism) =
+            attach_syscall_hooks(&mut ebpf, &hooks, options.hooks, syscall_args)?;
+        for (prog_name, category, name) in LIFECYCLE_PROGRAMS {
+            links.push((prog_name, attach_tracepoint(&mut ebpf, prog_name, category, name)?));
         }
+        log::info!(
+            "detection hooks on {}: {mechanism}",
+            hooks.iter().map(|h| h.syscall).collect::<Vec<_>>().join(", ")
+        );
         let mut lazy_drain = tokio::time::interval(options.lazy_drain);
         lazy_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Ok(Detector { ebpf, ring, lazy_drain, links, seq: SeqTracker::default(), decode_errors: 0 })
+        Ok(Detector {
+            ebpf,
+            ring,
+            lazy_drain,
+            links,
+            mechanism,
+            seq: SeqTracker::default(),
+            decode_errors: 0,
+        })
     }
 
-    /// The programs attached (the ioctl pair only on kernels with user_events, the memfd
-    /// programs only with kernel BTF).
+    /// The programs attached (the ioctl hook only on kernels with user_events, the memfd
+    /// hooks only with kernel BTF; trampoline or tracepoint programs by the mechanism).
     pub fn attached(&self) -> Vec<&'static str> {
         self.links.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// The mechanism the syscall hooks run on.
+    pub fn mechanism(&self) -> &HookMechanism {
+        &self.mechanism
     }
 
     /// Waits until the kernel wakes the reader (a detection, or a burst of lazy events) or
@@ -221,16 +324,8 @@ impl Detector {
     }
 
     /// Detaches every program: no event is produced after this returns.
-    pub fn detach(&mut self) -> anyhow::Result<()> {
-        for (prog_name, link) in self.links.drain(..) {
-            let program: &mut TracePoint = self
-                .ebpf
-                .program_mut(prog_name)
-                .ok_or_else(|| anyhow!("no program {prog_name}"))?
-                .try_into()?;
-            program.detach(link).with_context(|| format!("detaching {prog_name}"))?;
-        }
-        Ok(())
+    pub fn detach(&mut self) {
+        self.links.clear();
     }
 
     /// Nonzero loss counters per CPU, event kind and reason.
@@ -263,10 +358,10 @@ impl Detector {
         self.decode_errors
     }
 
-    /// Run statistics of every program, by program name.
+    /// Run statistics of every attached program, by program name.
     pub fn program_stats(&self) -> anyhow::Result<Vec<(&'static str, ProgramStats)>> {
-        let mut out = Vec::with_capacity(PROGRAMS.len());
-        for (prog_name, _, _) in PROGRAMS {
+        let mut out = Vec::with_capacity(self.links.len());
+        for prog_name in self.attached() {
             let program = self.ebpf.program(prog_name).ok_or_else(|| anyhow!("no {prog_name}"))?;
             let fd = program.fd().with_context(|| format!("{prog_name} is not loaded"))?;
             let stats = program_stats(fd.as_fd())
@@ -297,6 +392,164 @@ fn drain_ring(
     }
 }
 
+/// The embedded object, loaded, with `config` in its `CONFIG` map.
+fn load_object(config: Config) -> anyhow::Result<Ebpf> {
+    // Without aya's BTF support: the programs use no CO-RE relocations (the few kernel
+    // offsets they need come in CONFIG), and aya's parse of vmlinux BTF would cost ~15 MiB
+    // of heap (tracer's resident memory budget is 20 MiB). The trampolines parse it only
+    // while they are loaded (`attach_trampolines`).
+    let mut ebpf = EbpfLoader::new()
+        .btf(None)
+        .load(crate::EBPF_OBJECT)
+        .context("loading the embedded BPF object")?;
+    Array::<_, Config>::try_from(map_mut(&mut ebpf, "CONFIG")?)?
+        .set(0, config, 0)
+        .context("writing the CONFIG map")?;
+    Ok(ebpf)
+}
+
+/// Attaches `hooks` by the mechanism `choice` asks for: trampolines when the kernel takes
+/// them (`Auto`: else syscall tracepoints, saying why). `syscall_args`: the `pt_regs` offsets
+/// from kernel BTF, or why there are none.
+fn attach_syscall_hooks(
+    ebpf: &mut Ebpf,
+    hooks: &[SyscallHook],
+    choice: HookChoice,
+    syscall_args: Result<[u32; 6], String>,
+) -> anyhow::Result<(Vec<(&'static str, Link)>, HookMechanism)> {
+    let why = match try_trampolines(ebpf, hooks, choice, syscall_args)? {
+        Ok(links) => return Ok((links, HookMechanism::Trampolines)),
+        Err(why) => why,
+    };
+    let mut links = Vec::new();
+    for hook in hooks {
+        for name in hook.tracepoints {
+            links.push((*name, attach_tracepoint(ebpf, name, "syscalls", name)?));
+        }
+    }
+    Ok((links, HookMechanism::SyscallTracepoints { why }))
+}
+
+/// The trampolines of `hooks`, attached, or why they are not (`choice` says whether to try).
+/// An error only when `--hooks trampolines` insists and the kernel refuses.
+fn try_trampolines(
+    ebpf: &mut Ebpf,
+    hooks: &[SyscallHook],
+    choice: HookChoice,
+    syscall_args: Result<[u32; 6], String>,
+) -> anyhow::Result<Result<Vec<(&'static str, Link)>, String>> {
+    if choice == HookChoice::SyscallTracepoints {
+        return Ok(Err("chosen with --hooks syscall-tracepoints".to_string()));
+    }
+    let attached =
+        syscall_args.map_err(anyhow::Error::msg).and_then(|_| attach_trampolines(ebpf, hooks));
+    match attached {
+        Ok(links) => Ok(Ok(links)),
+        Err(e) if choice == HookChoice::Trampolines => Err(e.context(
+            "--hooks trampolines: the kernel refused the BPF trampolines (--hooks auto falls \
+             back to syscall tracepoints)",
+        )),
+        Err(e) => Ok(Err(format!("BPF trampolines refused: {e:#}"))),
+    }
+}
+
+/// What `--hooks auto` runs on with this kernel, found the way `Detector::attach` finds it:
+/// the trampolines of the hooks this kernel would get are loaded and attached (with an empty
+/// target set, so nothing is reported), then detached.
+pub fn probe_mechanism() -> anyhow::Result<HookMechanism> {
+    let tracefs = Tracefs::find_or_mount()?;
+    let offsets = crate::kernel::btf::kernel_offsets();
+    let (memfd, syscall_args) = split_offsets(&offsets);
+    let config = Config {
+        tracer_tgid: std::process::id(),
+        filter_targets: 1,
+        syscall_arg_offsets: syscall_args.clone().unwrap_or_default(),
+        ..memfd.unwrap_or_default()
+    };
+    let mut ebpf = load_object(config)?;
+    let hooks = wanted_hooks(memfd.is_some(), user_events_available(&tracefs));
+    Ok(match try_trampolines(&mut ebpf, &hooks, HookChoice::Auto, syscall_args)? {
+        Ok(_links) => HookMechanism::Trampolines,
+        Err(why) => HookMechanism::SyscallTracepoints { why },
+    })
+}
+
+/// The memfd offsets (`None` without kernel BTF) and the syscall argument offsets (or why
+/// there are none) of a [`crate::kernel::btf::kernel_offsets`] result.
+fn split_offsets(
+    offsets: &anyhow::Result<crate::kernel::btf::KernelOffsets>,
+) -> (Option<Config>, Result<[u32; 6], String>) {
+    match offsets {
+        Ok(o) => (Some(o.memfd), o.syscall_args.clone()),
+        Err(e) => (None, Err(format!("{e:#}"))),
+    }
+}
+
+fn user_events_available(tracefs: &Tracefs) -> bool {
+    tracefs.path("user_events_data").exists()
+}
+
+/// The syscall hooks worth attaching on this kernel.
+fn wanted_hooks(kernel_btf: bool, user_events: bool) -> Vec<SyscallHook> {
+    SYSCALL_HOOKS
+        .into_iter()
+        .filter(|hook| match hook.needs {
+            Needs::Nothing => true,
+            Needs::KernelBtf => kernel_btf,
+            Needs::UserEvents => user_events,
+        })
+        .collect()
+}
+
+/// Loads and attaches the fexit program of every hook; on the first refusal the ones
+/// attached so far are detached (dropped) and the error says which program and function.
+fn attach_trampolines(
+    ebpf: &mut Ebpf,
+    hooks: &[SyscallHook],
+) -> anyhow::Result<Vec<(&'static str, Link)>> {
+    if !cfg!(target_arch = "x86_64") {
+        bail!("the trampoline programs hook x86-64 syscall functions (__x64_sys_*)");
+    }
+    // aya resolves each function's BTF id in the kernel's BTF; the parse is dropped once the
+    // programs are loaded.
+    let btf = aya::Btf::from_sys_fs().context("parsing kernel BTF for the trampolines")?;
+    let mut links = Vec::with_capacity(hooks.len());
+    for hook in hooks {
+        let (prog_name, function) = hook.trampoline;
+        let program: &mut FExit = ebpf
+            .program_mut(prog_name)
+            .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
+            .try_into()?;
+        program
+            .load(function, &btf)
+            .map_err(|e| load_error(prog_name, e))
+            .with_context(|| format!("loading {prog_name} for a trampoline on {function}"))?;
+        let id = program
+            .attach()
+            .with_context(|| format!("attaching {prog_name} to a trampoline on {function}"))?;
+        let link = program.take_link(id).context("taking the link")?;
+        links.push((prog_name, Link::Trampoline { _link: link }));
+    }
+    Ok(links)
+}
+
+fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    prog_name: &'static str,
+    category: &str,
+    name: &str,
+) -> anyhow::Result<Link> {
+    let program: &mut TracePoint = ebpf
+        .program_mut(prog_name)
+        .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
+        .try_into()?;
+    program.load().map_err(|e| load_error(prog_name, e))?;
+    let id = program.attach(category, name).with_context(|| {
+        format!("attaching program {prog_name} to tracepoint {category}:{name}")
+    })?;
+    Ok(Link::Tracepoint { _link: program.take_link(id).context("taking the link")? })
+}
+
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::maps::Map> {
     ebpf.map_mut(name).ok_or_else(|| anyhow!("the BPF object has no map {name}"))
 }
@@ -313,6 +566,10 @@ fn load_error(prog_name: &str, err: ProgramError) -> anyhow::Error {
     match err {
         ProgramError::LoadError { io_error, verifier_log } => {
             let log = verifier_log.to_string();
+            if log.trim().is_empty() {
+                // Refused before verification (e.g. EPERM from kernel policy).
+                return anyhow!("the kernel refused to load program {prog_name}: {io_error}");
+            }
             let lines: Vec<&str> = log.lines().collect();
             let tail = lines[lines.len().saturating_sub(VERIFIER_LOG_TAIL)..].join("\n");
             anyhow!(
@@ -451,10 +708,10 @@ mod tests {
     #[test]
     fn check_lists_every_program_tracepoint() {
         let listed = crate::pipeline::check::TRACEPOINTS;
-        for (prog, category, name) in PROGRAMS {
-            assert!(listed.contains(&(category, name)), "{prog}: {category}:{name}");
+        for (category, name) in tracepoints() {
+            assert!(listed.contains(&(category, name)), "{category}:{name}");
         }
-        assert_eq!(listed.len(), PROGRAMS.len());
+        assert_eq!(listed.len(), tracepoints().count());
     }
 
     #[test]

@@ -259,11 +259,19 @@ impl DetectionChecks {
             },
             EventBody::DotnetIpcReady(m) | EventBody::DotnetRuntimeSeen(m) => DetectionChecks {
                 user_events_data: None,
-                mapped_addr: confirmer.mapped_address(pid, m),
+                mapped_addr: match m.ret {
+                    Some(ret) => mapped_result(ret),
+                    None => confirmer.mapped_address(pid, m),
+                },
             },
             _ => DetectionChecks::default(),
         }
     }
+}
+
+/// The address an `mmap` returned; `None` for an error (−4095..−1, as the kernel encodes them).
+fn mapped_result(ret: i64) -> Option<u64> {
+    (!(-4095..0).contains(&ret)).then_some(ret as u64)
 }
 
 /// What `/proc/<pid>/fd/<fd>` points to, if the process and fd still exist.

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::runtime::{RuntimeCounters, RuntimeFamilies};
+use crate::kernel::detect::HookMechanism;
 use crate::output::LossCount;
 use crate::pipeline::audit::AuditSummary;
 use crate::pipeline::ftrace::FtraceSummary;
@@ -23,6 +24,8 @@ pub struct Families {
     pub sessions_failed: BTreeMap<String, u64>,
     /// `run`: the traced processes' runtime counters, one family per counter metric name.
     pub runtime: RuntimeFamilies,
+    /// `tracer_detection_hooks{mechanism}` (1 for the one running): `run` and `audit`.
+    pub detection_hooks: Option<&'static str>,
 }
 
 impl Families {
@@ -53,6 +56,7 @@ impl Families {
             *f.detections.entry(kind.to_string()).or_default() += n;
         }
         f.losses(&s.all_loss_counts());
+        f.detection_hooks = s.hooks.as_ref().map(HookMechanism::name);
         f
     }
 
@@ -72,6 +76,7 @@ impl Families {
         f.sessions_failed.insert("refused".into(), s.sessions_refused);
         f.sessions_failed.insert("error".into(), s.sessions_failed);
         f.runtime = s.runtime_counters.as_ref().map(RuntimeCounters::families).unwrap_or_default();
+        f.detection_hooks = s.hooks.as_ref().map(HookMechanism::name);
         f
     }
 

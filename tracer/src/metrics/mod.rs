@@ -9,7 +9,7 @@
 //! Families (README "Metrics"): `tracer_events_total{source,kind}`,
 //! `tracer_lost_events_total{source,reason}`, `tracer_detections_total{kind}`,
 //! `tracer_sessions{state}`, `tracer_sessions_failed_total{reason}`,
-//! `tracer_build_info{version,kernel}`. Label values come from fixed sets (kinds, sources, loss
+//! `tracer_detection_hooks{mechanism}`, `tracer_build_info{version,kernel}`. Label values come from fixed sets (kinds, sources, loss
 //! reasons): no process can add series to them. `run` adds the traced processes' runtime
 //! counters (`runtime.rs`), capped per process and in all.
 mod families;
@@ -277,6 +277,14 @@ impl Collector for Shared {
                 }),
             )?;
         }
+        encode_family(
+            &mut encoder,
+            "tracer_detection_hooks",
+            "The mechanism the detection programs hook syscalls with (1 for the one in use): \
+             trampolines cost only the hooked syscalls, syscall_tracepoints every syscall.",
+            MetricType::Gauge,
+            f.detection_hooks.iter().map(|m| (vec![("mechanism", *m)], ConstGauge::new(1i64))),
+        )?;
         let version = env!("CARGO_PKG_VERSION");
         encode_family(
             &mut encoder,

@@ -175,8 +175,8 @@ pub fn procfs_socket_line(
     Line::new(clock, monotonic_ns(), kind, Source::Procfs, Pid::Known(pid), line)
 }
 
-/// `addr` is where the mapping went (read from procfs: the programs see the `mmap` at entry),
-/// null when it did not show.
+/// `addr` is where the mapping went (the syscall's result from a hook at its return, else read
+/// from procfs), null when the mapping failed or did not show.
 fn push_mapping(line: &mut FieldMap, map: &Mapping, addr: Option<u64>) {
     line.push("memfd", map.memfd_kind.name())
         .push("fd", map.fd)

@@ -19,6 +19,7 @@ pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_
 pub use self::writer::{
     Batch, JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file,
 };
+use crate::kernel::detect::HookMechanism;
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns, write_iso8601};
@@ -460,6 +461,10 @@ pub struct SummaryBody<'a> {
     /// have no runtime events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unnamed_events: Option<u64>,
+    /// `run` and `audit`: the mechanism the detection programs hooked syscalls with
+    /// (`trampolines` or `syscall_tracepoints`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<&'static str>,
     /// The sum of `losses`.
     pub lost: u64,
     /// Every kind of loss tracer counts, zero counts left out.
@@ -474,7 +479,7 @@ pub fn summary_line<'a>(
     losses: &'a [LossCount],
 ) -> Line<SummaryBody<'a>> {
     let lost = losses.iter().map(|l| l.count).sum();
-    let body = SummaryBody { command, events, unnamed_events: None, lost, losses };
+    let body = SummaryBody { command, events, unnamed_events: None, hooks: None, lost, losses };
     Line::new(clock, monotonic_ns(), Kind::Summary, Source::Tracer, Pid::NotApplicable, body)
 }
 
@@ -482,6 +487,12 @@ impl Line<SummaryBody<'_>> {
     /// `run`'s summary also says how many runtime events had no name.
     pub fn with_unnamed_events(mut self, unnamed: u64) -> Self {
         self.body.unnamed_events = Some(unnamed);
+        self
+    }
+
+    /// `run`'s and `audit`'s summaries say how the syscalls were hooked.
+    pub fn with_hooks(mut self, hooks: &HookMechanism) -> Self {
+        self.body.hooks = Some(hooks.name());
         self
     }
 }

@@ -53,6 +53,7 @@ fn ipc_mapping() -> Mapping {
         prot: 0,
         flags: 2,
         offset: 0,
+        ret: None,
     }
 }
 

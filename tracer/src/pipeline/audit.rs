@@ -15,7 +15,9 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 
 use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{ProcessFilter, ProcessTracker};
-use crate::kernel::detect::{DetectOptions, Detector, Loss, ProgramStats};
+use crate::kernel::detect::{
+    DetectOptions, Detector, HookChoice, HookMechanism, Loss, ProgramStats,
+};
 use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
 use crate::metrics::{Health, Publisher};
 use crate::output::{self, JsonLines, Kind, Line, LossCount, Pid, RegistrationTableBody, Source};
@@ -25,6 +27,8 @@ use crate::time::{Clock, monotonic_ns};
 #[derive(Clone, Debug, Default)]
 pub struct AuditConfig {
     pub target_pids: Vec<u32>,
+    /// `--hooks`: the mechanism of the syscall hooks.
+    pub hooks: HookChoice,
     pub registrations: bool,
     /// `--container`, `--pod-uid`, `--cgroup`, `--require-env`: only these processes' lines.
     pub filter: ProcessFilter,
@@ -50,6 +54,8 @@ pub struct AuditSummary {
     /// Run statistics per program; run counts and times stay 0 unless
     /// `kernel.bpf_stats_enabled` is 1.
     pub program_stats: Vec<(&'static str, ProgramStats)>,
+    /// The mechanism of the syscall hooks.
+    pub hooks: Option<HookMechanism>,
     /// The table at exit, when `registrations` was requested.
     pub registrations: Option<RegistrationTable>,
     /// Why the output stopped taking lines, when it did.
@@ -104,6 +110,9 @@ impl fmt::Display for AuditSummary {
         };
         writeln!(f, "  kernel events: {}", counts(&self.kernel_events))?;
         writeln!(f, "  procfs events: {}", counts(&self.procfs_events))?;
+        if let Some(hooks) = &self.hooks {
+            writeln!(f, "  detection hooks: {hooks}")?;
+        }
         if self.losses.is_empty() {
             writeln!(f, "  losses: none")?;
         } else {
@@ -183,10 +192,14 @@ pub async fn run(
         config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
     }
     let metrics = config.metrics.clone().unwrap_or_default();
-    let mut detector = Detector::attach(&DetectOptions::for_targets(&config.target_pids))?;
+    let mut detector = Detector::attach(&DetectOptions {
+        hooks: config.hooks,
+        ..DetectOptions::for_targets(&config.target_pids)
+    })?;
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
-    let mut summary = AuditSummary::default();
+    let mut summary =
+        AuditSummary { hooks: Some(detector.mechanism().clone()), ..AuditSummary::default() };
     let mut table = RegistrationTable::new();
     let mut tracker = ProcessTracker::new(config.filter.clone());
 
@@ -241,7 +254,7 @@ pub async fn run(
     }
 
     metrics.set_health(Health::Stopping);
-    detector.detach()?;
+    detector.detach();
     detector.drain(&mut batch);
     emit_events(
         &mut batch,
@@ -261,7 +274,12 @@ pub async fn run(
     let events = summary.kernel_events.values().chain(summary.procfs_events.values()).sum();
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
     summary.otlp = export.flush(export_deadline).await;
-    sink.emit(&output::summary_line(&clock, "audit", events, &summary.loss_counts()));
+    let losses = summary.loss_counts();
+    let mut line = output::summary_line(&clock, "audit", events, &losses);
+    if let Some(hooks) = &summary.hooks {
+        line = line.with_hooks(hooks);
+    }
+    sink.emit(&line);
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();

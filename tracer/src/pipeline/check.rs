@@ -2,6 +2,7 @@
 //! MISSING line saying what to do; exit status 1 when a required feature is missing.
 use std::process::ExitCode;
 
+use crate::kernel::detect::HookMechanism;
 use crate::kernel::ftrace_reader::probe_mmap;
 use crate::kernel::privileges::{Capabilities, Capability};
 use crate::kernel::tracefs::{Instance, Tracefs};
@@ -74,6 +75,7 @@ pub fn run() -> Vec<Finding> {
     let release = kernel_release();
     out.push(kernel_version(&release));
     out.push(kernel_btf());
+    out.push(detection_hooks());
     match Tracefs::find_or_mount() {
         Ok(tracefs) => {
             out.push(finding(
@@ -188,7 +190,7 @@ fn tracepoint(tracefs: &Tracefs, system: &str, name: &str) -> Finding {
 
 fn kernel_btf() -> Finding {
     let what = "kernel BTF";
-    match crate::kernel::btf::memfd_offsets() {
+    match crate::kernel::btf::kernel_offsets().map(|o| o.memfd) {
         Ok(c) => finding(
             Status::Ok,
             what,
@@ -208,6 +210,27 @@ fn kernel_btf() -> Finding {
                  diagnostic socket; rebuild with CONFIG_DEBUG_INFO_BTF=y for it"
             ),
         ),
+    }
+}
+
+/// Loads and attaches the trampoline programs as `tracer audit` would (reporting nothing).
+fn detection_hooks() -> Finding {
+    let what = "detection hooks";
+    match crate::kernel::detect::probe_mechanism() {
+        Ok(m @ HookMechanism::Trampolines) => finding(
+            Status::Ok,
+            what,
+            format!("{m}: the kernel loaded and attached the fexit programs"),
+        ),
+        Ok(m @ HookMechanism::SyscallTracepoints { .. }) => finding(
+            Status::MissingOptional,
+            what,
+            format!(
+                "{m}; detection works the same (a kernel with BTF, BPF trampolines and \
+                 CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS costs less)"
+            ),
+        ),
+        Err(e) => finding(Status::Missing, what, format!("{e:#}")),
     }
 }
 

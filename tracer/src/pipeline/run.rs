@@ -21,7 +21,7 @@ use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
-use crate::kernel::detect::{DetectOptions, Detector, Loss};
+use crate::kernel::detect::{DetectOptions, Detector, HookChoice, HookMechanism, Loss};
 use crate::kernel::ftrace_reader::ReaderStats;
 use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
 use crate::kernel::tracefs::Tracefs;
@@ -44,6 +44,8 @@ pub struct RunConfig {
     pub admission: AdmissionLimits,
     pub providers: Vec<FilteredProvider>,
     pub target_pids: Vec<u32>,
+    /// `--hooks`: the mechanism of the syscall hooks.
+    pub hooks: HookChoice,
     pub session: SessionConfig,
     /// One-line live status on stderr (only when stderr is a terminal).
     pub live_status: bool,
@@ -100,6 +102,8 @@ pub struct RunSummary {
     pub detection_losses: Vec<Loss>,
     /// Detection program invocations the kernel skipped (another BPF program was running).
     pub detection_recursion_misses: u64,
+    /// The mechanism of the syscall hooks.
+    pub hooks: Option<HookMechanism>,
     /// Detection records that did not decode.
     pub detection_decode_errors: u64,
     /// user_events sessions: the ftrace reader of tracer's instance.
@@ -201,6 +205,9 @@ impl RunSummary {
     /// The summary on stderr.
     pub fn print(&self) {
         eprintln!("tracer run summary:");
+        if let Some(hooks) = &self.hooks {
+            eprintln!("  detection hooks: {hooks}");
+        }
         eprintln!("  processes detected: {}", self.processes);
         if self.filtered_out > 0 {
             eprintln!("  processes filtered out: {}", self.filtered_out);
@@ -321,7 +328,10 @@ pub async fn run(
     let metrics = config.metrics.clone().unwrap_or_default();
     let mut tracker = ProcessTracker::new(config.filter.clone());
     let labels = LabelRegistry::default();
-    let mut detector = Detector::attach(&DetectOptions::for_targets(&config.target_pids))?;
+    let mut detector = Detector::attach(&DetectOptions {
+        hooks: config.hooks,
+        ..DetectOptions::for_targets(&config.target_pids)
+    })?;
     let mut user_events = start_user_events(&config)?;
     if let Some(hub) = &mut user_events {
         hub.set_labels(labels.clone());
@@ -330,6 +340,7 @@ pub async fn run(
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
     let mut summary = RunSummary {
         runtime_counters: metrics.is_enabled().then(RuntimeCounters::default),
+        hooks: Some(detector.mechanism().clone()),
         ..RunSummary::default()
     };
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
@@ -524,7 +535,7 @@ pub async fn run(
     }
     summary.sessions_waited = admission.waited;
     summary.sessions_not_admitted = admission.refused + admission.waiting() as u64;
-    detector.detach()?;
+    detector.detach();
     summary.detection_losses = detector.losses()?;
     summary.detection_decode_errors = detector.decode_errors();
     summary.detection_recursion_misses =
@@ -532,8 +543,11 @@ pub async fn run(
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
     summary.otlp = export.flush(export_deadline).await;
     let losses = summary.losses();
-    let line = output::summary_line(&clock, "run", summary.events(), &losses)
+    let mut line = output::summary_line(&clock, "run", summary.events(), &losses)
         .with_unnamed_events(summary.unnamed_events);
+    if let Some(hooks) = &summary.hooks {
+        line = line.with_hooks(hooks);
+    }
     sink.emit(&line);
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());

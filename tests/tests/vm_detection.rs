@@ -1,0 +1,38 @@
+//! The detection scenarios of `tests/audit.rs` in the VM, whose kernel has BTF and BPF
+//! trampolines (`xtask/vm/kernel.config`): each runs once with the trampoline programs and once
+//! with the syscall tracepoints, insisting on the mechanism (`--hooks trampolines` fails when
+//! the kernel refuses it), and both must report exactly the same.
+//! Runs inside the VM (`cargo xtask vm-test --test vm_detection`).
+use tests::audit_scenarios::*;
+use tracer::kernel::detect::{DetectOptions, Detector, HookMechanism};
+
+tests::test_with_both_mechanisms! {
+    helper_sequence_is_reported_exactly;
+    refused_mapping_is_reported_without_an_address;
+    process_exit_comes_with_the_last_thread_not_the_leader;
+    diagnostic_socket_binds_are_matched_in_the_kernel_once_per_process;
+    coreclr_runtime_is_seen_live;
+    // 40 children in all: TCG forks slowly.
+    concurrent_runs_on_one_cpu_get_distinct_sequence_numbers(10);
+}
+
+/// `auto` takes the trampolines here, for every hook this kernel has (user_events included),
+/// and attaches no syscall tracepoint.
+#[tokio::test(flavor = "current_thread")]
+async fn auto_uses_trampolines_for_every_syscall_hook() {
+    let detector = Detector::attach(&DetectOptions::for_targets(&[])).expect("attach");
+    assert_eq!(detector.mechanism(), &HookMechanism::Trampolines);
+    assert_eq!(
+        detector.attached(),
+        [
+            "fexit_memfd_create",
+            "fexit_mmap",
+            "fexit_bind",
+            "fexit_ioctl",
+            "task_newtask",
+            "sched_process_fork",
+            "sched_process_exec",
+            "sched_process_exit"
+        ]
+    );
+}
