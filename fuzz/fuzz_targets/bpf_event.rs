@@ -1,5 +1,6 @@
-//! BPF ring-buffer records are untrusted bytes: decoding any input must return a value or a
-//! typed error, never panic or read out of bounds; captured strings end at their NUL.
+//! BPF ring-buffer records and the task iterator's output are untrusted bytes: decoding any
+//! input must return a value or a typed error, never panic or read out of bounds; captured
+//! strings end at their NUL.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -10,5 +11,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(!event.meta.comm.contains('\0'), "{event:?}");
         // Exactly one record, of its kind's size.
         assert_eq!(data.len(), bpf_event::wire_size(event.meta.kind));
+    }
+    if let Ok(found) = bpf_event::decode_enablers(data) {
+        let records = found.enablers.len() + found.truncated.len();
+        assert_eq!(records * bpf_event::ENABLER_RECORD_LEN, data.len());
+        for e in &found.enablers {
+            assert!(e.enable_bit < 64 && matches!(e.enable_size, 4 | 8), "{e:?}");
+        }
     }
 });

@@ -12,10 +12,10 @@
 use std::path::{Path, PathBuf};
 
 use tracer_common::{
-    DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EXEC_FILENAME_LEN, EventHeader, EventKind,
-    IpcBindEvent, MEMFD_NAME_LEN, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent,
-    ProcessExitEvent, ProcessForkEvent, SOCKADDR_BUF_LEN, TASK_COMM_LEN, USER_EVENT_NAME_LEN,
-    UserEventsIoctlEvent,
+    DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, ENABLER_NAME_LEN, EXEC_FILENAME_LEN, EnablerRecord,
+    EnablerRecordKind, EventHeader, EventKind, IpcBindEvent, MEMFD_NAME_LEN, MemfdCreateEvent,
+    MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent, SOCKADDR_BUF_LEN,
+    TASK_COMM_LEN, USER_EVENT_NAME_LEN, UserEventsIoctlEvent,
 };
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::procfs::{
@@ -268,7 +268,7 @@ fn bpf_event_seeds() -> Vec<Seed> {
             }),
         ),
     ];
-    records
+    let mut seeds: Vec<Seed> = records
         .into_iter()
         .map(|(name, bytes)| {
             let event =
@@ -276,7 +276,30 @@ fn bpf_event_seeds() -> Vec<Seed> {
             assert!(name.starts_with(event.meta.kind.name()), "{name}");
             seed("bpf_event", name, bytes)
         })
-        .collect()
+        .collect();
+    // The task iterator's output (the same target decodes it): two enablers of one process,
+    // a 4-byte word at bit 31 and an 8-byte one at bit 63, then a truncation record.
+    let enabler = |kind: EnablerRecordKind, values: u64, name: &[u8]| EnablerRecord {
+        kind: kind as u32,
+        pid: 31_896,
+        enable_addr: 0x7f3a_1d00_0040,
+        values,
+        name_len: name.len() as i32,
+        _pad: 0,
+        name: c_array::<ENABLER_NAME_LEN>(name),
+    };
+    let output: Vec<u8> = [
+        enabler(EnablerRecordKind::Enabler, 31 | 1 << 8, b"DotNETRuntime_GC"),
+        enabler(EnablerRecordKind::Enabler, 63, b"tracer_test_event"),
+        enabler(EnablerRecordKind::Truncated, 0, b""),
+    ]
+    .iter()
+    .flat_map(wire_bytes)
+    .collect();
+    let found = bpf_event::decode_enablers(&output).expect("iterator output");
+    assert_eq!((found.enablers.len(), found.truncated.len()), (2, 1));
+    seeds.push(seed("bpf_event", "user_events_enablers", output));
+    seeds
 }
 
 // ---- nettrace: whole captured streams, in one piece and in odd chunks ----

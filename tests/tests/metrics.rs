@@ -131,9 +131,11 @@ fn scrape_matches_the_summary_and_promtool_accepts_it() {
         assert!(value(&format!(r#"tracer_detections_total{{kind="{kind}"}}"#)) >= *n as f64);
     }
     assert!(summary.kernel_events["process_exit"] >= 1);
+    // The mechanism this host falls back to (it refuses BPF trampolines).
+    assert_eq!(value(r#"tracer_detection_hooks{mechanism="syscall_tracepoints"}"#), 1.0);
     // Every loss the summary counts is a series with the same number.
     let losses = summary.all_loss_counts();
-    assert_eq!(losses.len(), 6, "{losses:?}");
+    assert_eq!(losses.len(), 7, "{losses:?}");
     for l in &losses {
         let series =
             format!(r#"tracer_lost_events_total{{source="{}",reason="{}"}}"#, l.source, l.reason);
@@ -260,7 +262,7 @@ fn a_prometheus_server_scrapes_tracer() {
     helper_sequence(&mut audit);
     // Every kernel loss reason is a series from the start (0 until it happens).
     let lost =
-        await_query(prometheus, r#"tracer_lost_events_total{source="kernel"}"#, |r| r.len() == 5);
+        await_query(prometheus, r#"tracer_lost_events_total{source="kernel"}"#, |r| r.len() == 6);
     let reasons: Vec<&str> = lost
         .iter()
         .map(|(l, _)| l["reason"].as_str())
@@ -269,7 +271,14 @@ fn a_prometheus_server_scrapes_tracer() {
         .collect();
     assert_eq!(
         reasons,
-        ["corrupt_record", "map_full", "read_failed", "recursion_miss", "ring_full"]
+        [
+            "corrupt_record",
+            "map_full",
+            "read_failed",
+            "recursion_miss",
+            "registration_list_cut",
+            "ring_full"
+        ]
     );
     let exits = await_query(
         prometheus,

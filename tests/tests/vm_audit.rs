@@ -199,9 +199,9 @@ impl Audit {
         line
     }
 
-    /// Stops tracer; returns its lines, the `registration_table` line's processes, and the
-    /// summary's table (which must say the same).
-    fn stop(self) -> (Vec<Value>, Value) {
+    /// Stops tracer; returns its lines, the `registration_table` line's processes (which the
+    /// summary's table must equal) and how many registrations were found at start.
+    fn stop(self) -> (Vec<Value>, Value, u64) {
         let (lines, summary) = self.running.stop();
         let [.., last, summary_line] = lines.as_slice() else { panic!("{lines:#?}") };
         assert_eq!(last["kind"], "registration_table", "the table, then the summary: {last}");
@@ -215,7 +215,7 @@ impl Audit {
         assert_eq!(summary.decode_errors, 0);
         assert_eq!(summary.total_lost(), 0, "{:?}", summary.losses);
         assert!(summary.seq_gaps.is_empty(), "{:?}", summary.seq_gaps);
-        (lines, processes)
+        (lines, processes, summary.registrations_at_start)
     }
 }
 
@@ -236,6 +236,7 @@ fn table_entry(reg: &Value) -> Value {
         "name_args": reg["name_args"], "enable_addr": reg["enable_addr"],
         "enable_bit": reg["enable_bit"], "enable_size": reg["enable_size"],
         "flags": reg["flags"], "write_index": reg["write_index"], "fd": reg["fd"],
+        "at_start": false,
     })
 }
 
@@ -336,6 +337,40 @@ tests::test_with_both_mechanisms! {
     refused_registrations_are_reported_with_their_errno_and_not_tabled;
     exec_and_exit_drop_registrations_and_delete_follows_the_references;
     a_burst_of_registrations_with_the_consumer_paused_loses_nothing;
+    registrations_made_before_tracer_started_are_in_the_table;
+}
+
+/// The task iterator reads what the helper registered before tracer started (the kernel's
+/// enablers: name, address, bit, size; fd, write_index and flags are not kept there), and the
+/// table follows the live unregistration of one of them.
+fn registrations_made_before_tracer_started_are_in_the_table(hooks: HookChoice) {
+    let tracefs = tracefs_with_user_events();
+    let prefix = prefix("before", hooks);
+    let mut parent = Producer::spawn();
+    let a = parent.register(0, 7, 4, 0, &format!("{prefix}a u32 x"));
+    let b = parent.register(1, 40, 8, 0, &format!("{prefix}b u64 y"));
+    assert_eq!((outcome(&a), outcome(&b)), (ok(), ok()), "{a} {b}");
+    let mut audit = Audit::start(parent.pid, hooks);
+    let unreg_b = parent.request(&format!("unreg {} 40", b["enable_addr"].as_str().unwrap()));
+    assert_eq!(outcome(&unreg_b), ok(), "{unreg_b}");
+    audit.expect_ioctl(&unreg_b);
+    let (lines, processes, at_start) = audit.stop();
+    assert_eq!(at_start, 2, "both found");
+    assert_eq!(
+        processes,
+        json!([{"pid": parent.pid, "registrations": [{
+            "name_args": format!("{prefix}a"), "enable_addr": a["enable_addr"], "enable_bit": 7,
+            "enable_size": 4, "flags": null, "write_index": null, "fd": null, "at_start": true,
+        }]}])
+    );
+    assert_eq!(kinds_of(&lines, parent.pid), ["user_events_unregister"]);
+    assert_eq!(
+        outcome(&parent.request(&format!("unreg {} 7", a["enable_addr"].as_str().unwrap()))),
+        ok()
+    );
+    parent.process.send_line("exit").expect("commanding the helper");
+    parent.process.wait_exit(TIMEOUT).expect("the helper exits");
+    Status::wait(&tracefs, "auto-deletion of the event", |s| s.events_of(&prefix).is_empty());
 }
 
 fn registrations_are_reported_as_made_and_fork_copies_them(hooks: HookChoice) {
@@ -376,7 +411,7 @@ fn registrations_are_reported_as_made_and_fork_copies_them(hooks: HookChoice) {
     audit.expect_ioctl(&child_unreg_a);
     audit.expect_ioctl(&child_unreg_a_again);
 
-    let (lines, processes) = audit.stop();
+    let (lines, processes, _) = audit.stop();
     let mut expected = vec![
         json!({"pid": parent.pid, "registrations": [table_entry(&a), table_entry(&b)]}),
         json!({"pid": child, "registrations": [table_entry(&b)]}),
@@ -432,7 +467,7 @@ fn refused_registrations_are_reported_with_their_errno_and_not_tabled(hooks: Hoo
     let status = Status::read(&tracefs);
     assert_eq!(status.events_of(&prefix), [good_name.as_str()], "refusals create none");
 
-    let (lines, processes) = audit.stop();
+    let (lines, processes, _) = audit.stop();
     assert_eq!(
         processes,
         json!([{"pid": parent.pid, "registrations": [table_entry(&good)]}]),
@@ -512,7 +547,7 @@ fn exec_and_exit_drop_registrations_and_delete_follows_the_references(hooks: Hoo
         "DIAG_IOCSDEL deleted it"
     );
 
-    let (lines, processes) = audit.stop();
+    let (lines, processes, _) = audit.stop();
     assert_eq!(processes, json!([]), "exec and exit left no registration");
     assert_eq!(
         kinds_of(&lines, parent.pid),

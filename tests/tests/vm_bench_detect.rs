@@ -40,8 +40,9 @@ fn attached(hooks: HookChoice, want: &HookMechanism) -> Detector {
     detector
 }
 
-#[test]
-fn syscall_loops_by_hook_mechanism() {
+/// (The detector registers its ring with tokio: a runtime, though nothing is read.)
+#[tokio::test(flavor = "current_thread")]
+async fn syscall_loops_by_hook_mechanism() {
     let short = std::env::var_os("TRACER_VM_BENCH_SHORT").is_some();
     let (rounds, scale) = if short { (1, 10) } else { (ROUNDS, 1) };
     let tracepoints = HookMechanism::SyscallTracepoints { why: String::new() };

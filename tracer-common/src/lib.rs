@@ -313,6 +313,42 @@ pub struct IpcBindEvent {
     pub path: [u8; SOCKADDR_BUF_LEN],
 }
 
+/// The name buffer of an [`EnablerRecord`]: event names longer than 127 bytes are cut.
+pub const ENABLER_NAME_LEN: usize = 128;
+
+/// Most enablers the task iterator reads per process; past them it writes a truncation record.
+pub const MAX_ENABLERS_PER_PROCESS: u32 = 64;
+
+/// What one record of the task iterator's output is.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnablerRecordKind {
+    /// A registration the process holds.
+    Enabler = 1,
+    /// The process holds more than [`MAX_ENABLERS_PER_PROCESS`]: the rest were not read.
+    Truncated = 2,
+}
+
+/// One user_events enabler (a registration) a process holds, as the task iterator
+/// (`user_events_enablers`) reads it from the kernel's `task->user_event_mm->enablers` when
+/// tracer starts: the registrations made before tracer ran. Written to the iterator's output
+/// (`bpf_seq_write`), not the ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EnablerRecord {
+    pub kind: u32,
+    pub pid: u32,
+    /// The address of the enable word in the process.
+    pub enable_addr: u64,
+    /// The kernel's `values` word: the bit (low 6 bits) and state flags.
+    pub values: u64,
+    /// Bytes of `name` read (without NUL), or a negative errno.
+    pub name_len: i32,
+    pub _pad: u32,
+    /// The event's name (`user_event.reg_name`).
+    pub name: [u8; ENABLER_NAME_LEN],
+}
+
 /// Settings user space writes into the `CONFIG` array (index 0) before attaching.
 ///
 /// Tracepoint field offsets vary between kernels (e.g. `sched_process_fork` switched its comm
@@ -348,6 +384,18 @@ pub struct Config {
     /// `r8`, `r9`, from kernel BTF): where the BPF-trampoline programs on `__x64_sys_*`
     /// functions read the arguments (docs/protocol/bpf-detection.md §8).
     pub syscall_arg_offsets: [u32; 6],
+    /// Offsets from kernel BTF for the task iterator (docs/protocol/bpf-detection.md §9):
+    /// `task_struct.pid`, `.tgid`, `.user_event_mm`, `user_event_mm.enablers`,
+    /// `user_event_enabler.mm_enablers_link`, `.event`, `.addr`, `.values`, `user_event.reg_name`.
+    pub task_pid_offset: u32,
+    pub task_tgid_offset: u32,
+    pub task_user_event_mm_offset: u32,
+    pub user_event_mm_enablers_offset: u32,
+    pub enabler_link_offset: u32,
+    pub enabler_event_offset: u32,
+    pub enabler_addr_offset: u32,
+    pub enabler_values_offset: u32,
+    pub user_event_name_offset: u32,
 }
 
 #[cfg(feature = "user")]

@@ -8,9 +8,9 @@ use thiserror::Error;
 
 use crate::unix_socket::{DiagnosticSocketName, diagnostic_socket_name};
 use tracer_common::{
-    DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, EventHeader, EventKind, IpcBindEvent,
-    MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
-    UNIX_PATH_MAX, UserEventsIoctlEvent,
+    DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG, ENABLER_NAME_LEN, EnablerRecord, EnablerRecordKind,
+    EventHeader, EventKind, IpcBindEvent, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent,
+    ProcessExitEvent, ProcessForkEvent, UNIX_PATH_MAX, UserEventsIoctlEvent,
 };
 
 /// Header fields shared by every event (the task that caused it).
@@ -164,6 +164,7 @@ impl Wire for ProcessForkEvent {}
 impl Wire for ProcessExecEvent {}
 impl Wire for ProcessExitEvent {}
 impl Wire for IpcBindEvent {}
+impl Wire for EnablerRecord {}
 
 /// Copies a `T` from the start of `bytes`; the caller has checked `bytes.len() >= size_of::<T>()`.
 fn read_wire<T: Wire>(bytes: &[u8]) -> T {
@@ -363,6 +364,93 @@ fn user_events(kind: EventKind, bytes: &[u8]) -> Result<UserEventsIoctl, DecodeE
         },
     };
     Ok(UserEventsIoctl { fd: ev.fd, ret: ev.ret, cmd: ev.cmd, arg: ev.arg, op })
+}
+
+/// A user_events registration a process held when tracer started, as the task iterator read it
+/// from the kernel (docs/protocol/bpf-detection.md §9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingEnabler {
+    pub pid: u32,
+    pub enable_addr: u64,
+    pub enable_bit: u8,
+    /// 4 or 8: the enable word's size (the kernel keeps a flag for 4 on 64-bit).
+    pub enable_size: u8,
+    /// The event's name (its registration's `name_args` up to the first space).
+    pub name: Captured,
+}
+
+/// The task iterator's whole output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExistingEnablers {
+    pub enablers: Vec<ExistingEnabler>,
+    /// Processes holding more enablers than the iterator reads (`MAX_ENABLERS_PER_PROCESS`).
+    pub truncated: Vec<u32>,
+    /// The reader stopped before the end of the output (set by the reader, not the decoder).
+    pub output_cut: bool,
+}
+
+impl ExistingEnablers {
+    /// Times the list was cut: per process past its limit, and once for the whole output.
+    pub fn cuts(&self) -> u64 {
+        self.truncated.len() as u64 + u64::from(self.output_cut)
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum EnablerDecodeError {
+    #[error("iterator output of {len} bytes is not a whole number of {record}-byte records")]
+    PartialRecord { len: usize, record: usize },
+    #[error("iterator record at byte {offset}: unknown kind {kind}")]
+    UnknownKind { offset: usize, kind: u32 },
+    #[error(
+        "iterator record at byte {offset}: name length {len} exceeds its {ENABLER_NAME_LEN}-byte buffer"
+    )]
+    BadNameLength { offset: usize, len: i32 },
+}
+
+/// The kernel's `values` of an enabler: the bit in the low 6 bits, bit 8 set for a 4-byte
+/// enable word on a 64-bit kernel (`kernel/trace/trace_events_user.c`).
+const ENABLE_VAL_BIT_MASK: u64 = 0x3f;
+const ENABLE_VAL_32_ON_64: u64 = 1 << 8;
+
+/// The size of one record of the task iterator's output.
+pub const ENABLER_RECORD_LEN: usize = size_of::<EnablerRecord>();
+
+/// Decodes the output of the `user_events_enablers` task iterator: fixed-size records.
+pub fn decode_enablers(bytes: &[u8]) -> Result<ExistingEnablers, EnablerDecodeError> {
+    let record = ENABLER_RECORD_LEN;
+    if bytes.len() % record != 0 {
+        return Err(EnablerDecodeError::PartialRecord { len: bytes.len(), record });
+    }
+    let mut out = ExistingEnablers::default();
+    for (i, chunk) in bytes.chunks_exact(record).enumerate() {
+        let offset = i * record;
+        let rec: EnablerRecord = read_wire(chunk);
+        match rec.kind {
+            k if k == EnablerRecordKind::Enabler as u32 => {
+                let name = if rec.name_len < 0 {
+                    Err(rec.name_len)
+                } else {
+                    let len = rec.name_len as usize;
+                    let bytes = rec
+                        .name
+                        .get(..len)
+                        .ok_or(EnablerDecodeError::BadNameLength { offset, len: rec.name_len })?;
+                    Ok(bytes.to_vec())
+                };
+                out.enablers.push(ExistingEnabler {
+                    pid: rec.pid,
+                    enable_addr: rec.enable_addr,
+                    enable_bit: (rec.values & ENABLE_VAL_BIT_MASK) as u8,
+                    enable_size: if rec.values & ENABLE_VAL_32_ON_64 != 0 { 4 } else { 8 },
+                    name,
+                });
+            }
+            k if k == EnablerRecordKind::Truncated as u32 => out.truncated.push(rec.pid),
+            kind => return Err(EnablerDecodeError::UnknownKind { offset, kind }),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -741,5 +829,67 @@ mod tests {
         buf.extend(bytes_of(&ev));
         let decoded = decode(&buf[1..]).unwrap();
         assert_eq!(decoded.meta.pid, 4242);
+    }
+
+    fn enabler_record(kind: u32, values: u64, name: &[u8]) -> EnablerRecord {
+        EnablerRecord {
+            kind,
+            pid: 77,
+            enable_addr: 0x5555_0000_0040,
+            values,
+            name_len: name.len() as i32,
+            _pad: 0,
+            name: with_string(name),
+        }
+    }
+
+    #[test]
+    fn existing_enablers() {
+        let mut bytes = bytes_of(&enabler_record(1, 31 | 1 << 8, b"dotnet_gc"));
+        bytes.extend(bytes_of(&enabler_record(1, 63 | 1 << 6, b"x")));
+        bytes.extend(bytes_of(&enabler_record(2, 0, b"")));
+        let decoded = decode_enablers(&bytes).unwrap();
+        let enabler = |bit, size, name: &[u8]| ExistingEnabler {
+            pid: 77,
+            enable_addr: 0x5555_0000_0040,
+            enable_bit: bit,
+            enable_size: size,
+            name: Ok(name.to_vec()),
+        };
+        assert_eq!(
+            decoded,
+            ExistingEnablers {
+                // The faulting flag (bit 6) is state, not part of the bit.
+                enablers: vec![enabler(31, 4, b"dotnet_gc"), enabler(63, 8, b"x")],
+                truncated: vec![77],
+                output_cut: false,
+            }
+        );
+        assert_eq!(decode_enablers(&[]), Ok(ExistingEnablers::default()));
+    }
+
+    #[test]
+    fn corrupt_iterator_output_is_a_typed_error_with_its_offset() {
+        let record = size_of::<EnablerRecord>();
+        let one = bytes_of(&enabler_record(1, 3, b"a"));
+        assert_eq!(
+            decode_enablers(&one[..record - 1]),
+            Err(EnablerDecodeError::PartialRecord { len: record - 1, record })
+        );
+        let mut two = one.clone();
+        two.extend(bytes_of(&enabler_record(9, 3, b"a")));
+        assert_eq!(
+            decode_enablers(&two),
+            Err(EnablerDecodeError::UnknownKind { offset: record, kind: 9 })
+        );
+        let mut long = enabler_record(1, 3, b"a");
+        long.name_len = ENABLER_NAME_LEN as i32 + 1;
+        assert_eq!(
+            decode_enablers(&bytes_of(&long)),
+            Err(EnablerDecodeError::BadNameLength { offset: 0, len: ENABLER_NAME_LEN as i32 + 1 })
+        );
+        let mut failed = enabler_record(1, 3, b"");
+        failed.name_len = -14;
+        assert_eq!(decode_enablers(&bytes_of(&failed)).unwrap().enablers[0].name, Err(-14));
     }
 }

@@ -24,7 +24,7 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_current_task, bpf_get_current_uid_gid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
-        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes, bpf_seq_write,
     },
     macros::{fexit, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -33,10 +33,10 @@ use aya_ebpf::{
 use tracer_common::{
     AF_UNIX, COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG,
     DIAGNOSTIC_SOCKET_MAX_DIGITS, DIAGNOSTIC_SOCKET_PREFIX, DIAGNOSTIC_SOCKET_SUFFIX,
-    DOTNET_IPC_MEMFD_NAME, DOUBLEMAPPER_MEMFD_NAME, EventHeader, EventKind, IpcBindEvent,
-    LossReason, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent,
-    ProcessForkEvent, SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, UNIX_PATH_MAX, UserEventsIoctlEvent,
-    UserReg, UserUnreg,
+    DOTNET_IPC_MEMFD_NAME, DOUBLEMAPPER_MEMFD_NAME, ENABLER_NAME_LEN, EnablerRecord,
+    EnablerRecordKind, EventHeader, EventKind, IpcBindEvent, LossReason, MAX_ENABLERS_PER_PROCESS,
+    MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
+    SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, UNIX_PATH_MAX, UserEventsIoctlEvent, UserReg, UserUnreg,
 };
 
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -1070,6 +1070,105 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, EventKind::ProcessExit, seq);
     entry.submit(lazy_wakeup());
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registrations made before tracer started (task iterator)
+
+/// Scratch for one [`EnablerRecord`] (too big for the stack with the rest). Iterator programs
+/// run one at a time per CPU, with migration disabled; no other program uses it.
+#[map]
+static ENABLER_SCRATCH: PerCpuArray<EnablerRecord> = PerCpuArray::with_max_entries(1, 0);
+
+/// Reads a `u32` of kernel memory at `base + offset`.
+#[inline(always)]
+fn kernel_u32_at(base: *const u8, offset: u32) -> Option<u32> {
+    // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
+    unsafe { bpf_probe_read_kernel(base.add(offset as usize).cast::<u32>()) }.ok()
+}
+
+/// A BPF iterator over every task (run when user space reads the iterator): for each process
+/// (its leader task) the user_events enablers its mm holds, one [`EnablerRecord`] each, written
+/// to the iterator's output (docs/protocol/bpf-detection.md §9). The kernel changes these lists
+/// under its own mutex; read here without it, through `bpf_probe_read_kernel`, a list changing
+/// meanwhile gives a stale or cut walk, never a fault, and the walk is bounded.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn user_events_enablers(ctx: *mut core::ffi::c_void) -> i32 {
+    // `struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }`, and
+    // `struct bpf_iter_meta { struct seq_file *seq; ... }`: direct loads, so the verifier
+    // knows `seq` for `bpf_seq_write`.
+    // SAFETY: ctx is the iterator context of that layout.
+    let (meta, task) = unsafe {
+        let fields = ctx.cast::<*const u8>();
+        (*fields, *fields.add(1))
+    };
+    if task.is_null() {
+        return 0;
+    }
+    // SAFETY: `meta` is the kernel's non-null iterator metadata for this run.
+    let seq = unsafe { *meta.cast::<*mut aya_ebpf::bindings::seq_file>() };
+    let Some(cfg) = config() else { return 0 };
+    let (Some(pid), Some(tgid)) =
+        (kernel_u32_at(task, cfg.task_pid_offset), kernel_u32_at(task, cfg.task_tgid_offset))
+    else {
+        return 0;
+    };
+    // The enablers belong to the mm, which every thread shares: the leader reports them.
+    if pid != tgid || excluded(tgid) {
+        return 0;
+    }
+    let Some(user_mm) = kernel_ptr_at(task, cfg.task_user_event_mm_offset) else { return 0 };
+    let Some(rec) = ENABLER_SCRATCH.get_ptr_mut(0) else { return 0 };
+    // SAFETY: the per-CPU scratch value, this program's alone while it runs.
+    let rec = unsafe { &mut *rec };
+    rec.pid = tgid;
+    rec._pad = 0;
+    // SAFETY: an address computed for comparison only, never dereferenced directly.
+    let head = unsafe { user_mm.add(cfg.user_event_mm_enablers_offset as usize) };
+    let mut node = kernel_ptr_at(head, 0);
+    let mut read = 0;
+    while read < MAX_ENABLERS_PER_PROCESS {
+        let Some(link) = node.filter(|n| *n != head) else { return 0 };
+        // SAFETY: as above: `container_of`, read only through the helper.
+        let enabler = unsafe { link.sub(cfg.enabler_link_offset as usize) };
+        rec.kind = EnablerRecordKind::Enabler as u32;
+        rec.enable_addr = kernel_ptr_at(enabler, cfg.enabler_addr_offset).map_or(0, |p| p as u64);
+        rec.values = kernel_ptr_at(enabler, cfg.enabler_values_offset).map_or(0, |p| p as u64);
+        rec.name = [0; ENABLER_NAME_LEN];
+        rec.name_len = match kernel_ptr_at(enabler, cfg.enabler_event_offset)
+            .and_then(|event| kernel_ptr_at(event, cfg.user_event_name_offset))
+        {
+            // SAFETY: reads kernel memory through the helper into the scratch, bounded by it.
+            Some(name) => match unsafe { bpf_probe_read_kernel_str_bytes(name, &mut rec.name) } {
+                Ok(s) => s.len() as i32,
+                Err(e) => e as i32,
+            },
+            None => -14, // EFAULT
+        };
+        // SAFETY: `seq` is the iterator's seq_file; `rec` is a plain struct of that size.
+        unsafe {
+            bpf_seq_write(
+                seq,
+                (rec as *const EnablerRecord).cast(),
+                size_of::<EnablerRecord>() as u32,
+            )
+        };
+        node = kernel_ptr_at(link, 0);
+        read += 1;
+    }
+    if node.is_some_and(|n| n != head) {
+        rec.kind = EnablerRecordKind::Truncated as u32;
+        // SAFETY: as above.
+        unsafe {
+            bpf_seq_write(
+                seq,
+                (rec as *const EnablerRecord).cast(),
+                size_of::<EnablerRecord>() as u32,
+            )
+        };
+    }
     0
 }
 

@@ -525,8 +525,10 @@ pub struct AuditArgs {
     pub pids: Vec<u32>,
     /// Keep the per-process user_events registration table (inherited on fork, dropped on exec
     /// and exit) and print it at exit: a `registration_table` JSON line and a table on stderr.
-    /// The table starts empty: registrations made before tracer started are not in it (the
-    /// kernel keeps them per mm and lists them nowhere tracer can read).
+    /// Registrations made before tracer started are read from the kernel at start by a BPF
+    /// task iterator (`at_start: true`, with the event name, address, bit and size) where the
+    /// kernel has BTF for its user_events structs; elsewhere the table starts empty (the log
+    /// says why).
     #[arg(long)]
     pub registrations: bool,
     #[command(flatten)]

@@ -8,20 +8,28 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tracer_decode::text::escape_control;
 
-use tracer_decode::bpf_event::{DetectionEvent, EventBody, UserEventsOp};
+use tracer_decode::bpf_event::{DetectionEvent, EventBody, ExistingEnablers, UserEventsOp};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Registration {
+    /// As registered; for one found at start, the event's name alone (the kernel keeps no
+    /// per-registration copy of the rest).
     pub name_args: String,
     /// `"0x…"` in JSON, like every address tracer prints.
     #[serde(serialize_with = "hex")]
     pub enable_addr: u64,
     pub enable_bit: u8,
     pub enable_size: u8,
-    pub flags: u16,
-    pub write_index: u32,
-    /// The `user_events_data` fd it was registered on (in the registering process).
-    pub fd: i32,
+    /// The `user_reg` flags; `null` for one found at start.
+    pub flags: Option<u16>,
+    /// `null` for one found at start.
+    pub write_index: Option<u32>,
+    /// The `user_events_data` fd it was registered on (in the registering process); `null`
+    /// for one found at start.
+    pub fd: Option<i32>,
+    /// Made before tracer started, found by the task iterator (docs/protocol/bpf-detection.md
+    /// §9).
+    pub at_start: bool,
 }
 
 fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -38,8 +46,36 @@ impl RegistrationTable {
         RegistrationTable::default()
     }
 
+    /// Adds a registration. The kernel keeps one enabler per (address, bit) in an mm, so an
+    /// entry already there at that place goes (one found at start that a live report repeats).
     pub fn register(&mut self, pid: u32, reg: Registration) {
-        self.by_pid.entry(pid).or_default().push(reg);
+        let regs = self.by_pid.entry(pid).or_default();
+        regs.retain(|r| !(r.enable_addr == reg.enable_addr && r.enable_bit == reg.enable_bit));
+        regs.push(reg);
+    }
+
+    /// Adds the registrations processes held when tracer started (the task iterator's); a
+    /// live report of the same place already tabled is kept: it knows more.
+    pub fn seed(&mut self, found: &ExistingEnablers) {
+        for e in &found.enablers {
+            let regs = self.by_pid.entry(e.pid).or_default();
+            if regs.iter().any(|r| r.enable_addr == e.enable_addr && r.enable_bit == e.enable_bit) {
+                continue;
+            }
+            regs.push(Registration {
+                name_args: match &e.name {
+                    Ok(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    Err(_) => String::new(),
+                },
+                enable_addr: e.enable_addr,
+                enable_bit: e.enable_bit,
+                enable_size: e.enable_size,
+                flags: None,
+                write_index: None,
+                fd: None,
+                at_start: true,
+            });
+        }
     }
 
     /// Removes every registration of `pid` at (`addr`, `bit`); returns how many went.
@@ -95,9 +131,10 @@ impl RegistrationTable {
                             enable_addr: reg.enable_addr,
                             enable_bit: reg.enable_bit,
                             enable_size: reg.enable_size,
-                            flags: reg.flags,
-                            write_index: reg.write_index,
-                            fd: ioctl.fd,
+                            flags: Some(reg.flags),
+                            write_index: Some(reg.write_index),
+                            fd: Some(ioctl.fd),
+                            at_start: false,
                         },
                     );
                 }
@@ -122,11 +159,11 @@ impl RegistrationTable {
             for r in regs {
                 out.push_str(&format!(
                     "{pid:>8} {:>4} {:>18} {:>3} {:>4} {:>5}  {}\n",
-                    r.fd,
+                    r.fd.map_or("-".to_string(), |fd| fd.to_string()),
                     format!("{:#x}", r.enable_addr),
                     r.enable_bit,
                     r.enable_size,
-                    r.write_index,
+                    r.write_index.map_or("-".to_string(), |i| i.to_string()),
                     escape_control(&r.name_args)
                 ));
             }
@@ -226,8 +263,8 @@ mod tests {
         t.apply(&reg_event(10, 0, 0x40, 0, "a u32 x"));
         t.apply(&reg_event(10, 0, 0x40, 1, "b u32 x"));
         assert_eq!(names(&t, 10), ["a u32 x", "b u32 x"]);
-        assert_eq!(t.get(10)[0].write_index, 1);
-        assert_eq!(t.get(10)[0].fd, 3);
+        assert_eq!(t.get(10)[0].write_index, Some(1));
+        assert_eq!(t.get(10)[0].fd, Some(3));
     }
 
     #[test]
@@ -278,5 +315,41 @@ mod tests {
         let json = serde_json::to_value(&t.get(10)[0]).unwrap();
         assert_eq!(json["enable_addr"], "0x40");
         assert_eq!(json["enable_bit"], 3);
+    }
+
+    fn found_at_start(pid: u32, addr: u64, bit: u8, name: &str) -> ExistingEnablers {
+        ExistingEnablers {
+            enablers: vec![tracer_decode::bpf_event::ExistingEnabler {
+                pid,
+                enable_addr: addr,
+                enable_bit: bit,
+                enable_size: 4,
+                name: Ok(name.as_bytes().to_vec()),
+            }],
+            ..ExistingEnablers::default()
+        }
+    }
+
+    #[test]
+    fn registrations_found_at_start_are_seeded_once_per_place() {
+        let mut t = RegistrationTable::new();
+        // Reported live while the iterator ran: the live row, which knows more, stays.
+        t.apply(&reg_event(10, 0, 0x40, 0, "a u32 x"));
+        t.seed(&found_at_start(10, 0x40, 0, "a"));
+        t.seed(&found_at_start(10, 0x48, 2, "b"));
+        assert_eq!(names(&t, 10), ["a u32 x", "b"]);
+        let b = &t.get(10)[1];
+        assert_eq!((b.fd, b.write_index, b.flags, b.at_start), (None, None, None, true));
+        let json = serde_json::to_value(b).unwrap();
+        assert_eq!((&json["fd"], &json["at_start"]), (&serde_json::Value::Null, &true.into()));
+        assert!(t.render().contains("      10    -"), "no fd: {}", t.render());
+        // A live registration at a place tabled at start replaces it (one enabler per place).
+        t.apply(&reg_event(10, 0, 0x48, 2, "b u64 y"));
+        assert_eq!(names(&t, 10), ["a u32 x", "b u64 y"]);
+        assert!(!t.get(10)[1].at_start);
+        // Unregistering works on rows found at start too.
+        t.seed(&found_at_start(11, 0x50, 1, "c"));
+        t.apply(&unreg_event(11, 0, 0x50, 1));
+        assert!(t.get(11).is_empty());
     }
 }

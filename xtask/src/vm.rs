@@ -1,6 +1,7 @@
 //! `cargo xtask vm-test`: runs the `vm_*` integration tests inside a user_events-enabled kernel.
 //!
-//! The host kernel lacks CONFIG_USER_EVENTS, so this builds a small kernel from Debian trixie's
+//! The host kernel lacks CONFIG_USER_EVENTS and refuses BPF trampolines, so this builds a small
+//! kernel (with user_events, BTF and ftrace direct calls) from Debian trixie's
 //! `linux-source-6.12` (config: tinyconfig + `xtask/vm/kernel.config`), boots it under qemu TCG with
 //! the host root shared read-only over 9p, and runs the host-built test binaries in a chroot of it.
 //! Every expensive step is cached under `~/.cache/tracer` (or `$TRACER_CACHE_DIR`); see

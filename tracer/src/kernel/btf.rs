@@ -3,50 +3,86 @@
 //! trampoline programs find syscall arguments (§8).
 use anyhow::Context as _;
 use tracer_common::Config;
-use tracer_decode::btf::Btf;
+use tracer_decode::btf::{Btf, BtfError};
 
 /// Where the running kernel describes its own types (`CONFIG_DEBUG_INFO_BTF`).
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// What the programs read at offsets from kernel BTF.
+/// What the programs read at offsets from kernel BTF, by group: each group is found whole or
+/// its programs are not attached (a group found in part may leave some of its fields set).
 #[derive(Clone, Debug)]
 pub struct KernelOffsets {
-    /// The memfd programs' struct member offsets in [`Config`]; the rest of it is default.
-    pub memfd: Config,
+    /// Every offset found, in its [`Config`] field; the rest of the config is default.
+    pub config: Config,
+    /// The memfd programs' file-name walk (§7), or why it cannot be done.
+    pub memfd: Result<(), String>,
     /// Where in `struct pt_regs` syscall arguments 0..6 are (the trampoline programs on
-    /// `__x64_sys_*` read them there), or why that is not known.
-    pub syscall_args: Result<[u32; 6], String>,
+    /// `__x64_sys_*` read them there, §8).
+    pub syscall_args: Result<(), String>,
+    /// The task iterator's walk to each process's user_events enablers (§9); a kernel without
+    /// user_events has none of these structs.
+    pub enablers: Result<(), String>,
 }
 
 /// The `struct pt_regs` members holding syscall arguments 0..6 (the x86-64 syscall ABI).
 const SYSCALL_ARG_REGISTERS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
 
-/// Reads kernel BTF once for every offset the programs need. An error says which file,
+/// Reads kernel BTF once for every offset the programs need. A group's error says which file,
 /// struct or member is missing.
-pub fn kernel_offsets() -> anyhow::Result<KernelOffsets> {
-    let data = std::fs::read(VMLINUX_BTF).with_context(|| {
-        format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
-    })?;
-    let btf = Btf::parse(&data).with_context(|| format!("parsing {VMLINUX_BTF}"))?;
-    let offset = |structure, member| btf.member_offset(structure, member);
-    let memfd = Config {
-        task_files_offset: offset("task_struct", "files")?,
-        files_fdt_offset: offset("files_struct", "fdt")?,
-        fdtable_max_fds_offset: offset("fdtable", "max_fds")?,
-        fdtable_fd_offset: offset("fdtable", "fd")?,
-        file_dentry_offset: offset("file", "f_path")? + offset("path", "dentry")?,
-        dentry_name_offset: offset("dentry", "d_name")? + offset("qstr", "name")?,
-        ..Config::default()
+pub fn kernel_offsets() -> KernelOffsets {
+    let read = || {
+        let data = std::fs::read(VMLINUX_BTF).with_context(|| {
+            format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
+        })?;
+        Ok::<_, anyhow::Error>(data)
     };
-    let mut syscall_args = Ok([0; 6]);
-    for (i, register) in SYSCALL_ARG_REGISTERS.iter().enumerate() {
-        match (&mut syscall_args, offset("pt_regs", register)) {
-            (Ok(args), Ok(at)) => args[i] = at,
-            (Ok(_), Err(e)) => syscall_args = Err(format!("{VMLINUX_BTF}: {e}")),
-            (Err(_), _) => {}
+    match read().and_then(|data| groups(&data)) {
+        Ok(offsets) => offsets,
+        Err(e) => {
+            let why = Err(format!("{e:#}"));
+            KernelOffsets {
+                config: Config::default(),
+                memfd: why.clone(),
+                syscall_args: why.clone(),
+                enablers: why,
+            }
         }
     }
-    Ok(KernelOffsets { memfd, syscall_args })
+}
+
+fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
+    let btf = Btf::parse(data).with_context(|| format!("parsing {VMLINUX_BTF}"))?;
+    let offset = |structure, member| btf.member_offset(structure, member);
+    let found = |group: Result<(), BtfError>| group.map_err(|e| format!("{VMLINUX_BTF}: {e}"));
+    let mut c = Config::default();
+    let memfd = found((|| {
+        c.task_files_offset = offset("task_struct", "files")?;
+        c.files_fdt_offset = offset("files_struct", "fdt")?;
+        c.fdtable_max_fds_offset = offset("fdtable", "max_fds")?;
+        c.fdtable_fd_offset = offset("fdtable", "fd")?;
+        c.file_dentry_offset = offset("file", "f_path")? + offset("path", "dentry")?;
+        c.dentry_name_offset = offset("dentry", "d_name")? + offset("qstr", "name")?;
+        Ok(())
+    })());
+    let syscall_args = found((|| {
+        for (i, register) in SYSCALL_ARG_REGISTERS.iter().enumerate() {
+            c.syscall_arg_offsets[i] = offset("pt_regs", register)?;
+        }
+        Ok(())
+    })());
+    let enablers = found((|| {
+        c.task_pid_offset = offset("task_struct", "pid")?;
+        c.task_tgid_offset = offset("task_struct", "tgid")?;
+        c.task_user_event_mm_offset = offset("task_struct", "user_event_mm")?;
+        c.user_event_mm_enablers_offset = offset("user_event_mm", "enablers")?;
+        c.enabler_link_offset = offset("user_event_enabler", "mm_enablers_link")?;
+        c.enabler_event_offset = offset("user_event_enabler", "event")?;
+        c.enabler_addr_offset = offset("user_event_enabler", "addr")?;
+        c.enabler_values_offset = offset("user_event_enabler", "values")?;
+        c.user_event_name_offset = offset("user_event", "reg_name")?;
+        Ok(())
+    })());
+    Ok(KernelOffsets { config: c, memfd, syscall_args, enablers })
 }
 
 #[cfg(test)]
@@ -58,8 +94,9 @@ mod tests {
     /// `struct fdtable { max_fds; fd; ... }`).
     #[test]
     fn offsets_of_the_running_kernel() {
-        let offsets = kernel_offsets().unwrap();
-        let c = offsets.memfd;
+        let offsets = kernel_offsets();
+        assert_eq!(offsets.memfd, Ok(()));
+        let c = offsets.config;
         let data = std::fs::read(VMLINUX_BTF).unwrap();
         let btf = Btf::parse(&data).unwrap();
         assert_eq!(btf.member_offset("path", "dentry"), Ok(8));
@@ -69,6 +106,10 @@ mod tests {
         assert!(c.task_files_offset > 0 && c.dentry_name_offset > 8);
         // x86-64 `struct pt_regs`: r15 first, 8 bytes each, the argument registers in this
         // order (arch/x86/include/asm/ptrace.h).
-        assert_eq!(offsets.syscall_args, Ok([112, 104, 96, 56, 72, 64]));
+        assert_eq!(offsets.syscall_args, Ok(()));
+        assert_eq!(c.syscall_arg_offsets, [112, 104, 96, 56, 72, 64]);
+        // This kernel has no user_events: no enablers to walk.
+        let missing = offsets.enablers.unwrap_err();
+        assert!(missing.contains("user_event_mm"), "{missing}");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{
-    FExit, ProgramError, TracePoint, fexit::FExitLink, trace_point::TracePointLink,
+    FExit, Iter, ProgramError, TracePoint, fexit::FExitLink, trace_point::TracePointLink,
 };
 use aya::{Ebpf, EbpfLoader};
 use tokio::io::Interest;
@@ -18,7 +18,7 @@ use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 
 use crate::kernel::privileges::Capabilities;
 use crate::kernel::tracefs::Tracefs;
-use tracer_decode::bpf_event::{self, DetectionEvent};
+use tracer_decode::bpf_event::{self, DetectionEvent, ExistingEnablers};
 use tracer_decode::ftrace::format::{DynamicKind, EventFormat};
 
 /// What a syscall hook needs from the kernel to be worth attaching.
@@ -142,6 +142,12 @@ impl std::fmt::Display for HookMechanism {
 /// programs); docs/protocol/bpf-detection.md "Wake-ups".
 pub const LAZY_DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The task iterator reporting user_events registrations made before tracer started.
+const ENABLERS_ITERATOR: &str = "user_events_enablers";
+/// Most bytes of the task iterator's output read (~100 000 registrations); past them the rest is
+/// not read, and the log says so.
+pub const MAX_ENABLER_OUTPUT_BYTES: usize = 16 << 20;
+
 /// Lines of the verifier log shown when the kernel rejects a program (the reason is at the end).
 const VERIFIER_LOG_TAIL: usize = 30;
 
@@ -180,6 +186,8 @@ pub struct Detector {
     lazy_drain: tokio::time::Interval,
     links: Vec<(&'static str, Link)>,
     mechanism: HookMechanism,
+    /// Whether the task iterator can walk to user_events enablers (offsets in CONFIG), or why not.
+    enablers: Result<(), String>,
     seq: SeqTracker,
     decode_errors: u64,
 }
@@ -224,18 +232,16 @@ impl Detector {
         let offsets = crate::kernel::btf::kernel_offsets();
         // Without kernel BTF no file name can be resolved: the memfd programs stay off and
         // the diagnostic socket (bind) detection still finds every runtime.
-        if let Err(e) = &offsets {
+        if let Err(e) = &offsets.memfd {
             log::warn!(
-                "{e:#}: the .NET memfd mapping detection stays off (runtimes are still found by \
+                "{e}: the .NET memfd mapping detection stays off (runtimes are still found by \
                  their diagnostic socket)"
             );
         }
-        let (memfd, syscall_args) = split_offsets(&offsets);
         let config = Config {
             tracer_tgid: std::process::id(),
             filter_targets: u32::from(!options.target_pids.is_empty()),
-            syscall_arg_offsets: syscall_args.clone().unwrap_or_default(),
-            ..config_offsets(&tracefs, memfd.unwrap_or_default())?
+            ..config_offsets(&tracefs, offsets.config)?
         };
         let mut ebpf = load_object(config)?;
         {
@@ -272,9 +278,9 @@ impl Detector {
                 tracefs.path("user_events_data").display()
             );
         }
-        let hooks = wanted_hooks(memfd.is_some(), user_events);
+        let hooks = wanted_hooks(offsets.memfd.is_ok(), user_events);
         let (mut links, mechanism) =
-            attach_syscall_hooks(&mut ebpf, &hooks, options.hooks, syscall_args)?;
+            attach_syscall_hooks(&mut ebpf, &hooks, options.hooks, offsets.syscall_args.clone())?;
         for (prog_name, category, name) in LIFECYCLE_PROGRAMS {
             links.push((prog_name, attach_tracepoint(&mut ebpf, prog_name, category, name)?));
         }
@@ -290,6 +296,7 @@ impl Detector {
             lazy_drain,
             links,
             mechanism,
+            enablers: offsets.enablers,
             seq: SeqTracker::default(),
             decode_errors: 0,
         })
@@ -304,6 +311,43 @@ impl Detector {
     /// The mechanism the syscall hooks run on.
     pub fn mechanism(&self) -> &HookMechanism {
         &self.mechanism
+    }
+
+    /// The user_events registrations processes held when tracer started, read once by the
+    /// task iterator (docs/protocol/bpf-detection.md §9). An error says why the kernel cannot
+    /// tell (no user_events, no BTF for their structs, BPF iterators refused).
+    pub fn existing_registrations(&mut self) -> anyhow::Result<ExistingEnablers> {
+        use std::io::Read as _;
+        self.enablers.clone().map_err(anyhow::Error::msg)?;
+        let program: &mut Iter = self
+            .ebpf
+            .program_mut(ENABLERS_ITERATOR)
+            .ok_or_else(|| anyhow!("the BPF object has no program {ENABLERS_ITERATOR}"))?
+            .try_into()?;
+        {
+            // Parsed for the load only, as for the trampolines.
+            let btf = aya::Btf::from_sys_fs().context("parsing kernel BTF for the iterator")?;
+            program.load("task", &btf).map_err(|e| load_error(ENABLERS_ITERATOR, e))?;
+        }
+        let id = program.attach().context("attaching the task iterator")?;
+        let file = program.take_link(id)?.into_file().context("opening the task iterator")?;
+        // Reading runs the program over every task.
+        let mut out = Vec::new();
+        file.take(MAX_ENABLER_OUTPUT_BYTES as u64 + 1)
+            .read_to_end(&mut out)
+            .context("reading the task iterator")?;
+        let cut = out.len() > MAX_ENABLER_OUTPUT_BYTES;
+        if cut {
+            let whole = MAX_ENABLER_OUTPUT_BYTES / bpf_event::ENABLER_RECORD_LEN;
+            out.truncate(whole * bpf_event::ENABLER_RECORD_LEN);
+            log::warn!(
+                "more user_events registrations than the {MAX_ENABLER_OUTPUT_BYTES} bytes of \
+                 iterator output read: the first {whole} are tabled"
+            );
+        }
+        let mut found = bpf_event::decode_enablers(&out)?;
+        found.output_cut = cut;
+        Ok(found)
     }
 
     /// Waits until the kernel wakes the reader (a detection, or a burst of lazy events) or
@@ -415,7 +459,7 @@ fn attach_syscall_hooks(
     ebpf: &mut Ebpf,
     hooks: &[SyscallHook],
     choice: HookChoice,
-    syscall_args: Result<[u32; 6], String>,
+    syscall_args: Result<(), String>,
 ) -> anyhow::Result<(Vec<(&'static str, Link)>, HookMechanism)> {
     let why = match try_trampolines(ebpf, hooks, choice, syscall_args)? {
         Ok(links) => return Ok((links, HookMechanism::Trampolines)),
@@ -436,13 +480,13 @@ fn try_trampolines(
     ebpf: &mut Ebpf,
     hooks: &[SyscallHook],
     choice: HookChoice,
-    syscall_args: Result<[u32; 6], String>,
+    syscall_args: Result<(), String>,
 ) -> anyhow::Result<Result<Vec<(&'static str, Link)>, String>> {
     if choice == HookChoice::SyscallTracepoints {
         return Ok(Err("chosen with --hooks syscall-tracepoints".to_string()));
     }
     let attached =
-        syscall_args.map_err(anyhow::Error::msg).and_then(|_| attach_trampolines(ebpf, hooks));
+        syscall_args.map_err(anyhow::Error::msg).and_then(|()| attach_trampolines(ebpf, hooks));
     match attached {
         Ok(links) => Ok(Ok(links)),
         Err(e) if choice == HookChoice::Trampolines => Err(e.context(
@@ -459,30 +503,13 @@ fn try_trampolines(
 pub fn probe_mechanism() -> anyhow::Result<HookMechanism> {
     let tracefs = Tracefs::find_or_mount()?;
     let offsets = crate::kernel::btf::kernel_offsets();
-    let (memfd, syscall_args) = split_offsets(&offsets);
-    let config = Config {
-        tracer_tgid: std::process::id(),
-        filter_targets: 1,
-        syscall_arg_offsets: syscall_args.clone().unwrap_or_default(),
-        ..memfd.unwrap_or_default()
-    };
+    let config = Config { tracer_tgid: std::process::id(), filter_targets: 1, ..offsets.config };
     let mut ebpf = load_object(config)?;
-    let hooks = wanted_hooks(memfd.is_some(), user_events_available(&tracefs));
-    Ok(match try_trampolines(&mut ebpf, &hooks, HookChoice::Auto, syscall_args)? {
+    let hooks = wanted_hooks(offsets.memfd.is_ok(), user_events_available(&tracefs));
+    Ok(match try_trampolines(&mut ebpf, &hooks, HookChoice::Auto, offsets.syscall_args)? {
         Ok(_links) => HookMechanism::Trampolines,
         Err(why) => HookMechanism::SyscallTracepoints { why },
     })
-}
-
-/// The memfd offsets (`None` without kernel BTF) and the syscall argument offsets (or why
-/// there are none) of a [`crate::kernel::btf::kernel_offsets`] result.
-fn split_offsets(
-    offsets: &anyhow::Result<crate::kernel::btf::KernelOffsets>,
-) -> (Option<Config>, Result<[u32; 6], String>) {
-    match offsets {
-        Ok(o) => (Some(o.memfd), o.syscall_args.clone()),
-        Err(e) => (None, Err(format!("{e:#}"))),
-    }
 }
 
 fn user_events_available(tracefs: &Tracefs) -> bool {

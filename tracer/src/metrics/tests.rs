@@ -2,7 +2,7 @@
 use tracer_common::{EventKind, LossReason};
 
 use super::*;
-use crate::kernel::detect::Loss;
+use crate::kernel::detect::{HookMechanism, Loss};
 use crate::pipeline::audit::AuditSummary;
 
 fn audit_summary() -> AuditSummary {
@@ -20,6 +20,7 @@ fn audit_summary() -> AuditSummary {
     s.seq_gaps.push((1, EventKind::MemfdCreate, 4));
     s.recursion_misses.push(("sys_enter_mmap", 5));
     s.decode_errors = 6;
+    s.hooks = Some(HookMechanism::Trampolines);
     s
 }
 
@@ -41,6 +42,7 @@ fn audit_families_are_the_summary_counters() {
             ("kernel", "map_full", 0),
             ("kernel", "read_failed", 0),
             ("kernel", "recursion_miss", 5),
+            ("kernel", "registration_list_cut", 0),
             ("kernel", "ring_full", 6),
             ("output", "write_failed", 0),
         ]
@@ -65,6 +67,8 @@ fn exposition_and_health() {
         r#"tracer_detections_total{kind="process_exit"} 2"#,
         "# TYPE tracer_sessions gauge",
         "# TYPE tracer_sessions_failed counter",
+        "# TYPE tracer_detection_hooks gauge",
+        r#"tracer_detection_hooks{mechanism="trampolines"} 1"#,
         "# TYPE tracer_build_info gauge",
         "# EOF",
     ] {

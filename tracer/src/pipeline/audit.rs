@@ -58,6 +58,9 @@ pub struct AuditSummary {
     pub hooks: Option<HookMechanism>,
     /// The table at exit, when `registrations` was requested.
     pub registrations: Option<RegistrationTable>,
+    /// Registrations found at start (the task iterator), and times their list was cut.
+    pub registrations_at_start: u64,
+    pub registration_lists_cut: u64,
     /// Why the output stopped taking lines, when it did.
     pub output_error: Option<String>,
     /// Lines not written because the output failed.
@@ -89,6 +92,11 @@ impl AuditSummary {
                 count: self.recursion_misses.iter().map(|r| r.1).sum(),
             },
             LossCount { source: "kernel", reason: "corrupt_record", count: self.decode_errors },
+            LossCount {
+                source: "kernel",
+                reason: "registration_list_cut",
+                count: self.registration_lists_cut,
+            },
             LossCount { source: "output", reason: "write_failed", count: self.unwritten_lines },
         ]);
         if let Some(otlp) = &self.otlp {
@@ -201,6 +209,25 @@ pub async fn run(
     let mut summary =
         AuditSummary { hooks: Some(detector.mechanism().clone()), ..AuditSummary::default() };
     let mut table = RegistrationTable::new();
+    if config.registrations {
+        // What processes registered before tracer started, where the kernel can tell.
+        match detector.existing_registrations() {
+            Ok(found) => {
+                table.seed(&found);
+                summary.registrations_at_start = found.enablers.len() as u64;
+                summary.registration_lists_cut = found.cuts();
+                log::info!(
+                    "{} user_events registration(s) made before tracer started, found by the \
+                     task iterator",
+                    found.enablers.len()
+                );
+            }
+            Err(e) => log::info!(
+                "the registration table starts empty (registrations made before tracer \
+                 started are not known): {e:#}"
+            ),
+        }
+    }
     let mut tracker = ProcessTracker::new(config.filter.clone());
 
     let scan = procfs::scan_targets(&config.target_pids)

@@ -190,7 +190,8 @@ fn tracepoint(tracefs: &Tracefs, system: &str, name: &str) -> Finding {
 
 fn kernel_btf() -> Finding {
     let what = "kernel BTF";
-    match crate::kernel::btf::kernel_offsets().map(|o| o.memfd) {
+    let offsets = crate::kernel::btf::kernel_offsets();
+    match offsets.memfd.map(|()| offsets.config) {
         Ok(c) => finding(
             Status::Ok,
             what,
@@ -206,7 +207,7 @@ fn kernel_btf() -> Finding {
             Status::MissingOptional,
             what,
             format!(
-                "{e:#}: the .NET memfd mapping detection is off; runtimes are still found by their \
+                "{e}: the .NET memfd mapping detection is off; runtimes are still found by their \
                  diagnostic socket; rebuild with CONFIG_DEBUG_INFO_BTF=y for it"
             ),
         ),
