@@ -349,6 +349,13 @@ pub struct EnablerRecord {
     pub name: [u8; ENABLER_NAME_LEN],
 }
 
+/// Offsets in x86-64's `struct pt_regs` of syscall arguments 0..6 (`di`, `si`, `dx`, `r10`,
+/// `r8`, `r9`; fixed by the entry code that pushes the registers): where the BPF-trampoline
+/// programs on `__x64_sys_*` functions load the arguments, with direct loads the verifier
+/// checks against kernel BTF. User space attaches them only where kernel BTF has these same
+/// offsets (docs/protocol/bpf-detection.md §8).
+pub const SYSCALL_ARG_OFFSETS: [usize; 6] = [112, 104, 96, 56, 72, 64];
+
 /// Settings user space writes into the `CONFIG` array (index 0) before attaching.
 ///
 /// Tracepoint field offsets vary between kernels (e.g. `sched_process_fork` switched its comm
@@ -380,10 +387,6 @@ pub struct Config {
     pub fdtable_fd_offset: u32,
     pub file_dentry_offset: u32,
     pub dentry_name_offset: u32,
-    /// Offsets in `struct pt_regs` of syscall arguments 0..6 (x86-64: `di`, `si`, `dx`, `r10`,
-    /// `r8`, `r9`, from kernel BTF): where the BPF-trampoline programs on `__x64_sys_*`
-    /// functions read the arguments (docs/protocol/bpf-detection.md §8).
-    pub syscall_arg_offsets: [u32; 6],
     /// Offsets from kernel BTF for the task iterator (docs/protocol/bpf-detection.md §9):
     /// `task_struct.pid`, `.tgid`, `.user_event_mm`, `user_event_mm.enablers`,
     /// `user_event_enabler.mm_enablers_link`, `.event`, `.addr`, `.values`, `user_event.reg_name`.

@@ -419,7 +419,7 @@ pub const ENABLER_RECORD_LEN: usize = size_of::<EnablerRecord>();
 /// Decodes the output of the `user_events_enablers` task iterator: fixed-size records.
 pub fn decode_enablers(bytes: &[u8]) -> Result<ExistingEnablers, EnablerDecodeError> {
     let record = ENABLER_RECORD_LEN;
-    if bytes.len() % record != 0 {
+    if !bytes.len().is_multiple_of(record) {
         return Err(EnablerDecodeError::PartialRecord { len: bytes.len(), record });
     }
     let mut out = ExistingEnablers::default();

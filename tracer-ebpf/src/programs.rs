@@ -36,7 +36,8 @@ use tracer_common::{
     DOTNET_IPC_MEMFD_NAME, DOUBLEMAPPER_MEMFD_NAME, ENABLER_NAME_LEN, EnablerRecord,
     EnablerRecordKind, EventHeader, EventKind, IpcBindEvent, LossReason, MAX_ENABLERS_PER_PROCESS,
     MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
-    SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, UNIX_PATH_MAX, UserEventsIoctlEvent, UserReg, UserUnreg,
+    SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, SYSCALL_ARG_OFFSETS, UNIX_PATH_MAX, UserEventsIoctlEvent,
+    UserReg, UserUnreg,
 };
 
 const MAP_ANONYMOUS: u64 = 0x20;
@@ -383,30 +384,28 @@ impl SyscallArgs for TracePointContext {
     }
 }
 
-/// The `const struct pt_regs *` a `__x64_sys_*` function receives: the caller's registers,
-/// read at the offsets user space took from kernel BTF. Arguments are read only when a hook
-/// asks for them, so the common early returns cost no read.
+/// The `const struct pt_regs *` a `__x64_sys_*` function receives: the caller's registers.
+/// Arguments are loaded only when a hook asks for them, so the common early returns cost none.
 struct SavedRegs {
     regs: *const u8,
-    cfg: &'static Config,
 }
 
 impl SavedRegs {
     /// The registers of a trampoline program on a syscall function (its only argument).
     #[inline(always)]
-    fn of(ctx: &FExitContext) -> Option<SavedRegs> {
-        let regs: *const u8 = ctx.arg(0);
-        Some(SavedRegs { regs, cfg: config()? })
+    fn of(ctx: &FExitContext) -> SavedRegs {
+        SavedRegs { regs: ctx.arg(0) }
     }
 }
 
 impl SyscallArgs for SavedRegs {
     #[inline(always)]
     fn arg(&self, i: usize) -> u64 {
-        let offset = self.cfg.syscall_arg_offsets[i] as usize;
-        // SAFETY: the helper reads kernel memory without faulting; the registers stay valid
-        // for the whole syscall. A failed read (never seen) reads as 0.
-        unsafe { bpf_probe_read_kernel(self.regs.add(offset).cast::<u64>()) }.unwrap_or(0)
+        // A direct load at a constant offset, no helper call: the verifier knows `regs` as a
+        // `struct pt_regs` pointer (from BTF) and checks the offset against that struct, and
+        // turns the load into one that cannot fault.
+        // SAFETY: `i` < 6 at every call site; the registers stay valid for the whole syscall.
+        unsafe { core::ptr::read_volatile(self.regs.add(SYSCALL_ARG_OFFSETS[i]).cast::<u64>()) }
     }
 }
 
@@ -437,10 +436,7 @@ pub fn sys_enter_memfd_create(ctx: TracePointContext) -> u32 {
 /// copied the name by then, so the page is resident and the read does not fail.
 #[fexit(function = "__x64_sys_memfd_create")]
 pub fn fexit_memfd_create(ctx: FExitContext) -> u32 {
-    match SavedRegs::of(&ctx) {
-        Some(args) => memfd_created(&args),
-        None => 0,
-    }
+    memfd_created(&SavedRegs::of(&ctx))
 }
 
 #[inline(always)]
@@ -555,10 +551,7 @@ pub fn sys_enter_mmap(ctx: TracePointContext) -> u32 {
 /// comes with the event.
 #[fexit(function = "__x64_sys_mmap")]
 pub fn fexit_mmap(ctx: FExitContext) -> u32 {
-    match SavedRegs::of(&ctx) {
-        Some(args) => mapped(&args, Some(function_ret(&ctx))),
-        None => 0,
-    }
+    mapped(&SavedRegs::of(&ctx), Some(function_ret(&ctx)))
 }
 
 /// `ret`: the syscall's result, when the hook runs at its return.
@@ -723,10 +716,7 @@ pub fn sys_enter_bind(ctx: TracePointContext) -> u32 {
 /// address: its page is resident).
 #[fexit(function = "__x64_sys_bind")]
 pub fn fexit_bind(ctx: FExitContext) -> u32 {
-    match SavedRegs::of(&ctx) {
-        Some(args) => bound(&args),
-        None => 0,
-    }
+    bound(&SavedRegs::of(&ctx))
 }
 
 #[inline(always)]
@@ -824,7 +814,7 @@ pub fn sys_exit_ioctl(ctx: TracePointContext) -> u32 {
 /// the function-tracer call sites a trampoline attaches to.)
 #[fexit(function = "__x64_sys_ioctl")]
 pub fn fexit_ioctl(ctx: FExitContext) -> u32 {
-    let Some(args) = SavedRegs::of(&ctx) else { return 0 };
+    let args = SavedRegs::of(&ctx);
     let cmd = args.arg(1);
     let Some(kind) = user_events_kind(cmd) else { return 0 };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;

@@ -2,7 +2,7 @@
 //! follow to name the file an `mmap` maps (docs/protocol/bpf-detection.md §7), and where the
 //! trampoline programs find syscall arguments (§8).
 use anyhow::Context as _;
-use tracer_common::Config;
+use tracer_common::{Config, SYSCALL_ARG_OFFSETS};
 use tracer_decode::btf::{Btf, BtfError};
 
 /// Where the running kernel describes its own types (`CONFIG_DEBUG_INFO_BTF`).
@@ -16,8 +16,8 @@ pub struct KernelOffsets {
     pub config: Config,
     /// The memfd programs' file-name walk (§7), or why it cannot be done.
     pub memfd: Result<(), String>,
-    /// Where in `struct pt_regs` syscall arguments 0..6 are (the trampoline programs on
-    /// `__x64_sys_*` read them there, §8).
+    /// Whether `struct pt_regs` has syscall arguments 0..6 where the trampoline programs on
+    /// `__x64_sys_*` load them (`SYSCALL_ARG_OFFSETS`, §8).
     pub syscall_args: Result<(), String>,
     /// The task iterator's walk to each process's user_events enablers (§9); a kernel without
     /// user_events has none of these structs.
@@ -64,12 +64,17 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
         c.dentry_name_offset = offset("dentry", "d_name")? + offset("qstr", "name")?;
         Ok(())
     })());
-    let syscall_args = found((|| {
-        for (i, register) in SYSCALL_ARG_REGISTERS.iter().enumerate() {
-            c.syscall_arg_offsets[i] = offset("pt_regs", register)?;
-        }
-        Ok(())
-    })());
+    // The programs load the arguments at fixed offsets (a direct load needs a constant one):
+    // attached only where this kernel's BTF agrees.
+    let syscall_args = SYSCALL_ARG_REGISTERS.iter().zip(&SYSCALL_ARG_OFFSETS).try_for_each(
+        |(register, &built_for)| match offset("pt_regs", register) {
+            Ok(at) if at as usize == built_for => Ok(()),
+            Ok(at) => {
+                Err(format!("pt_regs.{register} is at {at}, the programs load it at {built_for}"))
+            }
+            Err(e) => Err(format!("{VMLINUX_BTF}: {e}")),
+        },
+    );
     let enablers = found((|| {
         c.task_pid_offset = offset("task_struct", "pid")?;
         c.task_tgid_offset = offset("task_struct", "tgid")?;
@@ -104,10 +109,8 @@ mod tests {
         assert_eq!((c.fdtable_max_fds_offset, c.fdtable_fd_offset), (0, 8));
         assert_eq!(c.file_dentry_offset, btf.member_offset("file", "f_path").unwrap() + 8);
         assert!(c.task_files_offset > 0 && c.dentry_name_offset > 8);
-        // x86-64 `struct pt_regs`: r15 first, 8 bytes each, the argument registers in this
-        // order (arch/x86/include/asm/ptrace.h).
+        // x86-64 `struct pt_regs`: r15 first, 8 bytes each, as the programs load it.
         assert_eq!(offsets.syscall_args, Ok(()));
-        assert_eq!(c.syscall_arg_offsets, [112, 104, 96, 56, 72, 64]);
         // This kernel has no user_events: no enablers to walk.
         let missing = offsets.enablers.unwrap_err();
         assert!(missing.contains("user_event_mm"), "{missing}");
