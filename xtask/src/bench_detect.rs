@@ -73,8 +73,13 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
         bail!("tracer printed no program statistics:\n{summary}");
     }
 
+    let mechanism = summary
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("detection hooks: "))
+        .context("tracer's summary names no detection hooks")?;
     let mut r = String::new();
     r += &context_line("cargo xtask bench detect");
+    r += &format!("tracer's detection hooks here: {mechanism}\n\n");
     r += "(1) BPF cost per program (`kernel.bpf_stats_enabled`, all processes during the loops):\n\n";
     r += "| program | runs | avg ns/run |\n|---|---:|---:|\n";
     for (name, runs, avg) in &programs {
@@ -159,8 +164,9 @@ Reading the numbers:
   every syscall of every task on the traced slow path (`syscall_trace_enter`, perf tracepoint
   dispatch, the faultable-tracepoint SRCU section) — the getppid loop measures that floor. No
   `sys_exit_*` program is attached on kernels without user_events, so the exit side of that
-  path stays unused. Going below the floor needs hooks that do not force the path (fentry/fexit
-  or LSM hooks, which this host refuses).
+  path stays unused. Below the floor: BPF trampolines, which tracer uses where the kernel
+  allows them (docs/protocol/bpf-detection.md §8); on a host that refuses them this table
+  measures the fallback, and `cargo xtask vm-test --bench` measures both in the VM.
 ";
 
 /// `    <program>: runs=<n> avg_ns=<x>` lines of tracer's summary.

@@ -324,11 +324,9 @@ impl Detector {
             .program_mut(ENABLERS_ITERATOR)
             .ok_or_else(|| anyhow!("the BPF object has no program {ENABLERS_ITERATOR}"))?
             .try_into()?;
-        {
-            // Parsed for the load only, as for the trampolines.
-            let btf = aya::Btf::from_sys_fs().context("parsing kernel BTF for the iterator")?;
-            program.load("task", &btf).map_err(|e| load_error(ENABLERS_ITERATOR, e))?;
-        }
+        with_kernel_btf("the task iterator", |btf| {
+            program.load("task", btf).map_err(|e| load_error(ENABLERS_ITERATOR, e))
+        })?;
         let id = program.attach().context("attaching the task iterator")?;
         let file = program.take_link(id)?.into_file().context("opening the task iterator")?;
         // Reading runs the program over every task.
@@ -537,27 +535,42 @@ fn attach_trampolines(
     if !cfg!(target_arch = "x86_64") {
         bail!("the trampoline programs hook x86-64 syscall functions (__x64_sys_*)");
     }
-    // aya resolves each function's BTF id in the kernel's BTF; the parse is dropped once the
-    // programs are loaded.
-    let btf = aya::Btf::from_sys_fs().context("parsing kernel BTF for the trampolines")?;
-    let mut links = Vec::with_capacity(hooks.len());
-    for hook in hooks {
-        let (prog_name, function) = hook.trampoline;
-        let program: &mut FExit = ebpf
-            .program_mut(prog_name)
-            .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
-            .try_into()?;
-        program
-            .load(function, &btf)
-            .map_err(|e| load_error(prog_name, e))
-            .with_context(|| format!("loading {prog_name} for a trampoline on {function}"))?;
-        let id = program
-            .attach()
-            .with_context(|| format!("attaching {prog_name} to a trampoline on {function}"))?;
-        let link = program.take_link(id).context("taking the link")?;
-        links.push((prog_name, Link::Trampoline { _link: link }));
-    }
-    Ok(links)
+    with_kernel_btf("the trampolines", |btf| {
+        let mut links = Vec::with_capacity(hooks.len());
+        for hook in hooks {
+            let (prog_name, function) = hook.trampoline;
+            let program: &mut FExit = ebpf
+                .program_mut(prog_name)
+                .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
+                .try_into()?;
+            program
+                .load(function, btf)
+                .map_err(|e| load_error(prog_name, e))
+                .with_context(|| format!("loading {prog_name} for a trampoline on {function}"))?;
+            let id = program
+                .attach()
+                .with_context(|| format!("attaching {prog_name} to a trampoline on {function}"))?;
+            let link = program.take_link(id).context("taking the link")?;
+            links.push((prog_name, Link::Trampoline { _link: link }));
+        }
+        Ok(links)
+    })
+}
+
+/// Runs `f` with aya's parse of the kernel's BTF (loading a BTF-typed program needs it to find
+/// its target's type id), then frees the parse — ~10 MiB of small allocations — and hands the
+/// freed heap back to the kernel, so tracer's resident memory does not keep it.
+fn with_kernel_btf<T>(
+    what: &str,
+    f: impl FnOnce(&aya::Btf) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let result = match aya::Btf::from_sys_fs() {
+        Ok(btf) => f(&btf),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("parsing kernel BTF for {what}"))),
+    };
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; no allocation is touched.
+    unsafe { libc::malloc_trim(0) };
+    result
 }
 
 fn attach_tracepoint(
