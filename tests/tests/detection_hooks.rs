@@ -14,7 +14,7 @@ const REFUSAL: &str = "BPF trampolines refused: loading fexit_memfd_create for a
 
 #[tokio::test(flavor = "current_thread")]
 async fn auto_falls_back_to_syscall_tracepoints_and_says_why() {
-    let detector = Detector::attach(&DetectOptions::for_targets(&[])).expect("attach");
+    let mut detector = Detector::attach(&DetectOptions::for_targets(&[])).expect("attach");
     assert_eq!(
         detector.mechanism(),
         &HookMechanism::SyscallTracepoints { why: REFUSAL.to_string() }
@@ -32,6 +32,11 @@ async fn auto_falls_back_to_syscall_tracepoints_and_says_why() {
             "sched_process_exit"
         ]
     );
+    // Detached, the programs stay loaded: the summary still reads each one's statistics.
+    detector.detach();
+    let stats = detector.program_stats().expect("program statistics");
+    let names: Vec<&str> = stats.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, detector.attached());
 }
 
 #[tokio::test(flavor = "current_thread")]

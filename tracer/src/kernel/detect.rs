@@ -185,6 +185,8 @@ pub struct Detector {
     /// Drains what the programs submitted without waking the reader (lifecycle events).
     lazy_drain: tokio::time::Interval,
     links: Vec<(&'static str, Link)>,
+    /// The programs attached at start; still loaded (their statistics readable) after `detach`.
+    programs: Vec<&'static str>,
     mechanism: HookMechanism,
     /// Whether the task iterator can walk to user_events enablers (offsets in CONFIG), or why not.
     enablers: Result<(), String>,
@@ -294,6 +296,7 @@ impl Detector {
             ebpf,
             ring,
             lazy_drain,
+            programs: links.iter().map(|(name, _)| *name).collect(),
             links,
             mechanism,
             enablers: offsets.enablers,
@@ -304,8 +307,8 @@ impl Detector {
 
     /// The programs attached (the ioctl hook only on kernels with user_events, the memfd
     /// hooks only with kernel BTF; trampoline or tracepoint programs by the mechanism).
-    pub fn attached(&self) -> Vec<&'static str> {
-        self.links.iter().map(|(name, _)| *name).collect()
+    pub fn attached(&self) -> &[&'static str] {
+        &self.programs
     }
 
     /// The mechanism the syscall hooks run on.
@@ -402,8 +405,8 @@ impl Detector {
 
     /// Run statistics of every attached program, by program name.
     pub fn program_stats(&self) -> anyhow::Result<Vec<(&'static str, ProgramStats)>> {
-        let mut out = Vec::with_capacity(self.links.len());
-        for prog_name in self.attached() {
+        let mut out = Vec::with_capacity(self.programs.len());
+        for &prog_name in &self.programs {
             let program = self.ebpf.program(prog_name).ok_or_else(|| anyhow!("no {prog_name}"))?;
             let fd = program.fd().with_context(|| format!("{prog_name} is not loaded"))?;
             let stats = program_stats(fd.as_fd())
