@@ -81,15 +81,22 @@ fn sequence_in(
     helper.send_line("go").unwrap();
     let registered = json(&mut helper);
     assert_eq!(registered["phase"], "registered");
+    let pid = registered["pid"].as_u64().unwrap();
+    let mut audit = audit;
+    if let Some(audit) = audit.as_deref_mut() {
+        // The helper stays alive until tracer has looked it up: --require-env reads its
+        // environment from /proc, which a process that has exited no longer has (tracer then
+        // cannot select it, by design).
+        audit.wait_for("the helper's mapping", TIMEOUT, |v| {
+            v["kind"] == "dotnet_ipc_ready" && v["pid"] == pid
+        });
+    }
     helper.send_line("go").unwrap();
     let done = json(&mut helper);
     assert_eq!(done["phase"], "done");
     helper.close_stdin();
     helper.wait_exit(TIMEOUT).unwrap();
-    let run = Sequence {
-        pid: registered["pid"].as_u64().unwrap(),
-        child_pid: done["child_pid"].as_u64().unwrap(),
-    };
+    let run = Sequence { pid, child_pid: done["child_pid"].as_u64().unwrap() };
     if let Some(audit) = audit {
         for pid in [run.child_pid, run.pid] {
             audit.wait_for("an exit in the container", TIMEOUT, |v| {
