@@ -501,12 +501,17 @@ fn memfd_kind_of(name: &[u8]) -> Option<MemfdKind> {
     }
 }
 
-/// Reads a pointer-sized kernel value at `base + offset`.
+/// Reads a plain value of kernel memory at `base + offset`.
+#[inline(always)]
+fn kernel_value_at<T: Copy>(base: *const u8, offset: u32) -> Option<T> {
+    // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
+    unsafe { bpf_probe_read_kernel(base.add(offset as usize).cast::<T>()) }.ok()
+}
+
+/// Reads a non-null kernel pointer at `base + offset`.
 #[inline(always)]
 fn kernel_ptr_at(base: *const u8, offset: u32) -> Option<*const u8> {
-    // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
-    let ptr = unsafe { bpf_probe_read_kernel(base.add(offset as usize).cast::<*const u8>()) };
-    ptr.ok().filter(|p| !p.is_null())
+    kernel_value_at::<*const u8>(base, offset).filter(|p| !p.is_null())
 }
 
 /// The memfd kind of the current task's open file `fd`, from the file's name
@@ -1071,13 +1076,6 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
 #[map]
 static ENABLER_SCRATCH: PerCpuArray<EnablerRecord> = PerCpuArray::with_max_entries(1, 0);
 
-/// Reads a `u32` of kernel memory at `base + offset`.
-#[inline(always)]
-fn kernel_u32_at(base: *const u8, offset: u32) -> Option<u32> {
-    // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
-    unsafe { bpf_probe_read_kernel(base.add(offset as usize).cast::<u32>()) }.ok()
-}
-
 /// A BPF iterator over every task (run when user space reads the iterator): for each process
 /// (its leader task) the user_events enablers its mm holds, one [`EnablerRecord`] each, written
 /// to the iterator's output (docs/protocol/bpf-detection.md §9). The kernel changes these lists
@@ -1100,9 +1098,10 @@ pub fn user_events_enablers(ctx: *mut core::ffi::c_void) -> i32 {
     // SAFETY: `meta` is the kernel's non-null iterator metadata for this run.
     let seq = unsafe { *meta.cast::<*mut aya_ebpf::bindings::seq_file>() };
     let Some(cfg) = config() else { return 0 };
-    let (Some(pid), Some(tgid)) =
-        (kernel_u32_at(task, cfg.task_pid_offset), kernel_u32_at(task, cfg.task_tgid_offset))
-    else {
+    let (Some(pid), Some(tgid)) = (
+        kernel_value_at::<u32>(task, cfg.task_pid_offset),
+        kernel_value_at::<u32>(task, cfg.task_tgid_offset),
+    ) else {
         return 0;
     };
     // The enablers belong to the mm, which every thread shares: the leader reports them.
@@ -1124,8 +1123,8 @@ pub fn user_events_enablers(ctx: *mut core::ffi::c_void) -> i32 {
         // SAFETY: as above: `container_of`, read only through the helper.
         let enabler = unsafe { link.sub(cfg.enabler_link_offset as usize) };
         rec.kind = EnablerRecordKind::Enabler as u32;
-        rec.enable_addr = kernel_ptr_at(enabler, cfg.enabler_addr_offset).map_or(0, |p| p as u64);
-        rec.values = kernel_ptr_at(enabler, cfg.enabler_values_offset).map_or(0, |p| p as u64);
+        rec.enable_addr = kernel_value_at(enabler, cfg.enabler_addr_offset).unwrap_or(0);
+        rec.values = kernel_value_at(enabler, cfg.enabler_values_offset).unwrap_or(0);
         rec.name = [0; ENABLER_NAME_LEN];
         rec.name_len = match kernel_ptr_at(enabler, cfg.enabler_event_offset)
             .and_then(|event| kernel_ptr_at(event, cfg.user_event_name_offset))

@@ -221,16 +221,8 @@ impl Detector {
             .context("reading this process's capabilities from /proc/self/status")?
             .check_bpf_tracing()?;
         let tracefs = Tracefs::find_or_mount()?;
-        for (category, name) in tracepoints() {
-            let dir = tracefs.event_dir(category, name);
-            if !dir.is_dir() {
-                bail!(
-                    "tracepoint {category}:{name} is missing from this kernel ({} does not exist): {}",
-                    dir.display(),
-                    missing_tracepoint_hint(category)
-                );
-            }
-        }
+        // The syscall tracepoints are needed only without trampolines (`attach_syscall_hooks`).
+        require_tracepoints(&tracefs, LIFECYCLE_PROGRAMS.iter().map(|(_, c, n)| (*c, *n)))?;
         let offsets = crate::kernel::btf::kernel_offsets();
         // Without kernel BTF no file name can be resolved: the memfd programs stay off and
         // the diagnostic socket (bind) detection still finds every runtime.
@@ -281,8 +273,13 @@ impl Detector {
             );
         }
         let hooks = wanted_hooks(offsets.memfd.is_ok(), user_events);
-        let (mut links, mechanism) =
-            attach_syscall_hooks(&mut ebpf, &hooks, options.hooks, offsets.syscall_args.clone())?;
+        let (mut links, mechanism) = attach_syscall_hooks(
+            &mut ebpf,
+            &tracefs,
+            &hooks,
+            options.hooks,
+            offsets.syscall_args.clone(),
+        )?;
         for (prog_name, category, name) in LIFECYCLE_PROGRAMS {
             links.push((prog_name, attach_tracepoint(&mut ebpf, prog_name, category, name)?));
         }
@@ -458,6 +455,7 @@ fn load_object(config: Config) -> anyhow::Result<Ebpf> {
 /// from kernel BTF, or why there are none.
 fn attach_syscall_hooks(
     ebpf: &mut Ebpf,
+    tracefs: &Tracefs,
     hooks: &[SyscallHook],
     choice: HookChoice,
     syscall_args: Result<(), String>,
@@ -466,6 +464,8 @@ fn attach_syscall_hooks(
         Ok(links) => return Ok((links, HookMechanism::Trampolines)),
         Err(why) => why,
     };
+    let needed = hooks.iter().flat_map(|h| h.tracepoints.iter().map(|name| ("syscalls", *name)));
+    require_tracepoints(tracefs, needed).with_context(|| format!("no trampolines ({why})"))?;
     let mut links = Vec::new();
     for hook in hooks {
         for name in hook.tracepoints {
@@ -595,6 +595,24 @@ fn attach_tracepoint(
 
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::maps::Map> {
     ebpf.map_mut(name).ok_or_else(|| anyhow!("the BPF object has no map {name}"))
+}
+
+/// Fails naming the first of `tracepoints` this kernel lacks, and what to do.
+fn require_tracepoints<'a>(
+    tracefs: &Tracefs,
+    tracepoints: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> anyhow::Result<()> {
+    for (category, name) in tracepoints {
+        let dir = tracefs.event_dir(category, name);
+        if !dir.is_dir() {
+            bail!(
+                "tracepoint {category}:{name} is missing from this kernel ({} does not exist): {}",
+                dir.display(),
+                missing_tracepoint_hint(category)
+            );
+        }
+    }
+    Ok(())
 }
 
 fn missing_tracepoint_hint(category: &str) -> &'static str {
