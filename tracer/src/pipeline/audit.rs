@@ -209,10 +209,13 @@ pub async fn run(
     let mut summary =
         AuditSummary { hooks: Some(detector.mechanism().clone()), ..AuditSummary::default() };
     let mut table = RegistrationTable::new();
+    let mut tracker = ProcessTracker::new(config.filter.clone());
     if config.registrations {
-        // What processes registered before tracer started, where the kernel can tell.
+        // What processes registered before tracer started, where the kernel can tell: the
+        // processes the filters select.
         match detector.existing_registrations() {
-            Ok(found) => {
+            Ok(mut found) => {
+                found.enablers.retain(|e| tracker.lookup(e.pid, None).included);
                 table.seed(&found);
                 summary.registrations_at_start = found.enablers.len() as u64;
                 summary.registration_lists_cut = found.cuts();
@@ -228,7 +231,6 @@ pub async fn run(
             ),
         }
     }
-    let mut tracker = ProcessTracker::new(config.filter.clone());
 
     let scan = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for existing .NET mappings and diagnostic sockets")?;
