@@ -10,6 +10,10 @@
 //!   entry (no exit program: `bind` is rare, but an exit program would run for every one).
 //! * Lifecycle (fork / exec / exit) of the processes that did any of the above, so user space can
 //!   keep the per-process registration table the kernel keeps per mm.
+//! * Each syscall hook also as an `fexit` program on the kernel's `__x64_sys_*` function (BPF
+//!   trampolines: only that syscall pays), used instead where the kernel allows it; both run the
+//!   same code (`SyscallArgs`, docs/protocol/bpf-detection.md §8). And a task iterator that
+//!   reads the user_events registrations processes already hold when tracer starts (§9).
 //!
 //! Events are reserved directly in the ring buffer and filled in place; lifecycle events are
 //! submitted without waking the reader, detections with a forced wake-up

@@ -1,6 +1,8 @@
-//! Loads and attaches the detection programs (`tracer-ebpf`), reads their ring buffer through
-//! tokio, and reports every kind of loss: ring reservation failures and failed reads (per-CPU
-//! counters), sequence gaps, and tracepoint invocations the kernel skipped (`recursion_misses`).
+//! Loads and attaches the detection programs (`tracer-ebpf`) — the syscall hooks on BPF
+//! trampolines where the kernel allows them, else on syscall tracepoints — reads their ring
+//! buffer through tokio, and reports every kind of loss: ring reservation failures and failed
+//! reads (per-CPU counters), sequence gaps, and program runs the kernel skipped
+//! (`recursion_misses`).
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
