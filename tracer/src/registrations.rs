@@ -32,6 +32,13 @@ pub struct Registration {
     pub at_start: bool,
 }
 
+impl Registration {
+    /// Whether it is the enabler at (`addr`, `bit`): the kernel keeps one per place in an mm.
+    fn is_at(&self, addr: u64, bit: u8) -> bool {
+        self.enable_addr == addr && self.enable_bit == bit
+    }
+}
+
 fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
 }
@@ -50,7 +57,7 @@ impl RegistrationTable {
     /// entry already there at that place goes (one found at start that a live report repeats).
     pub fn register(&mut self, pid: u32, reg: Registration) {
         let regs = self.by_pid.entry(pid).or_default();
-        regs.retain(|r| !(r.enable_addr == reg.enable_addr && r.enable_bit == reg.enable_bit));
+        regs.retain(|r| !r.is_at(reg.enable_addr, reg.enable_bit));
         regs.push(reg);
     }
 
@@ -59,7 +66,7 @@ impl RegistrationTable {
     pub fn seed(&mut self, found: &ExistingEnablers) {
         for e in &found.enablers {
             let regs = self.by_pid.entry(e.pid).or_default();
-            if regs.iter().any(|r| r.enable_addr == e.enable_addr && r.enable_bit == e.enable_bit) {
+            if regs.iter().any(|r| r.is_at(e.enable_addr, e.enable_bit)) {
                 continue;
             }
             regs.push(Registration {
@@ -82,7 +89,7 @@ impl RegistrationTable {
     pub fn unregister(&mut self, pid: u32, addr: u64, bit: u8) -> usize {
         let Some(regs) = self.by_pid.get_mut(&pid) else { return 0 };
         let before = regs.len();
-        regs.retain(|r| !(r.enable_addr == addr && r.enable_bit == bit));
+        regs.retain(|r| !r.is_at(addr, bit));
         let removed = before - regs.len();
         if regs.is_empty() {
             self.by_pid.remove(&pid);

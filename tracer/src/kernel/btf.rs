@@ -30,13 +30,10 @@ const SYSCALL_ARG_REGISTERS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
 /// Reads kernel BTF once for every offset the programs need. A group's error says which file,
 /// struct or member is missing.
 pub fn kernel_offsets() -> KernelOffsets {
-    let read = || {
-        let data = std::fs::read(VMLINUX_BTF).with_context(|| {
-            format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
-        })?;
-        Ok::<_, anyhow::Error>(data)
-    };
-    match read().and_then(|data| groups(&data)) {
+    let read = std::fs::read(VMLINUX_BTF).with_context(|| {
+        format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
+    });
+    match read.and_then(|data| groups(&data)) {
         Ok(offsets) => offsets,
         Err(e) => {
             let why = Err(format!("{e:#}"));

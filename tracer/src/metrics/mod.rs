@@ -9,9 +9,9 @@
 //! Families (README "Metrics"): `tracer_events_total{source,kind}`,
 //! `tracer_lost_events_total{source,reason}`, `tracer_detections_total{kind}`,
 //! `tracer_sessions{state}`, `tracer_sessions_failed_total{reason}`,
-//! `tracer_detection_hooks{mechanism}`, `tracer_build_info{version,kernel}`. Label values come from fixed sets (kinds, sources, loss
-//! reasons): no process can add series to them. `run` adds the traced processes' runtime
-//! counters (`runtime.rs`), capped per process and in all.
+//! `tracer_detection_hooks{mechanism}`, `tracer_build_info{version,kernel}`. Label values come
+//! from fixed sets (kinds, sources, loss reasons): no process can add series to them. `run` adds
+//! the traced processes' runtime counters (`runtime.rs`), capped per process and in all.
 mod families;
 pub mod runtime;
 mod server;

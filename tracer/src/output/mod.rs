@@ -490,9 +490,9 @@ impl Line<SummaryBody<'_>> {
         self
     }
 
-    /// `run`'s and `audit`'s summaries say how the syscalls were hooked.
-    pub fn with_hooks(mut self, hooks: &HookMechanism) -> Self {
-        self.body.hooks = Some(hooks.name());
+    /// `run`'s and `audit`'s summaries say how the syscalls were hooked (when they were).
+    pub fn with_hooks(mut self, hooks: Option<&HookMechanism>) -> Self {
+        self.body.hooks = hooks.map(HookMechanism::name);
         self
     }
 }

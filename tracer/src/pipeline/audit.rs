@@ -304,11 +304,9 @@ pub async fn run(
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
     summary.otlp = export.flush(export_deadline).await;
     let losses = summary.loss_counts();
-    let mut line = output::summary_line(&clock, "audit", events, &losses);
-    if let Some(hooks) = &summary.hooks {
-        line = line.with_hooks(hooks);
-    }
-    sink.emit(&line);
+    sink.emit(
+        &output::summary_line(&clock, "audit", events, &losses).with_hooks(summary.hooks.as_ref()),
+    );
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
     summary.unwritten_lines = sink.unwritten();

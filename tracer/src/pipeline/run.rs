@@ -543,11 +543,9 @@ pub async fn run(
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
     summary.otlp = export.flush(export_deadline).await;
     let losses = summary.losses();
-    let mut line = output::summary_line(&clock, "run", summary.events(), &losses)
-        .with_unnamed_events(summary.unnamed_events);
-    if let Some(hooks) = &summary.hooks {
-        line = line.with_hooks(hooks);
-    }
+    let line = output::summary_line(&clock, "run", summary.events(), &losses)
+        .with_unnamed_events(summary.unnamed_events)
+        .with_hooks(summary.hooks.as_ref());
     sink.emit(&line);
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
