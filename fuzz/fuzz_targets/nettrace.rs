@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
 use tracer_decode::counters::{
     CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS, PROCESS_LABELS,
-    RESERVED_PREFIX, counter_sample,
+    RESERVED_PREFIX, counter_sample, output_counter_sample,
 };
 use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
@@ -77,12 +77,17 @@ fn run(data: &[u8], chunks: &[u8]) -> (Vec<String>, Result<(), NettraceError>) {
         result = parser.feed(&data[at..at + n], |e| {
             // An event (header at `offset`, then its payload) lies inside the bytes fed so far.
             assert!(e.offset + e.payload.len() as u64 <= fed, "event at {} beyond {fed}", e.offset);
-            let decoded = e.decode();
-            if let Some(Ok(sample)) = counter_sample(&decoded) {
+            let event = e.output();
+            let decoded = event.decode();
+            let sample = counter_sample(&decoded);
+            // Sessions decode only the events whose names may carry a sample.
+            assert_eq!(output_counter_sample(&event), sample);
+            if let Some(Ok(sample)) = sample {
                 assert_sample_is_exposable(&sample);
             }
+            // Decoded straight into JSON: the same bytes as serde_json over the fields tree.
             let mut written = Vec::new();
-            decoded.write_json(&mut written);
+            event.write_json(&mut written);
             let json = serde_json::to_string(&decoded).unwrap();
             assert_eq!(String::from_utf8(written).unwrap(), json);
             let bound = event_json_bound(e.metadata, e.payload.len());

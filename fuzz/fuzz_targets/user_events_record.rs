@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
 use tracer_decode::nettrace::payload::cost_budget;
-use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
+use tracer_decode::nettrace::{EventContext, MetadataLimits, OutputEvent};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
 fuzz_target!(|input: &[u8]| {
@@ -31,10 +31,16 @@ fuzz_target!(|input: &[u8]| {
     let meta = cache.resolve(1, "tp", provider, &mut parsed);
     // Whatever metadata the record carried, it describes the record's event.
     assert_eq!(meta.event_id, u32::from(parsed.event_id));
-    let event = DecodedEvent::new(&meta, parsed.payload, 8, EventContext::default());
+    let event = OutputEvent {
+        metadata: &meta,
+        payload: parsed.payload,
+        pointer_size: 8,
+        context: EventContext::default(),
+    };
+    // Decoded straight into JSON: the same bytes as serde_json over the fields tree.
     let mut written = Vec::new();
     event.write_json(&mut written);
-    let json = serde_json::to_string(&event).unwrap();
+    let json = serde_json::to_string(&event.decode()).unwrap();
     assert_eq!(String::from_utf8(written).unwrap(), json);
     // The metadata came in this record: its names are paid by the record's bytes.
     let field_name = 6 * 3 * MetadataLimits::default().max_name_units;

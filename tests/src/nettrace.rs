@@ -13,7 +13,7 @@ pub fn gc_starts(stream: &[u8]) -> Result<Vec<(u64, String)>> {
     let mut events: Vec<Value> = Vec::new();
     parser.feed(stream, |e| {
         let mut json = Vec::new();
-        e.decode().write_json(&mut json);
+        e.output().write_json(&mut json);
         events.push(serde_json::from_slice(&json).expect("JSON"));
     })?;
     parser.finish()?;

@@ -316,6 +316,7 @@ fn a_process_gone_before_it_was_read_is_placed_by_its_cgroup_id() {
         cgroup: Some(f.docker.cgroup.clone()),
         container_id: Some(f.docker.id.clone()),
         pod_uid: None,
+        ..ProcessLabels::default()
     };
     assert_eq!(gone.labels.as_deref(), Some(&labels));
     assert!(gone.included);

@@ -17,8 +17,8 @@
 //! families; tags become at most [`MAX_TAGS`] labels with bounded, printable values.
 use thiserror::Error;
 
-use crate::nettrace::DecodedEvent;
 use crate::nettrace::payload::{Fields, Value};
+use crate::nettrace::{DecodedEvent, OutputEvent};
 
 /// The event every EventCounters sample is.
 pub const EVENT_COUNTERS: &str = "EventCounters";
@@ -82,14 +82,29 @@ const METER_VALUES: [(&str, &str); 3] = [
     ("UpDownCounterRateValuePublished", "value"),
 ];
 
+/// Whether events of `provider` named `event` may carry a counter sample.
+fn may_carry_sample(provider: &str, event: &str) -> bool {
+    event == EVENT_COUNTERS
+        || provider.eq_ignore_ascii_case(METRICS_PROVIDER)
+            && METER_VALUES.iter().any(|&(name, _)| name == event)
+}
+
+/// The counter sample of an event on its way to output: its payload is decoded into fields
+/// only when its names say it may carry one (the output line needs no fields tree).
+pub fn output_counter_sample(event: &OutputEvent) -> Option<Result<CounterSample, CounterError>> {
+    let meta = event.metadata;
+    // An unnamed event (empty name) carries none.
+    may_carry_sample(&meta.provider, &meta.event_name).then(|| counter_sample(&event.decode()))?
+}
+
 /// The counter sample `event` carries: `None` when it carries none (another event, or an
 /// instrument that has no value yet).
 pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, CounterError>> {
+    if !may_carry_sample(event.provider, &event.event) {
+        return None;
+    }
     if event.event == EVENT_COUNTERS {
         return Some(event_counter(event.provider, &event.fields));
-    }
-    if !event.provider.eq_ignore_ascii_case(METRICS_PROVIDER) {
-        return None;
     }
     let &(name, field) = METER_VALUES.iter().find(|(name, _)| event.event == *name)?;
     meter_value(name, field, &event.fields)

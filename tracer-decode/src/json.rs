@@ -3,7 +3,47 @@
 //! writes per event: no serializer and no `String` per value, since the output path bounds every
 //! end-to-end event rate.
 
+use std::sync::OnceLock;
+
 use crate::ordered::OrderedMap;
+
+/// A JSON fragment rendered once and kept with what it renders (an event metadata's constant
+/// members, a process's labels), so the lines that repeat it copy bytes instead of escaping and
+/// formatting again. It is no part of its owner's identity (any two are equal), and a clone
+/// starts empty: the clone may be changed before it is first rendered.
+#[derive(Default)]
+pub struct RenderedOnce(OnceLock<Box<[u8]>>);
+
+impl RenderedOnce {
+    /// The fragment, rendered by `render` the first time.
+    pub fn get_or_render(&self, render: impl FnOnce(&mut Vec<u8>)) -> &[u8] {
+        self.0.get_or_init(|| {
+            let mut out = Vec::new();
+            render(&mut out);
+            out.into_boxed_slice()
+        })
+    }
+}
+
+impl Clone for RenderedOnce {
+    fn clone(&self) -> Self {
+        RenderedOnce::default()
+    }
+}
+
+impl PartialEq for RenderedOnce {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for RenderedOnce {}
+
+impl std::fmt::Debug for RenderedOnce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "RenderedOnce(rendered)" } else { "RenderedOnce" })
+    }
+}
 
 /// A value written as JSON straight into a buffer.
 pub trait WriteJson {
@@ -116,6 +156,16 @@ pub fn push_escaped(out: &mut Vec<u8>, text: &str) {
 pub fn push_key(out: &mut Vec<u8>, name: &str) {
     push_str(out, name);
     out.push(b':');
+}
+
+/// Appends `"name":` for a name known to need no escaping (tracer's own names: ASCII letters,
+/// digits and `_`), without looking for escapes.
+pub fn push_plain_key(out: &mut Vec<u8>, name: &str) {
+    debug_assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{name:?}");
+    out.reserve(name.len() + 3);
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
 }
 
 pub fn push_u64(out: &mut Vec<u8>, value: u64) {

@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(RecordLayout::from_format(&other), None);
     }
     use super::*;
-    use crate::nettrace::{DecodedEvent, EventContext, decode_payload};
+    use crate::nettrace::{EventContext, OutputEvent, decode_payload};
 
     /// Offsets the kernel gives for the runtime's field string after the 8-byte common header.
     const LAYOUT: RecordLayout =
@@ -467,8 +467,11 @@ mod tests {
         let mut cache = MetadataCache::new(16);
         let meta = cache.resolve(77, "DotNETRuntime", RUNTIME, &mut parsed);
         let context = EventContext { thread: 78, timestamp: 5, ..Default::default() };
-        let json =
-            serde_json::to_value(DecodedEvent::new(&meta, parsed.payload, 8, context)).unwrap();
+        let json = serde_json::to_value(
+            OutputEvent { metadata: &meta, payload: parsed.payload, pointer_size: 8, context }
+                .decode(),
+        )
+        .unwrap();
         assert_eq!(json["event"], "GCStart");
         assert_eq!(json["fields"]["Reason"], "Induced");
         assert_eq!(json["fields"]["Count"], 2);

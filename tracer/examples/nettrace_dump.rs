@@ -12,7 +12,7 @@ fn main() {
     let mut line = Vec::new();
     let result = parser.feed(&data, |e| {
         line.clear();
-        e.decode().write_json(&mut line);
+        e.output().write_json(&mut line);
         line.push(b'\n');
         out.write_all(&line).unwrap();
     });

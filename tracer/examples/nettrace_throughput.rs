@@ -3,7 +3,8 @@
 //! blocks replayed, re-framed so block padding stays correct) and parses it.
 //!
 //! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536] [parse|decode|json|both]
-//! Prints MB/s for the parser alone (events counted), with every payload decoded (`decode`), and
+//! Prints MB/s for the parser alone (events counted), with every payload decoded into a fields tree (`decode`: what counters and the stopping
+//! event inspect), and
 //! with every event rendered as the `dotnet_event` line a streaming session writes (`json`:
 //! envelope, process labels, decoded event); `both` is `parse` and `json`.
 use std::sync::Arc;
@@ -96,13 +97,12 @@ fn main() {
                         Mode::Json => {
                             // As tracer/src/session/streaming.rs renders each event.
                             let mono_ns = e.timestamp as u64;
-                            let decoded = e.decode();
                             let line = output::dotnet_event(
                                 &clock,
                                 mono_ns,
                                 Source::Nettrace,
                                 4242,
-                                decoded,
+                                e.output(),
                             )
                             .with_labels(labels.clone())
                             .render();
@@ -118,7 +118,7 @@ fn main() {
             "{}: {mb:.0} MB in {secs:.3} s = {:.0} MB/s, {events} events = {:.1} M events/s{}",
             match mode {
                 Mode::Parse => "parse (events delivered)",
-                Mode::Decode => "parse + decode payloads",
+                Mode::Decode => "parse + decode payloads into trees",
                 Mode::Json => "parse + decode + dotnet_event lines",
             },
             mb / secs,

@@ -111,6 +111,17 @@ impl<'a> Cursor<'a> {
     /// A NUL-terminated UTF-16LE string of at most `max_units` code units (terminator excluded).
     /// Unpaired surrogates become U+FFFD rather than an error: the text is for humans.
     pub(crate) fn utf16z(&mut self, max_units: usize) -> Result<String, Utf16Problem> {
+        let mut text = String::new();
+        self.utf16z_into(max_units, &mut text)?;
+        Ok(text)
+    }
+
+    /// Reads a UTF-16Z string into `text` (cleared first), unpaired surrogates replaced.
+    pub(crate) fn utf16z_into(
+        &mut self,
+        max_units: usize,
+        text: &mut String,
+    ) -> Result<(), Utf16Problem> {
         let rest = &self.buf[self.pos..];
         let units = rest.len() / 2;
         let nul = (0..units.min(max_units + 1))
@@ -120,12 +131,14 @@ impl<'a> Cursor<'a> {
             } else {
                 Utf16Problem::Unterminated
             })?;
-        let text = char::decode_utf16(
-            rest[..2 * nul].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])),
-        )
-        .map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER))
-        .collect();
+        text.clear();
+        text.extend(
+            char::decode_utf16(
+                rest[..2 * nul].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])),
+            )
+            .map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER)),
+        );
         self.pos += 2 * nul + 2;
-        Ok(text)
+        Ok(())
     }
 }

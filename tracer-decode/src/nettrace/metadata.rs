@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use super::cursor::{Cursor, Utf16Problem};
+use crate::json::RenderedOnce;
 use super::runtime_events::{self, RuntimeEvent};
 
 /// Caps applied to metadata from untrusted peers.
@@ -73,6 +74,9 @@ pub struct EventMetadata {
     pub field_error: Option<MetadataError>,
     /// Built-in layout for native runtime events that carry no field metadata.
     pub runtime_event: Option<&'static RuntimeEvent>,
+    /// The members every output line of this event starts with (provider to keywords),
+    /// rendered by the first ([`crate::nettrace::OutputEvent`]).
+    pub json_head: RenderedOnce,
 }
 
 impl EventMetadata {
@@ -91,6 +95,7 @@ impl EventMetadata {
             fields: Vec::new(),
             field_error: None,
             runtime_event: None,
+            json_head: RenderedOnce::default(),
         };
         meta.resolve_runtime_event();
         meta
@@ -112,7 +117,8 @@ impl EventMetadata {
     }
 
     /// Approximate bytes this metadata holds in memory (the struct, its names, its field
-    /// tree); what the metadata budgets ([`crate::nettrace::Limits::max_metadata_bytes`], the
+    /// tree, its rendered [`json_head`](Self::json_head) at its largest); what the metadata
+    /// budgets ([`crate::nettrace::Limits::max_metadata_bytes`], the
     /// user_events cache's byte bounds) charge for it.
     pub fn heap_bytes(&self) -> usize {
         fn fields(defs: &[FieldDef]) -> usize {
@@ -125,7 +131,11 @@ impl EventMetadata {
                 _ => 0,
             }
         }
-        size_of::<Self>() + self.provider.len() + self.event_name.len() + fields(&self.fields)
+        let names = self.provider.len() + self.event_name.len();
+        // The head escapes both names (at most 6 bytes a byte) around ≤ 160 bytes of member
+        // names, numbers and an unnamed event's `EventID(<id>)`.
+        let head = 6 * names + 160;
+        size_of::<Self>() + names + head + fields(&self.fields)
     }
 
     fn resolve_runtime_event(&mut self) {
@@ -245,6 +255,7 @@ impl Parser<'_, '_> {
             fields,
             field_error,
             runtime_event: None,
+            json_head: RenderedOnce::default(),
         };
         meta.resolve_runtime_event();
         Ok(meta)

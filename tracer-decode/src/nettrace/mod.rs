@@ -21,10 +21,10 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
-use crate::json::{self, WriteJson};
+use crate::json;
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
-pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid};
+pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json};
 use sequence::SequenceTracker;
 
 /// Caps on what an untrusted stream may make the parser hold.
@@ -132,9 +132,9 @@ pub struct Event<'a> {
     pub offset: u64,
 }
 
-/// An event ready for output (the pipeline adds the envelope: ts, mono_ns, pid, kind), written
-/// by [`DecodedEvent::write_json_members`]. Its serde derive (tests and fuzzing only) is the
-/// reference that writer is checked against.
+/// An event with its payload decoded into fields, for code that inspects them (counters, the
+/// stopping event, tests): [`OutputEvent::decode`]. Its serde derive (tests and fuzzing only)
+/// is the reference [`OutputEvent::write_json_members`] is checked against.
 #[derive(Debug, Clone)]
 #[cfg_attr(any(test, feature = "serde-reference"), derive(Serialize))]
 pub struct DecodedEvent<'a> {
@@ -183,13 +183,13 @@ pub struct DecodedEvent<'a> {
 }
 
 impl<'a> Event<'a> {
-    /// Decodes the payload for output (see [`DecodedEvent::new`]).
-    pub fn decode(&self) -> DecodedEvent<'a> {
-        DecodedEvent::new(
-            self.metadata,
-            self.payload,
-            self.pointer_size,
-            EventContext {
+    /// The event on its way to output, its payload not decoded yet.
+    pub fn output(&self) -> OutputEvent<'a> {
+        OutputEvent {
+            metadata: self.metadata,
+            payload: self.payload,
+            pointer_size: self.pointer_size,
+            context: EventContext {
                 thread: self.thread_id,
                 sequence: Some(self.sequence),
                 timestamp: self.timestamp,
@@ -197,7 +197,12 @@ impl<'a> Event<'a> {
                 related_activity_id: self.related_activity_id,
                 stack_id: self.stack_id,
             },
-        )
+        }
+    }
+
+    /// Decodes the payload into fields to inspect (see [`OutputEvent::decode`]).
+    pub fn decode(&self) -> DecodedEvent<'a> {
+        self.output().decode()
     }
 }
 
@@ -213,19 +218,27 @@ pub struct EventContext {
     pub stack_id: u32,
 }
 
-impl<'a> DecodedEvent<'a> {
-    /// Decodes `payload` with `meta`. A payload that does not fit its layout is kept as hex
+/// An event on its way to output (nettrace or user_events): its metadata, what the transport
+/// said of it, and its payload, decoded as the event is written
+/// ([`OutputEvent::write_json_members`]: straight into the line, no tree) or, for code that
+/// inspects the fields, into a [`DecodedEvent`].
+#[derive(Debug, Clone, Copy)]
+pub struct OutputEvent<'a> {
+    pub metadata: &'a EventMetadata,
+    pub payload: &'a [u8],
+    pub pointer_size: u32,
+    pub context: EventContext,
+}
+
+impl<'a> OutputEvent<'a> {
+    /// Decodes the payload into fields. A payload that does not fit its layout is kept as hex
     /// with the error, so no event disappears from the output.
-    pub fn new(
-        meta: &'a EventMetadata,
-        payload: &[u8],
-        pointer_size: u32,
-        context: EventContext,
-    ) -> Self {
-        let (fields, decode_error) = match decode_payload(meta, payload, pointer_size) {
+    pub fn decode(&self) -> DecodedEvent<'a> {
+        let (meta, context) = (self.metadata, &self.context);
+        let (fields, decode_error) = match decode_payload(meta, self.payload, self.pointer_size) {
             Ok(fields) => (fields, None),
             Err(e) => {
-                let raw = OrderedMap(vec![("raw_payload", Value::Bytes(payload.to_vec()))]);
+                let raw = OrderedMap(vec![("raw_payload", Value::Bytes(self.payload.to_vec()))]);
                 (raw, Some(e.to_string()))
             }
         };
@@ -247,9 +260,7 @@ impl<'a> DecodedEvent<'a> {
             decode_error,
         }
     }
-}
 
-impl DecodedEvent<'_> {
     /// Appends the event as a JSON object of its own (without the envelope of a line).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         let start = out.len();
@@ -258,53 +269,65 @@ impl DecodedEvent<'_> {
         out.push(b'}');
     }
 
-    /// Appends the event's fields as members of the object of its line, each after a comma
-    /// (the envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
-    /// "Output lines" table, optional members only when present.
+    /// Appends the event's members to the object of its line, each after a comma (the
+    /// envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
+    /// "Output lines" table, optional members only when present. The same JSON as
+    /// [`DecodedEvent`]'s serde form (a differential test checks it), decoded on the way.
     pub fn write_json_members(&self, out: &mut Vec<u8>) {
+        let (meta, context) = (self.metadata, &self.context);
+        out.extend_from_slice(meta.json_head.get_or_render(|head| write_json_head(meta, head)));
         // The names are ASCII letters and `_`: written as they are, without escaping.
-        out.extend_from_slice(br#","provider":"#);
-        json::push_str(out, self.provider);
-        out.extend_from_slice(br#","event":"#);
-        json::push_str(out, &self.event);
-        out.extend_from_slice(br#","id":"#);
-        json::push_u64(out, self.id.into());
-        if let Some(version) = self.version {
-            out.extend_from_slice(br#","version":"#);
-            json::push_u64(out, version.into());
-        }
-        out.extend_from_slice(br#","level":"#);
-        json::push_u64(out, self.level.into());
-        out.extend_from_slice(br#","keywords":""#);
-        json::push_hex_digits(out, self.keywords);
-        out.push(b'"');
         out.extend_from_slice(br#","thread":"#);
-        json::push_u64(out, self.thread);
-        if let Some(sequence) = self.sequence {
+        json::push_u64(out, context.thread);
+        if let Some(sequence) = context.sequence {
             out.extend_from_slice(br#","sequence":"#);
             json::push_u64(out, sequence.into());
         }
         out.extend_from_slice(br#","timestamp":"#);
-        json::push_i64(out, self.timestamp);
-        if let Some(id) = &self.activity_id {
-            out.extend_from_slice(br#","activity_id":"#);
-            json::push_str(out, id);
+        json::push_i64(out, context.timestamp);
+        let ids = [
+            (&br#","activity_id":"#[..], &context.activity_id),
+            (br#","related_activity_id":"#, &context.related_activity_id),
+        ];
+        for (key, id) in ids {
+            if *id != [0; 16] {
+                out.extend_from_slice(key);
+                payload::push_guid(out, id);
+            }
         }
-        if let Some(id) = &self.related_activity_id {
-            out.extend_from_slice(br#","related_activity_id":"#);
-            json::push_str(out, id);
-        }
-        if let Some(stack_id) = self.stack_id {
+        if context.stack_id != 0 {
             out.extend_from_slice(br#","stack_id":"#);
-            json::push_u64(out, stack_id.into());
+            json::push_u64(out, context.stack_id.into());
         }
         out.extend_from_slice(br#","fields":"#);
-        self.fields.write_json(out);
-        if let Some(error) = &self.decode_error {
-            out.extend_from_slice(br#","decode_error":"#);
-            json::push_str(out, error);
+        if let Err(e) = payload::write_payload_json(meta, self.payload, self.pointer_size, out) {
+            out.extend_from_slice(br#"{"raw_payload":"#);
+            json::push_hex_string(out, self.payload);
+            out.extend_from_slice(br#"},"decode_error":"#);
+            json::push_str(out, &e.to_string());
         }
     }
+}
+
+/// The members an event's metadata gives every line of the event: `,"provider":…` to
+/// `"keywords"`.
+fn write_json_head(meta: &EventMetadata, out: &mut Vec<u8>) {
+    // The names are ASCII letters: written as they are, without escaping.
+    out.extend_from_slice(br#","provider":"#);
+    json::push_str(out, &meta.provider);
+    out.extend_from_slice(br#","event":"#);
+    json::push_str(out, &meta.display_name());
+    out.extend_from_slice(br#","id":"#);
+    json::push_u64(out, meta.event_id.into());
+    if let Some(version) = meta.version {
+        out.extend_from_slice(br#","version":"#);
+        json::push_u64(out, version.into());
+    }
+    out.extend_from_slice(br#","level":"#);
+    json::push_u64(out, meta.level.into());
+    out.extend_from_slice(br#","keywords":""#);
+    json::push_hex_digits(out, meta.keywords);
+    out.push(b'"');
 }
 
 /// The serde reference's `{:#x}` of a u64.

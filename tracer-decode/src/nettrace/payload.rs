@@ -6,7 +6,7 @@ use crate::ordered::OrderedMap;
 
 use super::cursor::{Cursor, Utf16Problem};
 use super::metadata::{EventMetadata, FieldDef, FieldType};
-use super::runtime_events::{Count, Kind, RuntimeField};
+use super::runtime_events::{Count, Kind, RuntimeField, ValueMap};
 
 /// One decoded value. Written as plain JSON ([`WriteJson`]): numbers, strings, arrays, objects.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,31 +58,12 @@ impl WriteJson for Value<'_> {
             Value::U64(v) => json::push_u64(out, *v),
             Value::F64(v) => json::push_f64(out, *v),
             Value::Str(v) => json::push_str(out, v),
-            Value::Guid(g) => {
-                // Hex digits and dashes: nothing to escape.
-                out.push(b'"');
-                out.extend_from_slice(&guid_text(g));
-                out.push(b'"');
-            }
+            Value::Guid(g) => push_guid(out, g),
             Value::Array(items) => items.write_json(out),
             Value::Object(fields) => fields.write_json(out),
             Value::Enum { name, .. } => json::push_str(out, name),
             Value::Flags { names, unnamed, .. } => {
-                // Names joined by ` | `, then the unnamed bits (also when no bit has a name).
-                out.push(b'"');
-                for (i, name) in names.iter().enumerate() {
-                    if i > 0 {
-                        out.extend_from_slice(b" | ");
-                    }
-                    json::push_escaped(out, name);
-                }
-                if *unnamed != 0 || names.is_empty() {
-                    if !names.is_empty() {
-                        out.extend_from_slice(b" | ");
-                    }
-                    json::push_hex_digits(out, *unnamed);
-                }
-                out.push(b'"');
+                push_flags(out, names.iter().copied(), *unnamed);
             }
             Value::Bytes(bytes) => json::push_hex_string(out, bytes),
         }
@@ -210,15 +191,53 @@ pub fn cost_budget(len: usize) -> usize {
     COST_PER_PAYLOAD_BYTE.saturating_mul(len).saturating_add(COST_ALLOWANCE)
 }
 
-/// Decodes `payload` using the event's metadata fields, else its built-in runtime layout.
-/// Events with neither and a non-empty payload yield one `raw_payload` field (hex).
-/// `pointer_size` comes from the Trace object (nettrace) or the target process (user_events).
+/// Decodes `payload` into a [`Value`] tree, for code that inspects the fields (counters, the
+/// stopping event, tests). Output lines skip the tree: [`write_payload_json`].
+///
+/// The event's metadata fields are used, else its built-in runtime layout; events with neither
+/// and a non-empty payload yield one `raw_payload` field (hex). `pointer_size` comes from the
+/// Trace object (nettrace) or the target process (user_events).
 pub fn decode_payload<'m>(
     meta: &'m EventMetadata,
     payload: &[u8],
     pointer_size: u32,
 ) -> Result<Fields<'m>, PayloadError> {
-    let mut decoder = Decoder::new(payload, pointer_size);
+    let mut tree = TreeSink::default();
+    decode_into(meta, payload, pointer_size, &mut tree)?;
+    Ok(OrderedMap(tree.top))
+}
+
+/// Decodes `payload` as [`decode_payload`] does, straight into `out` as a JSON object: no
+/// tree, no `String` per value. On an error `out` is left as it was.
+pub fn write_payload_json(
+    meta: &EventMetadata,
+    payload: &[u8],
+    pointer_size: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), PayloadError> {
+    let start = out.len();
+    out.push(b'{');
+    let mut json = JsonSink { out, comma: false };
+    match decode_into(meta, payload, pointer_size, &mut json) {
+        Ok(()) => {
+            out.push(b'}');
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
+}
+
+/// The one decoder behind [`decode_payload`] and [`write_payload_json`].
+fn decode_into<'m, S: Sink<'m>>(
+    meta: &'m EventMetadata,
+    payload: &[u8],
+    pointer_size: u32,
+    sink: &mut S,
+) -> Result<(), PayloadError> {
+    let mut decoder = Decoder::new(payload, pointer_size, sink);
     if meta.field_error.is_some() {
         return Err(decoder.error("", 0, PayloadProblem::UnusableMetadata));
     }
@@ -227,31 +246,36 @@ pub fn decode_payload<'m>(
     }
     if let Some(runtime) = meta.runtime_event {
         // A layout the payload fills exactly wins; else the first that decodes (its extra bytes
-        // kept as `raw_tail`); else the first error.
+        // kept as `raw_tail`); else the first error. With a version (nettrace) there is one.
+        let mark = sink.mark();
         let mut first_decoded = None;
         let mut first_error = None;
         for layout in runtime.layouts_for(meta.version) {
-            let mut attempt = Decoder::new(payload, pointer_size);
-            match attempt.runtime_fields(layout) {
-                Ok(fields) if fields.get("raw_tail").is_none() => return Ok(fields),
-                Ok(fields) => {
-                    first_decoded.get_or_insert(fields);
+            match Decoder::new(payload, pointer_size, sink).runtime_fields(layout) {
+                Ok(Fill::Exact) => return Ok(()),
+                Ok(Fill::WithTail) => {
+                    first_decoded.get_or_insert(layout);
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
+            sink.rewind(mark);
         }
         return match (first_decoded, first_error) {
-            (Some(fields), _) => Ok(fields),
+            // Decoding is deterministic: the layout decodes again.
+            (Some(layout), _) => {
+                Decoder::new(payload, pointer_size, sink).runtime_fields(layout).map(drop)
+            }
             (None, Some(e)) => Err(e),
             (None, None) => unreachable!("every runtime event has a layout"),
         };
     }
-    if payload.is_empty() {
-        return Ok(Fields::default());
+    if !payload.is_empty() {
+        sink.plain_key("raw_payload");
+        sink.scalar(Scalar::Bytes(payload));
     }
-    Ok(OrderedMap(vec![("raw_payload", Value::Bytes(payload.to_vec()))]))
+    Ok(())
 }
 
 /// The newest template version of a native event that `payload` fills exactly: the version a
@@ -265,12 +289,277 @@ pub fn fitting_version(
 ) -> Option<u32> {
     let runtime = super::runtime_events::lookup(provider, event_id)?;
     runtime.versions().iter().rev().find_map(|&(version, layout)| {
-        let mut decoder = Decoder::new(payload, pointer_size);
+        let mut fits = NoSink;
+        let mut decoder = Decoder::new(payload, pointer_size, &mut fits);
         decoder.runtime_group(layout).ok().filter(|_| decoder.cur.remaining() == 0).map(|_| version)
     })
 }
 
-struct Decoder<'p> {
+/// One decoded value that is not an array or object, handed to a [`Sink`].
+#[derive(Debug, Clone, Copy)]
+enum Scalar<'v> {
+    Bool(bool),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Str(&'v str),
+    Guid([u8; 16]),
+    /// A manifest value map's name for the value.
+    Enum {
+        value: u64,
+        name: &'static str,
+    },
+    /// A value of a manifest bit map.
+    Flags {
+        value: u64,
+        map: &'static ValueMap,
+    },
+    Bytes(&'v [u8]),
+}
+
+/// Arrays and objects.
+#[derive(Debug, Clone, Copy)]
+enum Nest {
+    Array,
+    Object,
+}
+
+/// Where the decoder puts what it decodes, in payload order: a [`Value`] tree ([`TreeSink`])
+/// or JSON text ([`JsonSink`]). One decoder serves both, so the line tracer writes and the
+/// fields tracer inspects cannot disagree.
+trait Sink<'m> {
+    /// Where the sink is, to go back to (a runtime layout that did not fit).
+    type Mark: Copy;
+    /// The name of the next member of the object being written.
+    fn key(&mut self, name: &'m str);
+    /// [`Sink::key`] for the runtime table's names, which need no escaping (a test checks).
+    fn plain_key(&mut self, name: &'static str) {
+        self.key(name);
+    }
+    fn scalar(&mut self, value: Scalar<'_>);
+    fn open(&mut self, nest: Nest);
+    fn close(&mut self, nest: Nest);
+    /// Only between the top-level fields.
+    fn mark(&self) -> Self::Mark;
+    /// Drops everything after `mark`, also arrays and objects left open by an error.
+    fn rewind(&mut self, mark: Self::Mark);
+}
+
+/// Builds the [`Fields`] tree.
+#[derive(Default)]
+struct TreeSink<'m> {
+    top: Vec<(&'m str, Value<'m>)>,
+    /// Arrays and objects being filled, each with its name in its parent (none in an array).
+    open: Vec<(Option<&'m str>, Open<'m>)>,
+    key: Option<&'m str>,
+}
+
+enum Open<'m> {
+    Array(Vec<Value<'m>>),
+    Object(Vec<(&'m str, Value<'m>)>),
+}
+
+impl<'m> TreeSink<'m> {
+    fn put(&mut self, value: Value<'m>) {
+        // The decoder names every member before its value.
+        let key = self.key.take();
+        let key = || key.expect("a member's name comes before its value");
+        match self.open.last_mut() {
+            Some((_, Open::Array(items))) => items.push(value),
+            Some((_, Open::Object(members))) => members.push((key(), value)),
+            None => self.top.push((key(), value)),
+        }
+    }
+}
+
+impl<'m> Sink<'m> for TreeSink<'m> {
+    type Mark = usize;
+
+    fn key(&mut self, name: &'m str) {
+        self.key = Some(name);
+    }
+
+    fn scalar(&mut self, value: Scalar<'_>) {
+        self.put(match value {
+            Scalar::Bool(v) => Value::Bool(v),
+            Scalar::I64(v) => Value::I64(v),
+            Scalar::U64(v) => Value::U64(v),
+            Scalar::F64(v) => Value::F64(v),
+            Scalar::Str(v) => Value::Str(v.to_owned()),
+            Scalar::Guid(g) => Value::Guid(g),
+            Scalar::Enum { value, name } => Value::Enum { value, name },
+            Scalar::Flags { value, map } => Value::Flags {
+                value,
+                names: map.bit_names(value).collect(),
+                unnamed: map.unnamed(value),
+            },
+            Scalar::Bytes(v) => Value::Bytes(v.to_vec()),
+        });
+    }
+
+    fn open(&mut self, nest: Nest) {
+        let open = match nest {
+            Nest::Array => Open::Array(Vec::new()),
+            Nest::Object => Open::Object(Vec::new()),
+        };
+        self.open.push((self.key.take(), open));
+    }
+
+    fn close(&mut self, _: Nest) {
+        let (key, open) = self.open.pop().expect("close follows open");
+        self.key = key;
+        self.put(match open {
+            Open::Array(items) => Value::Array(items),
+            Open::Object(members) => Value::Object(OrderedMap(members)),
+        });
+    }
+
+    fn mark(&self) -> usize {
+        self.top.len()
+    }
+
+    fn rewind(&mut self, mark: usize) {
+        self.open.clear();
+        self.key = None;
+        self.top.truncate(mark);
+    }
+}
+
+/// Writes JSON into the line's buffer (the object's braces are the caller's).
+struct JsonSink<'o> {
+    out: &'o mut Vec<u8>,
+    /// The next member or element follows another.
+    comma: bool,
+}
+
+impl JsonSink<'_> {
+    fn separate(&mut self) {
+        if std::mem::replace(&mut self.comma, true) {
+            self.out.push(b',');
+        }
+    }
+}
+
+impl<'m> Sink<'m> for JsonSink<'_> {
+    type Mark = (usize, bool);
+
+    fn key(&mut self, name: &'m str) {
+        self.separate();
+        json::push_key(self.out, name);
+        // The value follows the colon.
+        self.comma = false;
+    }
+
+    fn plain_key(&mut self, name: &'static str) {
+        self.separate();
+        json::push_plain_key(self.out, name);
+        self.comma = false;
+    }
+
+    fn scalar(&mut self, value: Scalar<'_>) {
+        self.separate();
+        value.write_json(self.out);
+    }
+
+    fn open(&mut self, nest: Nest) {
+        self.separate();
+        self.out.push(match nest {
+            Nest::Array => b'[',
+            Nest::Object => b'{',
+        });
+        self.comma = false;
+    }
+
+    fn close(&mut self, nest: Nest) {
+        self.out.push(match nest {
+            Nest::Array => b']',
+            Nest::Object => b'}',
+        });
+        self.comma = true;
+    }
+
+    fn mark(&self) -> (usize, bool) {
+        (self.out.len(), self.comma)
+    }
+
+    fn rewind(&mut self, (len, comma): (usize, bool)) {
+        self.out.truncate(len);
+        self.comma = comma;
+    }
+}
+
+/// Keeps nothing: for trying whether a layout fits.
+struct NoSink;
+
+impl<'m> Sink<'m> for NoSink {
+    type Mark = ();
+
+    fn key(&mut self, _: &'m str) {}
+    fn scalar(&mut self, _: Scalar<'_>) {}
+    fn open(&mut self, _: Nest) {}
+    fn close(&mut self, _: Nest) {}
+    fn mark(&self) {}
+    fn rewind(&mut self, (): ()) {}
+}
+
+impl Scalar<'_> {
+    fn write_json(self, out: &mut Vec<u8>) {
+        match self {
+            Scalar::Bool(v) => json::push_bool(out, v),
+            Scalar::I64(v) => json::push_i64(out, v),
+            Scalar::U64(v) => json::push_u64(out, v),
+            Scalar::F64(v) => json::push_f64(out, v),
+            Scalar::Str(v) => json::push_str(out, v),
+            Scalar::Guid(g) => push_guid(out, &g),
+            Scalar::Enum { name, .. } => json::push_str(out, name),
+            Scalar::Flags { value, map } => {
+                push_flags(out, map.bit_names(value), map.unnamed(value))
+            }
+            Scalar::Bytes(bytes) => json::push_hex_string(out, bytes),
+        }
+    }
+}
+
+/// A GUID as a JSON string (hex digits and dashes: nothing to escape).
+pub(crate) fn push_guid(out: &mut Vec<u8>, g: &[u8; 16]) {
+    out.push(b'"');
+    out.extend_from_slice(&guid_text(g));
+    out.push(b'"');
+}
+
+/// A bit map's value as one string: the names joined by ` | `, then the unnamed bits in hex
+/// (also when no bit has a name).
+fn push_flags<'n>(out: &mut Vec<u8>, names: impl Iterator<Item = &'n str>, unnamed: u64) {
+    out.push(b'"');
+    let mut named = false;
+    for name in names {
+        if named {
+            out.extend_from_slice(b" | ");
+        }
+        json::push_escaped(out, name);
+        named = true;
+    }
+    if unnamed != 0 || !named {
+        if named {
+            out.extend_from_slice(b" | ");
+        }
+        json::push_hex_digits(out, unnamed);
+    }
+    out.push(b'"');
+}
+
+/// How a runtime layout fitted its payload.
+enum Fill {
+    Exact,
+    /// Bytes were left after the layout (kept as `raw_tail`).
+    WithTail,
+}
+
+/// Fields of one runtime layout level whose values a later field's [`Count::Field`] may name
+/// (a test checks the generated table against it).
+pub(crate) const COUNTED_FIELDS: usize = 16;
+
+struct Decoder<'p, 's, S> {
     cur: Cursor<'p>,
     len: usize,
     pointer_size: u32,
@@ -278,16 +567,21 @@ struct Decoder<'p> {
     budget: usize,
     /// Cost units still allowed ([`cost_budget`]).
     cost: usize,
+    sink: &'s mut S,
+    /// Where UTF-16 text is turned into UTF-8 on its way to the sink (kept between strings).
+    text: String,
 }
 
-impl<'p> Decoder<'p> {
-    fn new(payload: &'p [u8], pointer_size: u32) -> Self {
+impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
+    fn new(payload: &'p [u8], pointer_size: u32, sink: &'s mut S) -> Self {
         Decoder {
             cur: Cursor::new(payload),
             len: payload.len(),
             pointer_size,
             budget: MAX_VALUES,
             cost: cost_budget(payload.len()),
+            sink,
+            text: String::new(),
         }
     }
 
@@ -304,14 +598,22 @@ impl<'p> Decoder<'p> {
         Ok(())
     }
 
-    fn fields<'m>(&mut self, defs: &'m [FieldDef]) -> Result<Fields<'m>, PayloadError> {
-        let mut out = Vec::with_capacity(defs.len());
+    /// Counts one more value against [`MAX_VALUES`].
+    fn count_value(&mut self, field: &str, at: usize) -> Result<(), PayloadError> {
+        self.budget = self
+            .budget
+            .checked_sub(1)
+            .ok_or_else(|| self.error(field, at, PayloadProblem::TooManyValues))?;
+        Ok(())
+    }
+
+    fn fields(&mut self, defs: &'m [FieldDef]) -> Result<(), PayloadError> {
         for def in defs {
             self.charge(&def.name, self.cur.pos(), def.name.len())?;
-            let value = self.value(&def.name, &def.ty)?;
-            out.push((def.name.as_str(), value));
+            self.sink.key(&def.name);
+            self.value(&def.name, &def.ty)?;
         }
-        Ok(OrderedMap(out))
+        Ok(())
     }
 
     fn take(&mut self, field: &str, n: usize) -> Result<&'p [u8], PayloadError> {
@@ -323,9 +625,10 @@ impl<'p> Decoder<'p> {
         Ok(self.take(field, N)?.try_into().expect("take returned N bytes"))
     }
 
-    fn string(&mut self, field: &str) -> Result<String, PayloadError> {
+    /// Reads a UTF-16Z string into `self.text`.
+    fn string(&mut self, field: &str) -> Result<(), PayloadError> {
         let at = self.cur.pos();
-        self.cur.utf16z(usize::MAX / 2).map_err(|p| {
+        self.cur.utf16z_into(usize::MAX / 2, &mut self.text).map_err(|p| {
             debug_assert_eq!(p, Utf16Problem::Unterminated);
             self.error(field, at, PayloadProblem::UnterminatedString)
         })
@@ -339,143 +642,163 @@ impl<'p> Decoder<'p> {
         }
     }
 
-    fn value<'m>(&mut self, field: &str, ty: &'m FieldType) -> Result<Value<'m>, PayloadError> {
+    fn value(&mut self, field: &str, ty: &'m FieldType) -> Result<(), PayloadError> {
         let at = self.cur.pos();
-        self.budget = self
-            .budget
-            .checked_sub(1)
-            .ok_or_else(|| self.error(field, at, PayloadProblem::TooManyValues))?;
+        self.count_value(field, at)?;
         self.charge(field, at, VALUE_COST)?;
-        Ok(match ty {
-            FieldType::Object(defs) => Value::Object(self.fields(defs)?),
-            FieldType::Boolean => Value::Bool(u32::from_le_bytes(self.fixed(field)?) != 0),
-            FieldType::Char16 => {
-                let unit = u16::from_le_bytes(self.fixed(field)?);
-                Value::Str(char::decode_utf16([unit]).map(|c| c.unwrap_or('\u{fffd}')).collect())
-            }
-            FieldType::SByte => Value::I64(i8::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Byte => Value::U64(u8::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Int16 => Value::I64(i16::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::UInt16 => Value::U64(u16::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Int32 => Value::I64(i32::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::UInt32 => Value::U64(u32::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Int64 | FieldType::DateTime => {
-                Value::I64(i64::from_le_bytes(self.fixed(field)?))
-            }
-            FieldType::UInt64 => Value::U64(u64::from_le_bytes(self.fixed(field)?)),
-            FieldType::Single => Value::F64(f32::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Double => Value::F64(f64::from_le_bytes(self.fixed(field)?)),
-            FieldType::Guid => Value::Guid(self.fixed(field)?),
-            FieldType::String => {
-                let s = self.string(field)?;
-                self.charge(field, at, s.len())?;
-                Value::Str(s)
+        let scalar = match ty {
+            FieldType::Object(defs) => {
+                self.sink.open(Nest::Object);
+                self.fields(defs)?;
+                self.sink.close(Nest::Object);
+                return Ok(());
             }
             FieldType::Array(element) => {
                 let count = u16::from_le_bytes(self.fixed(field)?);
-                let mut items = Vec::new();
+                self.sink.open(Nest::Array);
                 for _ in 0..count {
-                    items.push(self.value(field, element)?);
+                    self.value(field, element)?;
                 }
-                Value::Array(items)
+                self.sink.close(Nest::Array);
+                return Ok(());
             }
-        })
+            FieldType::String => {
+                self.string(field)?;
+                self.charge(field, at, self.text.len())?;
+                self.sink.scalar(Scalar::Str(&self.text));
+                return Ok(());
+            }
+            FieldType::Char16 => {
+                let unit = u16::from_le_bytes(self.fixed(field)?);
+                let c = char::decode_utf16([unit]).next().and_then(Result::ok);
+                let mut utf8 = [0; 4];
+                let text = c.unwrap_or(char::REPLACEMENT_CHARACTER).encode_utf8(&mut utf8);
+                self.sink.scalar(Scalar::Str(text));
+                return Ok(());
+            }
+            FieldType::Boolean => Scalar::Bool(u32::from_le_bytes(self.fixed(field)?) != 0),
+            FieldType::SByte => Scalar::I64(i8::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Byte => Scalar::U64(u8::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Int16 => Scalar::I64(i16::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::UInt16 => Scalar::U64(u16::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Int32 => Scalar::I64(i32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::UInt32 => Scalar::U64(u32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Int64 | FieldType::DateTime => {
+                Scalar::I64(i64::from_le_bytes(self.fixed(field)?))
+            }
+            FieldType::UInt64 => Scalar::U64(u64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Single => Scalar::F64(f32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Double => Scalar::F64(f64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Guid => Scalar::Guid(self.fixed(field)?),
+        };
+        self.sink.scalar(scalar);
+        Ok(())
     }
 
     /// Decodes `layout` (a manifest template); bytes left after it are kept as `raw_tail`.
-    fn runtime_fields(
-        &mut self,
-        layout: &'static [RuntimeField],
-    ) -> Result<Fields<'static>, PayloadError> {
-        let mut fields = self.runtime_group(layout)?;
-        if self.cur.remaining() > 0 {
-            let rest = self.take("raw_tail", self.cur.remaining())?;
-            fields.0.push(("raw_tail", Value::Bytes(rest.to_vec())));
+    fn runtime_fields(&mut self, layout: &'static [RuntimeField]) -> Result<Fill, PayloadError> {
+        self.runtime_group(layout)?;
+        if self.cur.remaining() == 0 {
+            return Ok(Fill::Exact);
         }
-        Ok(fields)
+        let rest = self.take("raw_tail", self.cur.remaining())?;
+        self.sink.plain_key("raw_tail");
+        self.sink.scalar(Scalar::Bytes(rest));
+        Ok(Fill::WithTail)
     }
 
-    fn runtime_group(
-        &mut self,
-        layout: &'static [RuntimeField],
-    ) -> Result<Fields<'static>, PayloadError> {
-        let mut out: Vec<(&'static str, Value<'static>)> = Vec::with_capacity(layout.len());
-        for field in layout {
+    fn runtime_group(&mut self, layout: &'static [RuntimeField]) -> Result<(), PayloadError> {
+        // The integers of this level's fields, for the counts that name them.
+        let mut integers = [0u64; COUNTED_FIELDS];
+        for (i, field) in layout.iter().enumerate() {
             let count = match field.count {
                 Count::One => None,
                 Count::Fixed(n) => Some(u64::from(n)),
                 // The generator and its test guarantee an earlier integer field.
-                Count::Field(i) => Some(out[i].1.as_u64().unwrap_or(0)),
+                Count::Field(earlier) => Some(integers.get(earlier).copied().unwrap_or(0)),
             };
-            let value = match (count, field.kind) {
-                (None, _) => self.runtime_value(field)?,
+            self.sink.plain_key(field.name);
+            match (count, field.kind) {
+                (None, _) => {
+                    let integer = self.runtime_value(field)?;
+                    if let Some(slot) = integers.get_mut(i) {
+                        *slot = integer.unwrap_or(0);
+                    }
+                }
                 (Some(n), Kind::Binary) => {
                     let n = usize::try_from(n).unwrap_or(usize::MAX);
-                    Value::Bytes(self.take(field.name, n)?.to_vec())
+                    let bytes = self.take(field.name, n)?;
+                    self.sink.scalar(Scalar::Bytes(bytes));
                 }
                 (Some(n), _) => {
                     // Every element takes payload bytes, so a huge count ends at `Short` (or at
                     // the value budget) long before it costs memory.
-                    let mut items = Vec::new();
+                    self.sink.open(Nest::Array);
                     for _ in 0..n {
-                        items.push(self.runtime_value(field)?);
+                        self.runtime_value(field)?;
                     }
-                    Value::Array(items)
+                    self.sink.close(Nest::Array);
                 }
-            };
-            out.push((field.name, value));
-        }
-        Ok(OrderedMap(out))
-    }
-
-    fn runtime_value(
-        &mut self,
-        field: &'static RuntimeField,
-    ) -> Result<Value<'static>, PayloadError> {
-        let name = field.name;
-        let at = self.cur.pos();
-        self.budget = self
-            .budget
-            .checked_sub(1)
-            .ok_or_else(|| self.error(name, at, PayloadProblem::TooManyValues))?;
-        let raw = match field.kind {
-            Kind::U8 => Value::U64(self.fixed::<1>(name)?[0].into()),
-            Kind::U16 => Value::U64(u16::from_le_bytes(self.fixed(name)?).into()),
-            Kind::U32 => Value::U64(u32::from_le_bytes(self.fixed(name)?).into()),
-            Kind::U64 => Value::U64(u64::from_le_bytes(self.fixed(name)?)),
-            Kind::I8 => Value::I64(i8::from_le_bytes(self.fixed(name)?).into()),
-            Kind::I16 => Value::I64(i16::from_le_bytes(self.fixed(name)?).into()),
-            Kind::I32 => Value::I64(i32::from_le_bytes(self.fixed(name)?).into()),
-            Kind::I64 => Value::I64(i64::from_le_bytes(self.fixed(name)?)),
-            Kind::F32 => Value::F64(f32::from_le_bytes(self.fixed(name)?).into()),
-            Kind::F64 => Value::F64(f64::from_le_bytes(self.fixed(name)?)),
-            Kind::Bool32 => Value::Bool(u32::from_le_bytes(self.fixed(name)?) != 0),
-            Kind::Pointer => Value::U64(self.pointer(name)?),
-            Kind::Guid => Value::Guid(self.fixed(name)?),
-            Kind::Utf16Z => Value::Str(self.string(name)?),
-            Kind::AnsiZ => Value::Str(self.ansi_string(name)?),
-            Kind::Binary => Value::Bytes(self.take(name, 1)?.to_vec()),
-            Kind::Struct(members) => Value::Object(self.runtime_group(members)?),
-        };
-        let Some(map) = field.map else { return Ok(raw) };
-        let Some(value) = raw.as_u64() else { return Ok(raw) };
-        Ok(if map.bitmap {
-            let (names, unnamed) = map.flags(value);
-            Value::Flags { value, names, unnamed }
-        } else {
-            match map.name(value) {
-                Some(name) => Value::Enum { value, name },
-                None => raw,
             }
-        })
+        }
+        Ok(())
     }
 
-    fn ansi_string(&mut self, field: &str) -> Result<String, PayloadError> {
-        let at = self.cur.pos();
-        let bytes = self
-            .cur
-            .nul_terminated()
-            .ok_or_else(|| self.error(field, at, PayloadProblem::UnterminatedString))?;
-        Ok(String::from_utf8_lossy(bytes).into_owned())
+    /// Decodes one value of `field`; returns its integer (as [`Value::as_u64`] reads it), the
+    /// count a later field may take from it.
+    fn runtime_value(&mut self, field: &'static RuntimeField) -> Result<Option<u64>, PayloadError> {
+        let name = field.name;
+        self.count_value(name, self.cur.pos())?;
+        let raw = match field.kind {
+            Kind::U8 => Scalar::U64(self.fixed::<1>(name)?[0].into()),
+            Kind::U16 => Scalar::U64(u16::from_le_bytes(self.fixed(name)?).into()),
+            Kind::U32 => Scalar::U64(u32::from_le_bytes(self.fixed(name)?).into()),
+            Kind::U64 => Scalar::U64(u64::from_le_bytes(self.fixed(name)?)),
+            Kind::I8 => Scalar::I64(i8::from_le_bytes(self.fixed(name)?).into()),
+            Kind::I16 => Scalar::I64(i16::from_le_bytes(self.fixed(name)?).into()),
+            Kind::I32 => Scalar::I64(i32::from_le_bytes(self.fixed(name)?).into()),
+            Kind::I64 => Scalar::I64(i64::from_le_bytes(self.fixed(name)?)),
+            Kind::F32 => Scalar::F64(f32::from_le_bytes(self.fixed(name)?).into()),
+            Kind::F64 => Scalar::F64(f64::from_le_bytes(self.fixed(name)?)),
+            Kind::Bool32 => Scalar::Bool(u32::from_le_bytes(self.fixed(name)?) != 0),
+            Kind::Pointer => Scalar::U64(self.pointer(name)?),
+            Kind::Guid => Scalar::Guid(self.fixed(name)?),
+            Kind::Utf16Z => {
+                self.string(name)?;
+                self.sink.scalar(Scalar::Str(&self.text));
+                return Ok(None);
+            }
+            Kind::AnsiZ => {
+                let at = self.cur.pos();
+                let bytes = self
+                    .cur
+                    .nul_terminated()
+                    .ok_or_else(|| self.error(name, at, PayloadProblem::UnterminatedString))?;
+                self.sink.scalar(Scalar::Str(&String::from_utf8_lossy(bytes)));
+                return Ok(None);
+            }
+            Kind::Binary => Scalar::Bytes(self.take(name, 1)?),
+            Kind::Struct(members) => {
+                self.sink.open(Nest::Object);
+                self.runtime_group(members)?;
+                self.sink.close(Nest::Object);
+                return Ok(None);
+            }
+        };
+        let integer = match raw {
+            Scalar::U64(v) => Some(v),
+            Scalar::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        };
+        let mapped = match (field.map, integer) {
+            (Some(map), Some(value)) if map.bitmap => Scalar::Flags { value, map },
+            (Some(map), Some(value)) => match map.name(value) {
+                Some(name) => Scalar::Enum { value, name },
+                None => raw,
+            },
+            _ => raw,
+        };
+        self.sink.scalar(mapped);
+        Ok(integer)
     }
 }

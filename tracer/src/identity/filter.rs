@@ -232,6 +232,7 @@ mod tests {
             cgroup: Some(cgroup.into()),
             container_id: container.map(Into::into),
             pod_uid: pod.map(Into::into),
+            ..ProcessLabels::default()
         }
     }
 

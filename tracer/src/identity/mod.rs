@@ -68,6 +68,7 @@ fn labels_of_path(path: &str) -> ProcessLabels {
         cgroup: Some(path.to_string()),
         container_id: identity.container_id.map(str::to_string),
         pod_uid: identity.pod_uid,
+        ..ProcessLabels::default()
     }
 }
 

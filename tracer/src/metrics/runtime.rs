@@ -169,6 +169,7 @@ mod tests {
             cgroup: Some("/system.slice/x.scope".into()),
             container_id: Some(container.into()),
             pod_uid: None,
+            ..ProcessLabels::default()
         }
     }
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tracer_common::EventKind;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
-use tracer_decode::json::{self, WriteJson};
-use tracer_decode::nettrace::DecodedEvent;
+use tracer_decode::json::{self, RenderedOnce, WriteJson};
+use tracer_decode::nettrace::OutputEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
 pub use self::writer::{
@@ -127,11 +127,17 @@ pub struct ProcessLabels {
     pub cgroup: Option<String>,
     pub container_id: Option<String>,
     pub pod_uid: Option<String>,
+    /// The labels as JSON members, rendered for the process's first line.
+    pub rendered: RenderedOnce,
 }
 
 impl ProcessLabels {
     /// Appends the known labels as members after the envelope's `pid`.
     fn write_json_members(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.rendered.get_or_render(|members| self.render(members)));
+    }
+
+    fn render(&self, out: &mut Vec<u8>) {
         let labels: [(&[u8], _); 3] = [
             (br#","cgroup":"#, &self.cgroup),
             (br#","container_id":"#, &self.container_id),
@@ -158,10 +164,11 @@ impl<B: LineBody> LineBody for &B {
     }
 }
 
-/// Runtime events: written directly (the line tracer writes most, one per event).
-impl LineBody for DecodedEvent<'_> {
+/// Runtime events: decoded straight into the line (the line tracer writes most, one per
+/// event).
+impl LineBody for OutputEvent<'_> {
     fn write_json_members(&self, out: &mut Vec<u8>) {
-        DecodedEvent::write_json_members(self, out);
+        OutputEvent::write_json_members(self, out);
     }
 }
 
@@ -524,8 +531,8 @@ pub fn dotnet_event<'a>(
     mono_ns: u64,
     source: Source,
     pid: u32,
-    event: DecodedEvent<'a>,
-) -> Line<DecodedEvent<'a>> {
+    event: OutputEvent<'a>,
+) -> Line<OutputEvent<'a>> {
     Line::new(clock, mono_ns, Kind::DotnetEvent, source, Pid::Known(pid), event)
 }
 

@@ -9,6 +9,7 @@ use tracer_decode::bpf_event::{
     DetectionEvent, EventBody, EventMeta, Mapping, MemfdCreate, UserEventsIoctl, UserEventsOp,
     UserReg, UserUnreg,
 };
+use tracer_decode::nettrace::{DecodedEvent, EventContext, EventMetadata, FieldDef, FieldType};
 use tracer_decode::procfs::parse_maps_line;
 use tracer_decode::unix_socket::{DiagnosticSocketName, listening_diagnostic_sockets};
 
@@ -331,6 +332,7 @@ fn one_of_each_kind() -> Vec<Value> {
         cgroup: Some("/kubepods/pod0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f/c".into()),
         container_id: Some("c".repeat(64)),
         pod_uid: Some("0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f".into()),
+        ..ProcessLabels::default()
     };
     let cgroup_only = ProcessLabels { cgroup: Some("/user.slice".into()), ..Default::default() };
     let docker = ProcessLabels { container_id: Some("d".repeat(64)), ..all.clone() };
@@ -351,22 +353,25 @@ fn one_of_each_kind() -> Vec<Value> {
         Pid::NotApplicable,
         RegistrationTableBody::of(&table),
     )));
-    let event = DecodedEvent {
-        provider: "P",
-        event: "E".into(),
-        id: 1,
+    // Every optional member: a version, activity ids, a stack, a payload too short for its
+    // field (so a decode error).
+    let meta = EventMetadata {
+        event_name: "E".into(),
         version: Some(1),
         level: 4,
         keywords: 1,
+        fields: vec![FieldDef { name: "x".into(), ty: FieldType::Int32 }],
+        ..EventMetadata::native("P", 1)
+    };
+    let context = EventContext {
         thread: 2,
         sequence: Some(3),
         timestamp: 4,
-        activity_id: Some("a".into()),
-        related_activity_id: Some("b".into()),
-        stack_id: Some(6),
-        fields: tracer_decode::ordered::OrderedMap(Vec::new()),
-        decode_error: Some("e".into()),
+        activity_id: [0xa; 16],
+        related_activity_id: [0xb; 16],
+        stack_id: 6,
     };
+    let event = OutputEvent { metadata: &meta, payload: &[1], pointer_size: 8, context };
     lines.push(json_of(&dotnet_event(&clock, 1, Source::Nettrace, 5, event)));
     let session = |kind, body: &dyn ErasedSerialize| session_line(&clock, kind, body);
     lines.push(session(
@@ -558,6 +563,7 @@ fn labels_are_written_only_when_known() {
         cgroup: Some("/system.slice/docker-x.scope".into()),
         container_id: Some("e".repeat(64)),
         pod_uid: None,
+        ..ProcessLabels::default()
     };
     let text = text_of(
         &detection_line(&exit, &clock, DetectionChecks::default())
@@ -684,6 +690,7 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
         cgroup: Some("/kubepods.slice/pod\"quote\\\u{1}\u{2028}.slice".into()),
         container_id: Some("e".repeat(64)),
         pod_uid: Some("0b7c3a0e-1111-2222-3333-444455556666".into()),
+        ..ProcessLabels::default()
     };
     let cgroup_only =
         ProcessLabels { cgroup: Some("/system.slice/a.service".into()), ..all_labels.clone() };
@@ -706,10 +713,10 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
                 let source = if i % 2 == 0 { Source::Nettrace } else { Source::UserEvents };
                 let mono_ns = if i == 0 { u64::MAX } else { e.timestamp as u64 };
                 let pid = if i == 1 { u32::MAX } else { 4242 };
-                let event = e.decode();
-                let want = reference_line(clock, mono_ns, source, pid, labels.as_deref(), &event);
-                let line =
-                    dotnet_event(clock, mono_ns, source, pid, event).with_labels(labels.clone());
+                let decoded = e.decode();
+                let want = reference_line(clock, mono_ns, source, pid, labels.as_deref(), &decoded);
+                let line = dotnet_event(clock, mono_ns, source, pid, e.output())
+                    .with_labels(labels.clone());
                 assert_eq!(text_of(&line), want, "{}", path.display());
                 lines += 1;
             })

@@ -2,7 +2,7 @@
 //! first event that matches (dotnet-trace's `--stopping-event-*` options). The provider compares
 //! ignoring case, as EventPipe does; the event name and field values compare exactly, a value
 //! as its JSON output shows it (a string's text, a number's digits, an enum's name).
-use tracer_decode::nettrace::DecodedEvent;
+use tracer_decode::nettrace::OutputEvent;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoppingEvent {
@@ -46,20 +46,30 @@ impl std::str::FromStr for StoppingEvent {
 }
 
 impl StoppingEvent {
-    pub fn matches(&self, event: &DecodedEvent<'_>) -> bool {
-        self.provider.eq_ignore_ascii_case(event.provider)
-            && self.event.as_deref().is_none_or(|name| name == event.event)
-            && self.fields.iter().all(|(field, wanted)| {
-                event.fields.get(field.as_str()).is_some_and(|value| {
-                    let mut json = Vec::new();
-                    tracer_decode::json::WriteJson::write_json(value, &mut json);
-                    // A string matches by its text, any other value by its JSON.
-                    match serde_json::from_slice::<String>(&json) {
-                        Ok(text) => text == *wanted,
-                        Err(_) => json == wanted.as_bytes(),
-                    }
-                })
+    /// Whether `event` is the stopping event; its payload is decoded into fields only when the
+    /// names match and the spec names fields.
+    pub fn matches(&self, event: &OutputEvent<'_>) -> bool {
+        let meta = event.metadata;
+        if !self.provider.eq_ignore_ascii_case(&meta.provider)
+            || self.event.as_deref().is_some_and(|name| name != meta.display_name())
+        {
+            return false;
+        }
+        if self.fields.is_empty() {
+            return true;
+        }
+        let decoded = event.decode();
+        self.fields.iter().all(|(field, wanted)| {
+            decoded.fields.get(field.as_str()).is_some_and(|value| {
+                let mut json = Vec::new();
+                tracer_decode::json::WriteJson::write_json(value, &mut json);
+                // A string matches by its text, any other value by its JSON.
+                match serde_json::from_slice::<String>(&json) {
+                    Ok(text) => text == *wanted,
+                    Err(_) => json == wanted.as_bytes(),
+                }
             })
+        })
     }
 
     /// `PROVIDER/EVENT:FIELD=VALUE` as given, for messages.

@@ -21,7 +21,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
 use tracer_decode::budget::OutputBudget;
-use tracer_decode::counters::counter_sample;
+use tracer_decode::counters::output_counter_sample;
 use tracer_decode::diagnostic_ipc::{
     BufferingMode, COLLECT_TRACING4_MAJOR, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo,
     ServerError, collect_tracing_for, oldest_collect_tracing, rundown_mask_unsupported,
@@ -218,16 +218,16 @@ pub(super) async fn run(
                 unrequested += 1;
                 return;
             }
-            let decoded = ev.decode();
+            let event = ev.output();
             if !stopping_matched
-                && config.stopping_event.as_ref().is_some_and(|s| s.matches(&decoded))
+                && config.stopping_event.as_ref().is_some_and(|s| s.matches(&event))
             {
                 stopping_matched = true;
             }
-            let provider = decoded.provider.to_string();
-            let counter = counter_sample(&decoded);
+            let provider = ev.metadata.provider.clone();
+            let counter = output_counter_sample(&event);
             let mono_ns = ev.timestamp as u64;
-            let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, decoded)
+            let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, event)
                 .with_labels(labels.clone())
                 .render();
             let len = line.as_bytes().len();

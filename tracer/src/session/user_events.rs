@@ -30,11 +30,11 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::{mpsc, oneshot};
 
 use tracer_decode::budget::OutputBudget;
-use tracer_decode::counters::counter_sample;
+use tracer_decode::counters::output_counter_sample;
 use tracer_decode::diagnostic_ipc::{
     CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider,
 };
-use tracer_decode::nettrace::{DecodedEvent, EventContext, MetadataLimits};
+use tracer_decode::nettrace::{EventContext, MetadataLimits, OutputEvent};
 use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 
 use super::nettrace_file::{FileRecord, RecordsFile};
@@ -526,15 +526,20 @@ impl Hub {
                 stack_id: 0,
             };
             let unnamed = !meta.is_named();
-            let decoded = DecodedEvent::new(&meta, record.payload, info.pointer_size, context);
-            if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&decoded))
+            let event = OutputEvent {
+                metadata: &meta,
+                payload: record.payload,
+                pointer_size: info.pointer_size,
+                context,
+            };
+            if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&event))
                 && let Some(end) = grant.end.take()
             {
                 log::info!("pid {}: the stopping event arrived: stopping the session", info.pid);
                 let _ = end.send(EndReason::StoppingEvent);
             }
-            let counter = counter_sample(&decoded);
-            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, decoded)
+            let counter = output_counter_sample(&event);
+            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, event)
                 .with_labels(self.labels.get(info.pid))
                 .render();
             grant.budget.earn(ev.record.len() as u64);

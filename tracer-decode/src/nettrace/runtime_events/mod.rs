@@ -67,15 +67,23 @@ impl ValueMap {
 
     /// The names of the bits of `value` in a bit map, and the bits without a name.
     pub fn flags(&self, value: u64) -> (Vec<&'static str>, u64) {
-        let mut rest = value;
-        let mut names = Vec::new();
-        for &(bits, name) in self.entries {
-            if bits != 0 && value & bits == bits {
-                names.push(name);
-                rest &= !bits;
-            }
-        }
-        (names, rest)
+        (self.bit_names(value).collect(), self.unnamed(value))
+    }
+
+    /// The names of the bits (or groups of bits) of `value` in a bit map.
+    pub fn bit_names(&self, value: u64) -> impl Iterator<Item = &'static str> + use<'_> {
+        self.entries
+            .iter()
+            .filter(move |&&(bits, _)| bits != 0 && value & bits == bits)
+            .map(|&(_, name)| name)
+    }
+
+    /// The bits of `value` no entry of a bit map names.
+    pub fn unnamed(&self, value: u64) -> u64 {
+        self.entries
+            .iter()
+            .filter(|&&(bits, _)| bits != 0 && value & bits == bits)
+            .fold(value, |rest, &(bits, _)| rest & !bits)
     }
 }
 
@@ -172,8 +180,21 @@ mod tests {
     fn every_provider_is_sorted_by_id_and_every_count_names_an_earlier_field() {
         fn check(fields: &[RuntimeField], at: &str) {
             for (i, f) in fields.iter().enumerate() {
+                // Written as JSON keys without escaping.
+                assert!(
+                    !f.name.is_empty()
+                        && f.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                    "{at}: field name {:?} is not plain",
+                    f.name
+                );
                 if let Count::Field(n) = f.count {
                     assert!(n < i, "{at}.{}: count field {n} is not before it", f.name);
+                    assert!(
+                        n < crate::nettrace::payload::COUNTED_FIELDS
+                            && fields[n].count == Count::One,
+                        "{at}.{}: count field {n} is not one the decoder keeps",
+                        f.name
+                    );
                     assert!(
                         matches!(fields[n].kind, Kind::U8 | Kind::U16 | Kind::U32 | Kind::U64),
                         "{at}.{}: counted by a non-integer",
