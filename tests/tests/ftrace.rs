@@ -201,7 +201,8 @@ async fn decoded_fields_match_the_kernels_text_rendering() {
 
 #[test]
 fn tracer_check_on_this_host() {
-    use tracer::pipeline::check::{Status, TRACEPOINTS, required_missing, run};
+    use tracer::kernel::detect::tracepoints;
+    use tracer::pipeline::check::{Status, required_missing, run};
     let findings = run();
     let lines: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
     let status_of = |what: &str| {
@@ -210,7 +211,7 @@ fn tracer_check_on_this_host() {
     assert_eq!(status_of("privileges").detail, "CAP_SYS_ADMIN (root)");
     assert_eq!(status_of("BPF syscall").status, Status::Ok);
     assert_eq!(status_of("tracefs").detail, "mounted at /sys/kernel/tracing");
-    for (system, name) in TRACEPOINTS {
+    for (system, name) in tracepoints() {
         assert_eq!(status_of(&format!("tracepoint {system}:{name}")).status, Status::Ok);
     }
     assert_eq!(status_of("kernel version").status, Status::Ok);
@@ -238,7 +239,7 @@ fn tracer_check_on_this_host() {
         btf.detail
     );
     // The detection hooks finding is checked in tests/detection_hooks.rs.
-    assert_eq!(findings.len(), 6 + TRACEPOINTS.len() + 2);
+    assert_eq!(findings.len(), 6 + tracepoints().count() + 2);
     assert!(!required_missing(&findings));
     // The scratch instance is gone.
     let leftover = std::fs::read_dir("/sys/kernel/tracing/instances")

@@ -6,8 +6,8 @@
 use std::borrow::Cow;
 
 use super::cursor::{Cursor, Utf16Problem};
-use crate::json::RenderedOnce;
 use super::runtime_events::{self, RuntimeEvent};
+use crate::json::RenderedOnce;
 
 /// Caps applied to metadata from untrusted peers.
 #[derive(Debug, Clone, Copy)]

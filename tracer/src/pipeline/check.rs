@@ -1,5 +1,6 @@
 //! `tracer check`: is this host able to run tracer? One OK/MISSING line per requirement, each
 //! MISSING line saying what to do; exit status 1 when a required feature is missing.
+use std::path::Path;
 use std::process::ExitCode;
 
 use crate::kernel::detect::HookMechanism;
@@ -8,18 +9,6 @@ use crate::kernel::privileges::{Capabilities, Capability};
 use crate::kernel::tracefs::{Instance, Tracefs};
 
 /// Tracepoints the eBPF detection programs attach to.
-pub const TRACEPOINTS: &[(&str, &str)] = &[
-    ("syscalls", "sys_enter_memfd_create"),
-    ("syscalls", "sys_enter_mmap"),
-    ("syscalls", "sys_enter_ioctl"),
-    ("syscalls", "sys_exit_ioctl"),
-    ("syscalls", "sys_enter_bind"),
-    ("sched", "sched_process_fork"),
-    ("sched", "sched_process_exec"),
-    ("sched", "sched_process_exit"),
-    ("task", "task_newtask"),
-];
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
     Ok,
@@ -75,7 +64,9 @@ pub fn run() -> Vec<Finding> {
     let release = kernel_release();
     out.push(kernel_version(&release));
     out.push(kernel_btf());
-    out.push(detection_hooks());
+    let hooks = crate::kernel::detect::probe_mechanism();
+    let trampolines = matches!(hooks, Ok(HookMechanism::Trampolines));
+    out.push(detection_hooks(hooks));
     match Tracefs::find_or_mount() {
         Ok(tracefs) => {
             out.push(finding(
@@ -83,8 +74,10 @@ pub fn run() -> Vec<Finding> {
                 "tracefs",
                 format!("mounted at {}", tracefs.root().display()),
             ));
-            for (system, name) in TRACEPOINTS {
-                out.push(tracepoint(&tracefs, system, name));
+            for (system, name) in crate::kernel::detect::tracepoints() {
+                let id = tracefs.event_dir(system, name).join("id");
+                let readable = std::fs::read_to_string(&id).map(drop);
+                out.push(tracepoint(system, name, &id, readable, trampolines));
             }
             out.push(user_events(&tracefs));
             out.push(mmap_support(&tracefs));
@@ -172,19 +165,38 @@ fn kernel_version(release: &str) -> Finding {
     }
 }
 
-fn tracepoint(tracefs: &Tracefs, system: &str, name: &str) -> Finding {
+/// The finding of one tracepoint a program may attach to, from whether its `id` file is
+/// readable. The syscall tracepoints are needed only when the syscall hooks run on them: where
+/// the trampolines work, a missing one is optional.
+fn tracepoint(
+    system: &str,
+    name: &str,
+    id: &Path,
+    readable: std::io::Result<()>,
+    trampolines: bool,
+) -> Finding {
     let what = format!("tracepoint {system}:{name}");
-    let id = tracefs.event_dir(system, name).join("id");
-    match std::fs::read_to_string(&id) {
-        Ok(_) => finding(Status::Ok, what, "available"),
-        Err(e) => {
-            let why = if system == "syscalls" {
-                "syscall tracepoints need CONFIG_FTRACE_SYSCALLS"
-            } else {
-                "the kernel lacks this tracepoint"
-            };
-            finding(Status::Missing, what, format!("{} unreadable ({e}): {why}", id.display()))
-        }
+    let Err(e) = readable else { return finding(Status::Ok, what, "available") };
+    let unreadable = format!("{} unreadable ({e})", id.display());
+    match (system, trampolines) {
+        ("syscalls", true) => finding(
+            Status::MissingOptional,
+            what,
+            format!(
+                "{unreadable}: not needed while the syscall hooks run on BPF trampolines (only \
+                 with --hooks syscall-tracepoints, which needs CONFIG_FTRACE_SYSCALLS)"
+            ),
+        ),
+        ("syscalls", false) => finding(
+            Status::Missing,
+            what,
+            format!("{unreadable}: syscall tracepoints need CONFIG_FTRACE_SYSCALLS"),
+        ),
+        _ => finding(
+            Status::Missing,
+            what,
+            format!("{unreadable}: the kernel lacks this tracepoint"),
+        ),
     }
 }
 
@@ -214,10 +226,11 @@ fn kernel_btf() -> Finding {
     }
 }
 
-/// Loads and attaches the trampoline programs as `tracer audit` would (reporting nothing).
-fn detection_hooks() -> Finding {
+/// What loading and attaching the trampoline programs as `tracer audit` would (reporting
+/// nothing) found.
+fn detection_hooks(probed: anyhow::Result<HookMechanism>) -> Finding {
     let what = "detection hooks";
-    match crate::kernel::detect::probe_mechanism() {
+    match probed {
         Ok(m @ HookMechanism::Trampolines) => finding(
             Status::Ok,
             what,
@@ -306,5 +319,28 @@ mod tests {
             finding(Status::Ok, "tracefs", "mounted at /sys/kernel/tracing").to_string(),
             "OK                 tracefs: mounted at /sys/kernel/tracing"
         );
+    }
+
+    /// A missing syscall tracepoint stops tracer only where the syscall hooks need it.
+    #[test]
+    fn syscall_tracepoints_are_required_only_without_trampolines() {
+        let id = Path::new("/t/events/syscalls/sys_enter_mmap/id");
+        let gone = || Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+        let with_trampolines = tracepoint("syscalls", "sys_enter_mmap", id, gone(), true);
+        assert_eq!(
+            with_trampolines.to_string(),
+            "MISSING (optional) tracepoint syscalls:sys_enter_mmap: \
+             /t/events/syscalls/sys_enter_mmap/id unreadable (No such file or directory (os \
+             error 2)): not needed while the syscall hooks run on BPF trampolines (only with \
+             --hooks syscall-tracepoints, which needs CONFIG_FTRACE_SYSCALLS)"
+        );
+        let without = tracepoint("syscalls", "sys_enter_mmap", id, gone(), false);
+        assert_eq!(without.status, Status::Missing);
+        assert!(without.detail.ends_with("syscall tracepoints need CONFIG_FTRACE_SYSCALLS"));
+        // The lifecycle tracepoints are needed either way.
+        let exec = tracepoint("sched", "sched_process_exec", id, gone(), true);
+        assert_eq!(exec.status, Status::Missing);
+        assert!(exec.detail.ends_with("the kernel lacks this tracepoint"));
+        assert_eq!(tracepoint("syscalls", "x", id, Ok(()), false).status, Status::Ok);
     }
 }
