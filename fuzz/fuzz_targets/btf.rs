@@ -22,4 +22,7 @@ fuzz_target!(|data: &[u8]| {
     for (structure, member) in MEMBERS {
         let _ = btf.member_offset(structure, member);
     }
+    for tracepoint in ["sched_process_exit", "task_newtask"] {
+        let _ = btf.tracepoint_args(tracepoint);
+    }
 });

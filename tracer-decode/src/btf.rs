@@ -22,15 +22,16 @@ const MAX_TYPE_CHAIN: usize = 16;
 
 /// BTF kinds used here (`BTF_KIND_*` of `include/uapi/linux/btf.h`); public for `encode`.
 pub const KIND_INT: u32 = 1;
+pub const KIND_PTR: u32 = 2;
 const KIND_ARRAY: u32 = 3;
 pub const KIND_STRUCT: u32 = 4;
 pub const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
-const KIND_TYPEDEF: u32 = 8;
+pub const KIND_TYPEDEF: u32 = 8;
 const KIND_VOLATILE: u32 = 9;
 pub const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
-const KIND_FUNC_PROTO: u32 = 13;
+pub const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
@@ -74,6 +75,14 @@ pub enum BtfError {
         structure: String,
         member: String,
     },
+    /// No typedef of that name.
+    NoTypedef {
+        name: String,
+    },
+    /// The typedef does not name a pointer to a function prototype.
+    NotFunctionPointer {
+        name: String,
+    },
 }
 
 impl fmt::Display for BtfError {
@@ -94,6 +103,10 @@ impl fmt::Display for BtfError {
             }
             BtfError::NotByteAligned { structure, member } => {
                 write!(f, "kernel BTF: {structure}.{member} is not byte-aligned")
+            }
+            BtfError::NoTypedef { name } => write!(f, "kernel BTF has no typedef {name}"),
+            BtfError::NotFunctionPointer { name } => {
+                write!(f, "kernel BTF: typedef {name} is not a function pointer")
             }
         }
     }
@@ -258,6 +271,24 @@ impl<'a> Btf<'a> {
             .ok_or_else(|| BtfError::NoStruct { name: name.to_string() })
     }
 
+    /// How many arguments the kernel passes a BTF-typed program on tracepoint `name`: the
+    /// parameters of `btf_trace_<name>` (the typedef the kernel declares for every tracepoint:
+    /// a pointer to a function prototype) after its leading `void *__data`.
+    pub fn tracepoint_args(&self, name: &str) -> Result<usize, BtfError> {
+        let typedef = format!("btf_trace_{name}");
+        let record = (1..=self.type_starts.len() as u32)
+            .filter_map(|id| self.record(id))
+            .find(|r| r.kind == KIND_TYPEDEF && self.name(r.name_off).ok() == Some(&typedef))
+            .ok_or_else(|| BtfError::NoTypedef { name: typedef.clone() })?;
+        let not_function = || BtfError::NotFunctionPointer { name: typedef.clone() };
+        let pointer = self.record(record.size_or_type).filter(|r| r.kind == KIND_PTR);
+        let proto = pointer
+            .and_then(|p| self.record(p.size_or_type))
+            .filter(|r| r.kind == KIND_FUNC_PROTO)
+            .ok_or_else(not_function)?;
+        proto.vlen.checked_sub(1).ok_or_else(not_function)
+    }
+
     /// Byte offset of `member` in `struct structure`, also when the member sits in an
     /// anonymous struct or union inside it (as `dentry.d_name` does on recent kernels).
     pub fn member_offset(&self, structure: &str, member: &str) -> Result<u32, BtfError> {
@@ -307,6 +338,7 @@ pub mod encode {
             let name = self.string(name);
             let vlen = match kind {
                 KIND_STRUCT | KIND_UNION => extra.len() / 3,
+                KIND_FUNC_PROTO => extra.len() / 2,
                 _ => 0,
             } as u32;
             let info = (u32::from(flag) << 31) | (kind << 24) | vlen;
@@ -430,6 +462,34 @@ mod tests {
         assert_eq!(
             Btf::parse(&data).err(),
             Some(BtfError::UnknownKind { offset: HEADER_LEN, kind: 31 })
+        );
+    }
+
+    /// `typedef void (*btf_trace_x)(void *, struct task_struct *, bool)` and friends.
+    #[test]
+    fn tracepoint_arguments_come_from_their_typedef() {
+        let mut b = Builder::new();
+        b.push("int", KIND_INT, false, 4, &[32]); // 1
+        b.push("", KIND_FUNC_PROTO, false, 0, &[0, 0, 0, 1, 0, 1]); // 2: (void *, int, int)
+        b.push("", KIND_PTR, false, 2, &[]); // 3
+        b.push("btf_trace_exit", KIND_TYPEDEF, false, 3, &[]); // 4
+        b.push("btf_trace_not_pointer", KIND_TYPEDEF, false, 1, &[]); // 5
+        b.push("", KIND_FUNC_PROTO, false, 0, &[]); // 6: ()
+        b.push("", KIND_PTR, false, 6, &[]); // 7
+        b.push("btf_trace_no_data", KIND_TYPEDEF, false, 7, &[]); // 8
+        let data = b.bytes();
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(btf.tracepoint_args("exit"), Ok(2));
+        assert_eq!(
+            btf.tracepoint_args("fork"),
+            Err(BtfError::NoTypedef { name: "btf_trace_fork".into() })
+        );
+        let not_function = |name: &str| BtfError::NotFunctionPointer { name: name.into() };
+        assert_eq!(btf.tracepoint_args("not_pointer"), Err(not_function("btf_trace_not_pointer")));
+        assert_eq!(btf.tracepoint_args("no_data"), Err(not_function("btf_trace_no_data")));
+        assert_eq!(
+            btf.tracepoint_args("no_data").unwrap_err().to_string(),
+            "kernel BTF: typedef btf_trace_no_data is not a function pointer"
         );
     }
 

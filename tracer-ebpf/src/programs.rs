@@ -30,9 +30,9 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
         bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes, bpf_seq_write,
     },
-    macros::{fexit, map, tracepoint},
+    macros::{btf_tracepoint, fexit, map, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::{FExitContext, TracePointContext},
+    programs::{BtfTracePointContext, FExitContext, TracePointContext},
 };
 use tracer_common::{
     AF_UNIX, COUNTERS_LEN, Config, DIAG_IOCSDEL, DIAG_IOCSREG, DIAG_IOCSUNREG,
@@ -924,22 +924,135 @@ fn user_events_ioctl_done(tgid: u32, kind: EventKind, ioctl: &Ioctl, ret: i64) -
 // ---------------------------------------------------------------------------------------------
 // Process lifecycle of tracked processes
 
+/// Where a process-lifecycle hook finds what its tracepoint says: in the record of the classic
+/// tracepoint (at offsets from its format file) or in the arguments of the BTF-typed one
+/// (`tp_btf`: the kernel's own pointers, read at struct offsets from kernel BTF). Each hook's
+/// work is written once for both (docs/protocol/bpf-detection.md §10).
+trait LifecycleArgs {
+    /// `task_newtask`: the new task's id and its clone flags.
+    fn new_task(&self, cfg: &Config) -> Option<(u32, u64)>;
+    /// `sched_process_fork`: the child's id.
+    fn forked_child(&self, cfg: &Config) -> Option<u32>;
+    /// `sched_process_exec`: the id of the thread that called exec (0: unknown).
+    fn exec_old_tid(&self, cfg: &Config) -> u32;
+    /// `sched_process_exec`: copies the executed file's name into `buf`; its length, or the
+    /// helper's error.
+    fn exec_filename(&self, cfg: &Config, buf: &mut [u8]) -> i32;
+    /// `sched_process_exit`: whether this exit ends the thread group, where the kernel says.
+    fn group_dead(&self, cfg: &Config) -> Option<bool>;
+}
+
+impl LifecycleArgs for TracePointContext {
+    #[inline(always)]
+    fn new_task(&self, cfg: &Config) -> Option<(u32, u64)> {
+        // SAFETY: offsets come from the tracepoint's format file (user space checks their bounds).
+        unsafe {
+            let child = self.read_at::<u32>(cfg.newtask_pid_offset as usize).ok()?;
+            Some((child, self.read_at::<u64>(cfg.newtask_clone_flags_offset as usize).ok()?))
+        }
+    }
+
+    #[inline(always)]
+    fn forked_child(&self, cfg: &Config) -> Option<u32> {
+        // SAFETY: offset from the format file.
+        unsafe { self.read_at::<u32>(cfg.fork_child_pid_offset as usize) }.ok()
+    }
+
+    #[inline(always)]
+    fn exec_old_tid(&self, cfg: &Config) -> u32 {
+        // SAFETY: offset from the format file.
+        unsafe { self.read_at::<u32>(cfg.exec_old_pid_offset as usize) }.unwrap_or(0)
+    }
+
+    #[inline(always)]
+    fn exec_filename(&self, cfg: &Config, buf: &mut [u8]) -> i32 {
+        // SAFETY: offset from the format file; `filename` is a __data_loc (offset | len << 16)
+        // relative to the start of the record.
+        unsafe {
+            match self.read_at::<u32>(cfg.exec_filename_offset as usize) {
+                Ok(loc) => {
+                    let src = self.as_ptr_u8().add((loc & 0xffff) as usize);
+                    match bpf_probe_read_kernel_str_bytes(src, buf) {
+                        Ok(s) => s.len() as i32,
+                        Err(e) => e as i32,
+                    }
+                }
+                Err(e) => e as i32,
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn group_dead(&self, cfg: &Config) -> Option<bool> {
+        if cfg.exit_group_dead_offset == 0 {
+            return None;
+        }
+        // SAFETY: offset from the format file, checked to be a 1-byte field in the record.
+        Some(
+            unsafe { self.read_at::<u8>(cfg.exit_group_dead_offset as usize) }
+                .is_ok_and(|v| v != 0),
+        )
+    }
+}
+
+/// `tp_btf` arguments are the tracepoint's own (after its hidden `void *__data`):
+/// `task_newtask(task, clone_flags)`, `sched_process_fork(parent, child)`,
+/// `sched_process_exec(p, old_pid, bprm)`, `sched_process_exit(p[, group_dead])`.
+impl LifecycleArgs for BtfTracePointContext {
+    #[inline(always)]
+    fn new_task(&self, cfg: &Config) -> Option<(u32, u64)> {
+        let task: *const u8 = self.arg(0);
+        Some((kernel_value_at::<u32>(task, cfg.task_pid_offset)?, self.arg::<u64>(1)))
+    }
+
+    #[inline(always)]
+    fn forked_child(&self, cfg: &Config) -> Option<u32> {
+        kernel_value_at::<u32>(self.arg::<*const u8>(1), cfg.task_pid_offset)
+    }
+
+    #[inline(always)]
+    fn exec_old_tid(&self, _: &Config) -> u32 {
+        self.arg::<u64>(1) as u32
+    }
+
+    #[inline(always)]
+    fn exec_filename(&self, cfg: &Config, buf: &mut [u8]) -> i32 {
+        let Some(name) = kernel_ptr_at(self.arg::<*const u8>(2), cfg.binprm_filename_offset) else {
+            return -1;
+        };
+        // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
+        match unsafe { bpf_probe_read_kernel_str_bytes(name, buf) } {
+            Ok(s) => s.len() as i32,
+            Err(e) => e as i32,
+        }
+    }
+
+    #[inline(always)]
+    fn group_dead(&self, cfg: &Config) -> Option<bool> {
+        // A `bool` argument: its low byte.
+        (cfg.btf_exit_group_dead != 0).then(|| self.arg::<u64>(1) as u8 != 0)
+    }
+}
+
 /// Records the clone flags of a new task so `sched_process_fork` can tell threads from processes.
 #[tracepoint(category = "task", name = "task_newtask")]
 pub fn task_newtask(ctx: TracePointContext) -> u32 {
+    new_task(&ctx)
+}
+
+#[btf_tracepoint(function = "task_newtask")]
+pub fn btf_task_newtask(ctx: BtfTracePointContext) -> u32 {
+    new_task(&ctx)
+}
+
+#[inline(always)]
+fn new_task(args: &impl LifecycleArgs) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !is_tracked(tgid) {
         return 0;
     }
     let Some(cfg) = config() else { return 0 };
-    // SAFETY: offsets come from the tracepoint's format file (user space checks their bounds).
-    let (child, flags) = unsafe {
-        (
-            ctx.read_at::<u32>(cfg.newtask_pid_offset as usize),
-            ctx.read_at::<u64>(cfg.newtask_clone_flags_offset as usize),
-        )
-    };
-    let (Ok(child), Ok(flags)) = (child, flags) else {
+    let Some((child, flags)) = args.new_task(cfg) else {
         count_loss(EventKind::ProcessFork, LossReason::ReadFailed);
         return 0;
     };
@@ -951,13 +1064,22 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "sched", name = "sched_process_fork")]
 pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
+    forked(&ctx)
+}
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn btf_sched_process_fork(ctx: BtfTracePointContext) -> u32 {
+    forked(&ctx)
+}
+
+#[inline(always)]
+fn forked(args: &impl LifecycleArgs) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !is_tracked(tgid) {
         return 0;
     }
     let Some(cfg) = config() else { return 0 };
-    // SAFETY: offset from the format file.
-    let Ok(child) = (unsafe { ctx.read_at::<u32>(cfg.fork_child_pid_offset as usize) }) else {
+    let Some(child) = args.forked_child(cfg) else {
         count_loss(EventKind::ProcessFork, LossReason::ReadFailed);
         return 0;
     };
@@ -997,6 +1119,16 @@ pub fn sched_process_fork(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "sched", name = "sched_process_exec")]
 pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    executed(&ctx)
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn btf_sched_process_exec(ctx: BtfTracePointContext) -> u32 {
+    executed(&ctx)
+}
+
+#[inline(always)]
+fn executed(args: &impl LifecycleArgs) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // The new image starts without the old one's memfds of interest or runtime.
     forget_memfds(tgid);
@@ -1011,21 +1143,8 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     // SAFETY: the reservation is exactly one ProcessExecEvent; every field is written below.
     let ev = unsafe { &mut *entry.as_mut_ptr() };
     fill_header(&mut ev.header, EventKind::ProcessExec, seq);
-    // SAFETY: offsets from the format file; `filename` is a __data_loc (offset | len << 16)
-    // relative to the start of the record.
-    unsafe {
-        ev.old_tid = ctx.read_at::<u32>(cfg.exec_old_pid_offset as usize).unwrap_or(0);
-        ev.filename_len = match ctx.read_at::<u32>(cfg.exec_filename_offset as usize) {
-            Ok(loc) => {
-                let src = ctx.as_ptr_u8().add((loc & 0xffff) as usize);
-                match bpf_probe_read_kernel_str_bytes(src, &mut ev.filename) {
-                    Ok(s) => s.len() as i32,
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
-        };
-    }
+    ev.old_tid = args.exec_old_tid(cfg);
+    ev.filename_len = args.exec_filename(cfg, &mut ev.filename);
     entry.submit(lazy_wakeup());
     0
 }
@@ -1034,21 +1153,28 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
 /// (the leader may have exited first), so the tracepoint's `group_dead` decides where the kernel
 /// has it; older kernels only offer the leader's exit.
 #[inline(always)]
-fn ends_process(ctx: &TracePointContext, pid_tgid: u64) -> bool {
-    match config() {
-        Some(cfg) if cfg.exit_group_dead_offset != 0 => {
-            // SAFETY: offset from the format file, checked to be a 1-byte field in the record.
-            unsafe { ctx.read_at::<u8>(cfg.exit_group_dead_offset as usize) }.is_ok_and(|v| v != 0)
-        }
-        _ => pid_tgid as u32 == (pid_tgid >> 32) as u32,
+fn ends_process(args: &impl LifecycleArgs, pid_tgid: u64) -> bool {
+    match config().and_then(|cfg| args.group_dead(cfg)) {
+        Some(group_dead) => group_dead,
+        None => pid_tgid as u32 == (pid_tgid >> 32) as u32,
     }
 }
 
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    exited(&ctx)
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn btf_sched_process_exit(ctx: BtfTracePointContext) -> u32 {
+    exited(&ctx)
+}
+
+#[inline(always)]
+fn exited(args: &impl LifecycleArgs) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if !ends_process(&ctx, pid_tgid) {
+    if !ends_process(args, pid_tgid) {
         return 0;
     }
     forget_memfds(tgid);

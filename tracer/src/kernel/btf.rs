@@ -1,6 +1,7 @@
 //! The kernel's own BTF (`/sys/kernel/btf/vmlinux`): the struct offsets the memfd programs
-//! follow to name the file an `mmap` maps (docs/protocol/bpf-detection.md §7), and where the
-//! trampoline programs find syscall arguments (§8).
+//! follow to name the file an `mmap` maps (docs/protocol/bpf-detection.md §7), where the
+//! trampoline programs find syscall arguments (§8), what the task iterator walks (§9) and what
+//! the BTF-typed lifecycle programs read (§10).
 use anyhow::Context as _;
 use tracer_common::{Config, SYSCALL_ARG_OFFSETS};
 use tracer_decode::btf::{Btf, BtfError};
@@ -22,7 +23,19 @@ pub struct KernelOffsets {
     /// The task iterator's walk to each process's user_events enablers (§9); a kernel without
     /// user_events has none of these structs.
     pub enablers: Result<(), String>,
+    /// What the `tp_btf` lifecycle programs read (§10): the tracepoints' arguments as the
+    /// programs expect them, `task_struct.pid` and `linux_binprm.filename`.
+    pub lifecycle: Result<(), String>,
 }
+
+/// (tracepoint, the arguments its `tp_btf` program reads: the fewest its prototype may have).
+/// `sched_process_exit` may also pass `group_dead` (a second argument, where the kernel has it).
+const LIFECYCLE_TRACEPOINT_ARGS: [(&str, usize); 4] = [
+    ("task_newtask", 2),
+    ("sched_process_fork", 2),
+    ("sched_process_exec", 3),
+    ("sched_process_exit", 1),
+];
 
 /// The `struct pt_regs` members holding syscall arguments 0..6 (the x86-64 syscall ABI).
 const SYSCALL_ARG_REGISTERS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
@@ -41,7 +54,8 @@ pub fn kernel_offsets() -> KernelOffsets {
                 config: Config::default(),
                 memfd: why.clone(),
                 syscall_args: why.clone(),
-                enablers: why,
+                enablers: why.clone(),
+                lifecycle: why,
             }
         }
     }
@@ -72,6 +86,26 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
             Err(e) => Err(format!("{VMLINUX_BTF}: {e}")),
         },
     );
+    let lifecycle = (|| {
+        for (tracepoint, wanted) in LIFECYCLE_TRACEPOINT_ARGS {
+            let args =
+                btf.tracepoint_args(tracepoint).map_err(|e| format!("{VMLINUX_BTF}: {e}"))?;
+            if args < wanted {
+                return Err(format!(
+                    "tracepoint {tracepoint} passes {args} arguments, its tp_btf program reads \
+                     {wanted}"
+                ));
+            }
+            if tracepoint == "sched_process_exit" {
+                c.btf_exit_group_dead = u32::from(args >= 2);
+            }
+        }
+        found((|| {
+            c.task_pid_offset = offset("task_struct", "pid")?;
+            c.binprm_filename_offset = offset("linux_binprm", "filename")?;
+            Ok(())
+        })())
+    })();
     let enablers = found((|| {
         c.task_pid_offset = offset("task_struct", "pid")?;
         c.task_tgid_offset = offset("task_struct", "tgid")?;
@@ -84,7 +118,7 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
         c.user_event_name_offset = offset("user_event", "reg_name")?;
         Ok(())
     })());
-    Ok(KernelOffsets { config: c, memfd, syscall_args, enablers })
+    Ok(KernelOffsets { config: c, memfd, syscall_args, enablers, lifecycle })
 }
 
 #[cfg(test)]
@@ -111,5 +145,13 @@ mod tests {
         // This kernel has no user_events: no enablers to walk.
         let missing = offsets.enablers.unwrap_err();
         assert!(missing.contains("user_event_mm"), "{missing}");
+        // 6.18: `sched_process_exit(p, group_dead)`, as its format file says too.
+        assert_eq!(offsets.lifecycle, Ok(()));
+        assert_eq!(c.task_pid_offset, btf.member_offset("task_struct", "pid").unwrap());
+        assert_eq!(
+            c.binprm_filename_offset,
+            btf.member_offset("linux_binprm", "filename").unwrap()
+        );
+        assert_eq!(c.btf_exit_group_dead, 1);
     }
 }

@@ -11,13 +11,15 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{
-    FExit, Iter, ProgramError, TracePoint, fexit::FExitLink, trace_point::TracePointLink,
+    BtfTracePoint, FExit, Iter, ProgramError, TracePoint, fexit::FExitLink,
+    tp_btf::BtfTracePointLink, trace_point::TracePointLink,
 };
 use aya::{Ebpf, EbpfLoader};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 
+use crate::kernel::btf::KernelOffsets;
 use crate::kernel::privileges::Capabilities;
 use crate::kernel::tracefs::Tracefs;
 use tracer_decode::bpf_event::{self, DetectionEvent, ExistingEnablers};
@@ -74,14 +76,45 @@ pub const SYSCALL_HOOKS: [SyscallHook; 4] = [
     },
 ];
 
-/// The process lifecycle programs: (program name, tracepoint category, tracepoint name). Not
-/// syscall tracepoints, so they put no task on the syscall slow path: attached as they are
-/// with either mechanism.
-pub const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 4] = [
-    ("task_newtask", "task", "task_newtask"),
-    ("sched_process_fork", "sched", "sched_process_fork"),
-    ("sched_process_exec", "sched", "sched_process_exec"),
-    ("sched_process_exit", "sched", "sched_process_exit"),
+/// One process-lifecycle hook: a tracepoint, and the two programs that can watch it.
+#[derive(Clone, Copy, Debug)]
+pub struct LifecycleHook {
+    pub category: &'static str,
+    pub tracepoint: &'static str,
+    /// On the classic tracepoint (reads the event's record).
+    pub program: &'static str,
+    /// On the BTF-typed tracepoint (`tp_btf`: reads the kernel's arguments, no record built).
+    pub btf_program: &'static str,
+}
+
+/// The process lifecycle hooks. Not syscall tracepoints, so they put no task on the syscall
+/// slow path; their `tp_btf` twins also spare every fork, exec and exit of the machine the
+/// building of the tracepoint's record.
+pub const LIFECYCLE_HOOKS: [LifecycleHook; 4] = [
+    LifecycleHook {
+        category: "task",
+        tracepoint: "task_newtask",
+        program: "task_newtask",
+        btf_program: "btf_task_newtask",
+    },
+    LifecycleHook {
+        category: "sched",
+        tracepoint: "sched_process_fork",
+        program: "sched_process_fork",
+        btf_program: "btf_sched_process_fork",
+    },
+    LifecycleHook {
+        category: "sched",
+        tracepoint: "sched_process_exec",
+        program: "sched_process_exec",
+        btf_program: "btf_sched_process_exec",
+    },
+    LifecycleHook {
+        category: "sched",
+        tracepoint: "sched_process_exit",
+        program: "sched_process_exit",
+        btf_program: "btf_sched_process_exit",
+    },
 ];
 
 /// (category, name) of every tracepoint a program of the object may attach to.
@@ -89,18 +122,20 @@ pub fn tracepoints() -> impl Iterator<Item = (&'static str, &'static str)> {
     SYSCALL_HOOKS
         .iter()
         .flat_map(|hook| hook.tracepoints.iter().map(|name| ("syscalls", *name)))
-        .chain(LIFECYCLE_PROGRAMS.iter().map(|(_, category, name)| (*category, *name)))
+        .chain(LIFECYCLE_HOOKS.iter().map(|hook| (hook.category, hook.tracepoint)))
 }
 
-/// Which mechanism the syscall hooks use (`--hooks`).
+/// Which mechanism the hooks use (`--hooks`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum HookChoice {
-    /// BPF trampolines where the kernel loads and attaches them, else syscall tracepoints.
+    /// BPF trampolines for the syscall hooks and BTF tracepoints (tp_btf) for the process
+    /// lifecycle where the kernel loads and attaches them, else classic tracepoints (each set
+    /// on its own).
     #[default]
     Auto,
-    /// BPF trampolines only: fail when the kernel refuses them.
+    /// BTF-typed programs only (trampolines and tp_btf): fail when the kernel refuses them.
     Trampolines,
-    /// Syscall tracepoints only.
+    /// Classic tracepoints only (syscall and scheduler tracepoints).
     SyscallTracepoints,
 }
 
@@ -134,6 +169,35 @@ impl std::fmt::Display for HookMechanism {
                 f,
                 "syscall tracepoints (every syscall of every process pays a few tens of ns): {why}"
             ),
+        }
+    }
+}
+
+/// The mechanism the process-lifecycle hooks run on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LifecycleMechanism {
+    /// `tp_btf` programs: the kernel's arguments, no tracepoint record built.
+    BtfTracepoints,
+    /// Classic tracepoints: the kernel builds each event's record for the program. `why`: why
+    /// the BTF tracepoints are not used.
+    Tracepoints { why: String },
+}
+
+impl LifecycleMechanism {
+    /// The name in logs and summaries.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LifecycleMechanism::BtfTracepoints => "btf_tracepoints",
+            LifecycleMechanism::Tracepoints { .. } => "tracepoints",
+        }
+    }
+}
+
+impl std::fmt::Display for LifecycleMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LifecycleMechanism::BtfTracepoints => f.write_str("BTF tracepoints (tp_btf)"),
+            LifecycleMechanism::Tracepoints { why } => write!(f, "classic tracepoints: {why}"),
         }
     }
 }
@@ -178,6 +242,7 @@ impl DetectOptions {
 enum Link {
     Tracepoint { _link: TracePointLink },
     Trampoline { _link: FExitLink },
+    BtfTracepoint { _link: BtfTracePointLink },
 }
 
 /// The detection programs, loaded and attached, and their ring buffer.
@@ -190,6 +255,7 @@ pub struct Detector {
     /// The programs attached at start; still loaded (their statistics readable) after `detach`.
     programs: Vec<&'static str>,
     mechanism: HookMechanism,
+    lifecycle: LifecycleMechanism,
     /// Whether the task iterator can walk to user_events enablers (offsets in CONFIG), or why not.
     enablers: Result<(), String>,
     seq: SeqTracker,
@@ -223,8 +289,8 @@ impl Detector {
             .context("reading this process's capabilities from /proc/self/status")?
             .check_bpf_tracing()?;
         let tracefs = Tracefs::find_or_mount()?;
-        // The syscall tracepoints are needed only without trampolines (`attach_syscall_hooks`).
-        require_tracepoints(&tracefs, LIFECYCLE_PROGRAMS.iter().map(|(_, c, n)| (*c, *n)))?;
+        // The classic tracepoints are needed only where the BTF-typed programs do not run
+        // (`attach_syscall_hooks`, `attach_lifecycle_hooks`).
         let offsets = crate::kernel::btf::kernel_offsets();
         // Without kernel BTF no file name can be resolved: the memfd programs stay off and
         // the diagnostic socket (bind) detection still finds every runtime.
@@ -275,20 +341,17 @@ impl Detector {
             );
         }
         let hooks = wanted_hooks(offsets.memfd.is_ok(), user_events);
-        let (mut links, mechanism) = attach_syscall_hooks(
-            &mut ebpf,
-            &tracefs,
-            &hooks,
-            options.hooks,
-            offsets.syscall_args.clone(),
-        )?;
-        for (prog_name, category, name) in LIFECYCLE_PROGRAMS {
-            links.push((prog_name, attach_tracepoint(&mut ebpf, prog_name, category, name)?));
-        }
+        let btf = attach_btf_programs(&mut ebpf, &hooks, options.hooks, &offsets)?;
+        let (mut links, mechanism) =
+            attach_syscall_hooks(&mut ebpf, &tracefs, &hooks, btf.syscalls)?;
+        let (lifecycle_links, lifecycle) =
+            attach_lifecycle_hooks(&mut ebpf, &tracefs, btf.lifecycle)?;
+        links.extend(lifecycle_links);
         log::info!(
             "detection hooks on {}: {mechanism}",
             hooks.iter().map(|h| h.syscall).collect::<Vec<_>>().join(", ")
         );
+        log::info!("process lifecycle hooks: {lifecycle}");
         let mut lazy_drain = tokio::time::interval(options.lazy_drain);
         lazy_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Detector {
@@ -298,6 +361,7 @@ impl Detector {
             programs: links.iter().map(|(name, _)| *name).collect(),
             links,
             mechanism,
+            lifecycle,
             enablers: offsets.enablers,
             seq: SeqTracker::default(),
             decode_errors: 0,
@@ -313,6 +377,11 @@ impl Detector {
     /// The mechanism the syscall hooks run on.
     pub fn mechanism(&self) -> &HookMechanism {
         &self.mechanism
+    }
+
+    /// The mechanism the process-lifecycle hooks run on.
+    pub fn lifecycle(&self) -> &LifecycleMechanism {
+        &self.lifecycle
     }
 
     /// The user_events registrations processes held when tracer started, read once by the
@@ -452,17 +521,61 @@ fn load_object(config: Config) -> anyhow::Result<Ebpf> {
     Ok(ebpf)
 }
 
-/// Attaches `hooks` by the mechanism `choice` asks for: trampolines when the kernel takes
-/// them (`Auto`: else syscall tracepoints, saying why). `syscall_args`: the `pt_regs` offsets
-/// from kernel BTF, or why there are none.
+/// The BTF-typed programs attached (each set whole), or why a set is not.
+struct BtfPrograms {
+    /// The syscall hooks' trampolines.
+    syscalls: Result<Vec<(&'static str, Link)>, String>,
+    /// The lifecycle hooks' `tp_btf` programs.
+    lifecycle: Result<Vec<(&'static str, Link)>, String>,
+}
+
+/// Loads and attaches the BTF-typed programs `choice` allows, with one parse of kernel BTF:
+/// the trampolines of `hooks` and the lifecycle hooks' `tp_btf` programs, each set whole or
+/// not at all. An error only when `--hooks trampolines` insists and the kernel refuses.
+fn attach_btf_programs(
+    ebpf: &mut Ebpf,
+    hooks: &[SyscallHook],
+    choice: HookChoice,
+    offsets: &KernelOffsets,
+) -> anyhow::Result<BtfPrograms> {
+    if choice == HookChoice::SyscallTracepoints {
+        let why = || Err("chosen with --hooks syscall-tracepoints".to_string());
+        return Ok(BtfPrograms { syscalls: why(), lifecycle: why() });
+    }
+    let needs = |group: &Result<(), String>| group.clone().map_err(anyhow::Error::msg);
+    let attempts = with_kernel_btf("the BTF-typed programs", |btf| {
+        let syscalls =
+            needs(&offsets.syscall_args).and_then(|()| attach_trampolines(ebpf, hooks, btf));
+        let lifecycle = needs(&offsets.lifecycle).and_then(|()| attach_btf_tracepoints(ebpf, btf));
+        Ok((syscalls, lifecycle))
+    });
+    let (syscalls, lifecycle) = match attempts {
+        Ok(both) => both,
+        Err(e) => (Err(anyhow!("{e:#}")), Err(e)),
+    };
+    let decide = |attached: anyhow::Result<_>, what: &str, fallback: &str| match attached {
+        Ok(links) => Ok(Ok(links)),
+        Err(e) if choice == HookChoice::Trampolines => Err(e.context(format!(
+            "--hooks trampolines: the kernel refused the {what} (--hooks auto falls back to \
+             {fallback})"
+        ))),
+        Err(e) => Ok(Err(format!("{what} refused: {e:#}"))),
+    };
+    Ok(BtfPrograms {
+        syscalls: decide(syscalls, "BPF trampolines", "syscall tracepoints")?,
+        lifecycle: decide(lifecycle, "BTF tracepoints", "classic tracepoints")?,
+    })
+}
+
+/// Attaches `hooks`: on their trampolines when those are attached, else on syscall tracepoints
+/// (saying why).
 fn attach_syscall_hooks(
     ebpf: &mut Ebpf,
     tracefs: &Tracefs,
     hooks: &[SyscallHook],
-    choice: HookChoice,
-    syscall_args: Result<(), String>,
+    trampolines: Result<Vec<(&'static str, Link)>, String>,
 ) -> anyhow::Result<(Vec<(&'static str, Link)>, HookMechanism)> {
-    let why = match try_trampolines(ebpf, hooks, choice, syscall_args)? {
+    let why = match trampolines {
         Ok(links) => return Ok((links, HookMechanism::Trampolines)),
         Err(why) => why,
     };
@@ -477,42 +590,46 @@ fn attach_syscall_hooks(
     Ok((links, HookMechanism::SyscallTracepoints { why }))
 }
 
-/// The trampolines of `hooks`, attached, or why they are not (`choice` says whether to try).
-/// An error only when `--hooks trampolines` insists and the kernel refuses.
-fn try_trampolines(
+/// Attaches the lifecycle hooks: their `tp_btf` programs when those are attached, else the
+/// classic tracepoint programs (saying why).
+fn attach_lifecycle_hooks(
     ebpf: &mut Ebpf,
-    hooks: &[SyscallHook],
-    choice: HookChoice,
-    syscall_args: Result<(), String>,
-) -> anyhow::Result<Result<Vec<(&'static str, Link)>, String>> {
-    if choice == HookChoice::SyscallTracepoints {
-        return Ok(Err("chosen with --hooks syscall-tracepoints".to_string()));
+    tracefs: &Tracefs,
+    btf_tracepoints: Result<Vec<(&'static str, Link)>, String>,
+) -> anyhow::Result<(Vec<(&'static str, Link)>, LifecycleMechanism)> {
+    let why = match btf_tracepoints {
+        Ok(links) => return Ok((links, LifecycleMechanism::BtfTracepoints)),
+        Err(why) => why,
+    };
+    let needed = LIFECYCLE_HOOKS.iter().map(|hook| (hook.category, hook.tracepoint));
+    require_tracepoints(tracefs, needed).with_context(|| format!("no BTF tracepoints ({why})"))?;
+    let mut links = Vec::new();
+    for hook in LIFECYCLE_HOOKS {
+        let link = attach_tracepoint(ebpf, hook.program, hook.category, hook.tracepoint)?;
+        links.push((hook.program, link));
     }
-    let attached =
-        syscall_args.map_err(anyhow::Error::msg).and_then(|()| attach_trampolines(ebpf, hooks));
-    match attached {
-        Ok(links) => Ok(Ok(links)),
-        Err(e) if choice == HookChoice::Trampolines => Err(e.context(
-            "--hooks trampolines: the kernel refused the BPF trampolines (--hooks auto falls \
-             back to syscall tracepoints)",
-        )),
-        Err(e) => Ok(Err(format!("BPF trampolines refused: {e:#}"))),
-    }
+    Ok((links, LifecycleMechanism::Tracepoints { why }))
 }
 
 /// What `--hooks auto` runs on with this kernel, found the way `Detector::attach` finds it:
-/// the trampolines of the hooks this kernel would get are loaded and attached (with an empty
-/// target set, so nothing is reported), then detached.
-pub fn probe_mechanism() -> anyhow::Result<HookMechanism> {
+/// the BTF-typed programs this kernel would get are loaded and attached (with an empty target
+/// set, so nothing is reported), then detached.
+pub fn probe_mechanism() -> anyhow::Result<(HookMechanism, LifecycleMechanism)> {
     let tracefs = Tracefs::find_or_mount()?;
     let offsets = crate::kernel::btf::kernel_offsets();
     let config = Config { tracer_tgid: std::process::id(), filter_targets: 1, ..offsets.config };
     let mut ebpf = load_object(config)?;
     let hooks = wanted_hooks(offsets.memfd.is_ok(), user_events_available(&tracefs));
-    Ok(match try_trampolines(&mut ebpf, &hooks, HookChoice::Auto, offsets.syscall_args)? {
+    let btf = attach_btf_programs(&mut ebpf, &hooks, HookChoice::Auto, &offsets)?;
+    let syscalls = match btf.syscalls {
         Ok(_links) => HookMechanism::Trampolines,
         Err(why) => HookMechanism::SyscallTracepoints { why },
-    })
+    };
+    let lifecycle = match btf.lifecycle {
+        Ok(_links) => LifecycleMechanism::BtfTracepoints,
+        Err(why) => LifecycleMechanism::Tracepoints { why },
+    };
+    Ok((syscalls, lifecycle))
 }
 
 fn user_events_available(tracefs: &Tracefs) -> bool {
@@ -536,30 +653,55 @@ fn wanted_hooks(kernel_btf: bool, user_events: bool) -> Vec<SyscallHook> {
 fn attach_trampolines(
     ebpf: &mut Ebpf,
     hooks: &[SyscallHook],
+    btf: &aya::Btf,
 ) -> anyhow::Result<Vec<(&'static str, Link)>> {
     if !cfg!(target_arch = "x86_64") {
         bail!("the trampoline programs hook x86-64 syscall functions (__x64_sys_*)");
     }
-    with_kernel_btf("the trampolines", |btf| {
-        let mut links = Vec::with_capacity(hooks.len());
-        for hook in hooks {
-            let (prog_name, function) = hook.trampoline;
-            let program: &mut FExit = ebpf
-                .program_mut(prog_name)
-                .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
-                .try_into()?;
-            program
-                .load(function, btf)
-                .map_err(|e| load_error(prog_name, e))
-                .with_context(|| format!("loading {prog_name} for a trampoline on {function}"))?;
-            let id = program
-                .attach()
-                .with_context(|| format!("attaching {prog_name} to a trampoline on {function}"))?;
-            let link = program.take_link(id).context("taking the link")?;
-            links.push((prog_name, Link::Trampoline { _link: link }));
-        }
-        Ok(links)
-    })
+    let mut links = Vec::with_capacity(hooks.len());
+    for hook in hooks {
+        let (prog_name, function) = hook.trampoline;
+        let program: &mut FExit = ebpf
+            .program_mut(prog_name)
+            .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
+            .try_into()?;
+        program
+            .load(function, btf)
+            .map_err(|e| load_error(prog_name, e))
+            .with_context(|| format!("loading {prog_name} for a trampoline on {function}"))?;
+        let id = program
+            .attach()
+            .with_context(|| format!("attaching {prog_name} to a trampoline on {function}"))?;
+        let link = program.take_link(id).context("taking the link")?;
+        links.push((prog_name, Link::Trampoline { _link: link }));
+    }
+    Ok(links)
+}
+
+/// Loads and attaches the `tp_btf` program of every lifecycle hook; on the first refusal the
+/// ones attached so far are detached (dropped).
+fn attach_btf_tracepoints(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+) -> anyhow::Result<Vec<(&'static str, Link)>> {
+    let mut links = Vec::with_capacity(LIFECYCLE_HOOKS.len());
+    for hook in LIFECYCLE_HOOKS {
+        let (prog_name, tracepoint) = (hook.btf_program, hook.tracepoint);
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(prog_name)
+            .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
+            .try_into()?;
+        program
+            .load(tracepoint, btf)
+            .map_err(|e| load_error(prog_name, e))
+            .with_context(|| format!("loading {prog_name} for tp_btf {tracepoint}"))?;
+        let id = program
+            .attach()
+            .with_context(|| format!("attaching {prog_name} to tp_btf {tracepoint}"))?;
+        let link = program.take_link(id).context("taking the link")?;
+        links.push((prog_name, Link::BtfTracepoint { _link: link }));
+    }
+    Ok(links)
 }
 
 /// Runs `f` with aya's parse of the kernel's BTF (loading a BTF-typed program needs it to find

@@ -19,7 +19,7 @@ pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_
 pub use self::writer::{
     Batch, JsonLines, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest, private_file,
 };
-use crate::kernel::detect::HookMechanism;
+use crate::kernel::detect::{HookMechanism, LifecycleMechanism};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
 use crate::registrations::RegistrationTable;
 use crate::time::{Clock, monotonic_ns, write_iso8601};
@@ -472,6 +472,10 @@ pub struct SummaryBody<'a> {
     /// (`trampolines` or `syscall_tracepoints`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<&'static str>,
+    /// `run` and `audit`: the mechanism of the process-lifecycle hooks (`btf_tracepoints` or
+    /// `tracepoints`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle_hooks: Option<&'static str>,
     /// The sum of `losses`.
     pub lost: u64,
     /// Every kind of loss tracer counts, zero counts left out.
@@ -486,7 +490,15 @@ pub fn summary_line<'a>(
     losses: &'a [LossCount],
 ) -> Line<SummaryBody<'a>> {
     let lost = losses.iter().map(|l| l.count).sum();
-    let body = SummaryBody { command, events, unnamed_events: None, hooks: None, lost, losses };
+    let body = SummaryBody {
+        command,
+        events,
+        unnamed_events: None,
+        hooks: None,
+        lifecycle_hooks: None,
+        lost,
+        losses,
+    };
     Line::new(clock, monotonic_ns(), Kind::Summary, Source::Tracer, Pid::NotApplicable, body)
 }
 
@@ -497,9 +509,15 @@ impl Line<SummaryBody<'_>> {
         self
     }
 
-    /// `run`'s and `audit`'s summaries say how the syscalls were hooked (when they were).
-    pub fn with_hooks(mut self, hooks: Option<&HookMechanism>) -> Self {
+    /// `run`'s and `audit`'s summaries say how the syscalls and the process lifecycle were
+    /// hooked (when they were).
+    pub fn with_hooks(
+        mut self,
+        hooks: Option<&HookMechanism>,
+        lifecycle: Option<&LifecycleMechanism>,
+    ) -> Self {
         self.body.hooks = hooks.map(HookMechanism::name);
+        self.body.lifecycle_hooks = lifecycle.map(LifecycleMechanism::name);
         self
     }
 }

@@ -467,7 +467,10 @@ fn one_of_each_kind() -> Vec<Value> {
     lines.push(json_of(
         &summary_line(&clock, "run", 5, &losses)
             .with_unnamed_events(2)
-            .with_hooks(Some(&crate::kernel::detect::HookMechanism::Trampolines)),
+            .with_hooks(
+                Some(&crate::kernel::detect::HookMechanism::Trampolines),
+                Some(&crate::kernel::detect::LifecycleMechanism::BtfTracepoints),
+            ),
     ));
     lines
 }

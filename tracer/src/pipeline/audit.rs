@@ -16,7 +16,7 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{ProcessFilter, ProcessTracker};
 use crate::kernel::detect::{
-    DetectOptions, Detector, HookChoice, HookMechanism, Loss, ProgramStats,
+    DetectOptions, Detector, HookChoice, HookMechanism, LifecycleMechanism, Loss, ProgramStats,
 };
 use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
 use crate::metrics::{Health, Publisher};
@@ -56,6 +56,8 @@ pub struct AuditSummary {
     pub program_stats: Vec<(&'static str, ProgramStats)>,
     /// The mechanism of the syscall hooks.
     pub hooks: Option<HookMechanism>,
+    /// The mechanism of the process-lifecycle hooks.
+    pub lifecycle_hooks: Option<LifecycleMechanism>,
     /// The table at exit, when `registrations` was requested.
     pub registrations: Option<RegistrationTable>,
     /// Registrations found at start (the task iterator), and times their list was cut.
@@ -120,6 +122,9 @@ impl fmt::Display for AuditSummary {
         writeln!(f, "  procfs events: {}", counts(&self.procfs_events))?;
         if let Some(hooks) = &self.hooks {
             writeln!(f, "  detection hooks: {hooks}")?;
+        }
+        if let Some(lifecycle) = &self.lifecycle_hooks {
+            writeln!(f, "  lifecycle hooks: {lifecycle}")?;
         }
         if self.losses.is_empty() {
             writeln!(f, "  losses: none")?;
@@ -206,8 +211,11 @@ pub async fn run(
     })?;
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
-    let mut summary =
-        AuditSummary { hooks: Some(detector.mechanism().clone()), ..AuditSummary::default() };
+    let mut summary = AuditSummary {
+        hooks: Some(detector.mechanism().clone()),
+        lifecycle_hooks: Some(detector.lifecycle().clone()),
+        ..AuditSummary::default()
+    };
     let mut table = RegistrationTable::new();
     let mut tracker = ProcessTracker::new(config.filter.clone());
     if config.registrations {
@@ -305,7 +313,8 @@ pub async fn run(
     summary.otlp = export.flush(export_deadline).await;
     let losses = summary.loss_counts();
     sink.emit(
-        &output::summary_line(&clock, "audit", events, &losses).with_hooks(summary.hooks.as_ref()),
+        &output::summary_line(&clock, "audit", events, &losses)
+            .with_hooks(summary.hooks.as_ref(), summary.lifecycle_hooks.as_ref()),
     );
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());

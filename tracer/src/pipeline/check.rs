@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::kernel::detect::HookMechanism;
+use crate::kernel::detect::{HookMechanism, LifecycleMechanism};
 use crate::kernel::ftrace_reader::probe_mmap;
 use crate::kernel::privileges::{Capabilities, Capability};
 use crate::kernel::tracefs::{Instance, Tracefs};
@@ -64,9 +64,22 @@ pub fn run() -> Vec<Finding> {
     let release = kernel_release();
     out.push(kernel_version(&release));
     out.push(kernel_btf());
-    let hooks = crate::kernel::detect::probe_mechanism();
-    let trampolines = matches!(hooks, Ok(HookMechanism::Trampolines));
-    out.push(detection_hooks(hooks));
+    // Which classic tracepoints tracer would not need: those the BTF-typed programs replace.
+    let btf_typed = match crate::kernel::detect::probe_mechanism() {
+        Ok((syscalls, lifecycle)) => {
+            let typed = BtfTyped {
+                syscalls: syscalls == HookMechanism::Trampolines,
+                lifecycle: lifecycle == LifecycleMechanism::BtfTracepoints,
+            };
+            out.push(detection_hooks(syscalls));
+            out.push(lifecycle_hooks(lifecycle));
+            typed
+        }
+        Err(e) => {
+            out.push(finding(Status::Missing, "detection hooks", format!("{e:#}")));
+            BtfTyped::default()
+        }
+    };
     match Tracefs::find_or_mount() {
         Ok(tracefs) => {
             out.push(finding(
@@ -77,7 +90,7 @@ pub fn run() -> Vec<Finding> {
             for (system, name) in crate::kernel::detect::tracepoints() {
                 let id = tracefs.event_dir(system, name).join("id");
                 let readable = std::fs::read_to_string(&id).map(drop);
-                out.push(tracepoint(system, name, &id, readable, trampolines));
+                out.push(tracepoint(system, name, &id, readable, btf_typed));
             }
             out.push(user_events(&tracefs));
             out.push(mmap_support(&tracefs));
@@ -165,39 +178,46 @@ fn kernel_version(release: &str) -> Finding {
     }
 }
 
+/// Which hooks run on BTF-typed programs (and so need no classic tracepoint).
+#[derive(Clone, Copy, Debug, Default)]
+struct BtfTyped {
+    /// The syscall hooks, on BPF trampolines.
+    syscalls: bool,
+    /// The lifecycle hooks, on tp_btf.
+    lifecycle: bool,
+}
+
 /// The finding of one tracepoint a program may attach to, from whether its `id` file is
-/// readable. The syscall tracepoints are needed only when the syscall hooks run on them: where
-/// the trampolines work, a missing one is optional.
+/// readable. A classic tracepoint is needed only where its hook runs on it: where the
+/// BTF-typed program works, a missing one is optional.
 fn tracepoint(
     system: &str,
     name: &str,
     id: &Path,
     readable: std::io::Result<()>,
-    trampolines: bool,
+    btf_typed: BtfTyped,
 ) -> Finding {
     let what = format!("tracepoint {system}:{name}");
     let Err(e) = readable else { return finding(Status::Ok, what, "available") };
     let unreadable = format!("{} unreadable ({e})", id.display());
-    match (system, trampolines) {
-        ("syscalls", true) => finding(
-            Status::MissingOptional,
-            what,
-            format!(
-                "{unreadable}: not needed while the syscall hooks run on BPF trampolines (only \
-                 with --hooks syscall-tracepoints, which needs CONFIG_FTRACE_SYSCALLS)"
-            ),
-        ),
-        ("syscalls", false) => finding(
-            Status::Missing,
-            what,
-            format!("{unreadable}: syscall tracepoints need CONFIG_FTRACE_SYSCALLS"),
-        ),
-        _ => finding(
-            Status::Missing,
-            what,
-            format!("{unreadable}: the kernel lacks this tracepoint"),
-        ),
+    let (replaced, by, needs) = if system == "syscalls" {
+        (btf_typed.syscalls, "the syscall hooks run on BPF trampolines", "CONFIG_FTRACE_SYSCALLS")
+    } else {
+        (btf_typed.lifecycle, "the lifecycle hooks run on BTF tracepoints", "this tracepoint")
+    };
+    if replaced {
+        let detail = format!(
+            "{unreadable}: not needed while {by} (only with --hooks syscall-tracepoints, which \
+             needs {needs})"
+        );
+        return finding(Status::MissingOptional, what, detail);
     }
+    let detail = if system == "syscalls" {
+        format!("{unreadable}: syscall tracepoints need CONFIG_FTRACE_SYSCALLS")
+    } else {
+        format!("{unreadable}: the kernel lacks this tracepoint")
+    };
+    finding(Status::Missing, what, detail)
 }
 
 fn kernel_btf() -> Finding {
@@ -228,15 +248,15 @@ fn kernel_btf() -> Finding {
 
 /// What loading and attaching the trampoline programs as `tracer audit` would (reporting
 /// nothing) found.
-fn detection_hooks(probed: anyhow::Result<HookMechanism>) -> Finding {
+fn detection_hooks(probed: HookMechanism) -> Finding {
     let what = "detection hooks";
     match probed {
-        Ok(m @ HookMechanism::Trampolines) => finding(
+        m @ HookMechanism::Trampolines => finding(
             Status::Ok,
             what,
             format!("{m}: the kernel loaded and attached the fexit programs"),
         ),
-        Ok(m @ HookMechanism::SyscallTracepoints { .. }) => finding(
+        m @ HookMechanism::SyscallTracepoints { .. } => finding(
             Status::MissingOptional,
             what,
             format!(
@@ -244,7 +264,26 @@ fn detection_hooks(probed: anyhow::Result<HookMechanism>) -> Finding {
                  CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS costs less)"
             ),
         ),
-        Err(e) => finding(Status::Missing, what, format!("{e:#}")),
+    }
+}
+
+/// What loading and attaching the lifecycle hooks' tp_btf programs found.
+fn lifecycle_hooks(probed: LifecycleMechanism) -> Finding {
+    let what = "lifecycle hooks";
+    match probed {
+        m @ LifecycleMechanism::BtfTracepoints => finding(
+            Status::Ok,
+            what,
+            format!("{m}: the kernel loaded and attached the tp_btf programs"),
+        ),
+        m @ LifecycleMechanism::Tracepoints { .. } => finding(
+            Status::MissingOptional,
+            what,
+            format!(
+                "{m}; detection works the same (with kernel BTF the kernel spares every fork, \
+                 exec and exit the building of a tracepoint record)"
+            ),
+        ),
     }
 }
 
@@ -321,12 +360,13 @@ mod tests {
         );
     }
 
-    /// A missing syscall tracepoint stops tracer only where the syscall hooks need it.
+    /// A missing classic tracepoint stops tracer only where its hook needs it.
     #[test]
-    fn syscall_tracepoints_are_required_only_without_trampolines() {
+    fn classic_tracepoints_are_required_only_without_their_btf_typed_programs() {
         let id = Path::new("/t/events/syscalls/sys_enter_mmap/id");
         let gone = || Err(std::io::Error::from_raw_os_error(libc::ENOENT));
-        let with_trampolines = tracepoint("syscalls", "sys_enter_mmap", id, gone(), true);
+        let typed = BtfTyped { syscalls: true, lifecycle: false };
+        let with_trampolines = tracepoint("syscalls", "sys_enter_mmap", id, gone(), typed);
         assert_eq!(
             with_trampolines.to_string(),
             "MISSING (optional) tracepoint syscalls:sys_enter_mmap: \
@@ -334,13 +374,24 @@ mod tests {
              error 2)): not needed while the syscall hooks run on BPF trampolines (only with \
              --hooks syscall-tracepoints, which needs CONFIG_FTRACE_SYSCALLS)"
         );
-        let without = tracepoint("syscalls", "sys_enter_mmap", id, gone(), false);
+        let without = tracepoint("syscalls", "sys_enter_mmap", id, gone(), BtfTyped::default());
         assert_eq!(without.status, Status::Missing);
         assert!(without.detail.ends_with("syscall tracepoints need CONFIG_FTRACE_SYSCALLS"));
-        // The lifecycle tracepoints are needed either way.
-        let exec = tracepoint("sched", "sched_process_exec", id, gone(), true);
+        // The lifecycle tracepoints, by their own mechanism.
+        let exec = tracepoint("sched", "sched_process_exec", id, gone(), typed);
         assert_eq!(exec.status, Status::Missing);
         assert!(exec.detail.ends_with("the kernel lacks this tracepoint"));
-        assert_eq!(tracepoint("syscalls", "x", id, Ok(()), false).status, Status::Ok);
+        let tp_btf = BtfTyped { syscalls: false, lifecycle: true };
+        let exec = tracepoint("sched", "sched_process_exec", id, gone(), tp_btf);
+        assert_eq!(exec.status, Status::MissingOptional);
+        assert!(
+            exec.detail.ends_with(
+                "not needed while the lifecycle hooks run on BTF tracepoints (only with --hooks \
+                 syscall-tracepoints, which needs this tracepoint)"
+            ),
+            "{}",
+            exec.detail
+        );
+        assert_eq!(tracepoint("syscalls", "x", id, Ok(()), tp_btf).status, Status::Ok);
     }
 }

@@ -21,7 +21,9 @@ use crate::export::otlp::{self, ExportStats, OtlpConfig, PipelineExport};
 use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
-use crate::kernel::detect::{DetectOptions, Detector, HookChoice, HookMechanism, Loss};
+use crate::kernel::detect::{
+    DetectOptions, Detector, HookChoice, HookMechanism, LifecycleMechanism, Loss,
+};
 use crate::kernel::ftrace_reader::ReaderStats;
 use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
 use crate::kernel::tracefs::Tracefs;
@@ -104,6 +106,8 @@ pub struct RunSummary {
     pub detection_recursion_misses: u64,
     /// The mechanism of the syscall hooks.
     pub hooks: Option<HookMechanism>,
+    /// The mechanism of the process-lifecycle hooks.
+    pub lifecycle_hooks: Option<LifecycleMechanism>,
     /// Detection records that did not decode.
     pub detection_decode_errors: u64,
     /// user_events sessions: the ftrace reader of tracer's instance.
@@ -207,6 +211,9 @@ impl RunSummary {
         eprintln!("tracer run summary:");
         if let Some(hooks) = &self.hooks {
             eprintln!("  detection hooks: {hooks}");
+        }
+        if let Some(lifecycle) = &self.lifecycle_hooks {
+            eprintln!("  lifecycle hooks: {lifecycle}");
         }
         eprintln!("  processes detected: {}", self.processes);
         if self.filtered_out > 0 {
@@ -341,6 +348,7 @@ pub async fn run(
     let mut summary = RunSummary {
         runtime_counters: metrics.is_enabled().then(RuntimeCounters::default),
         hooks: Some(detector.mechanism().clone()),
+        lifecycle_hooks: Some(detector.lifecycle().clone()),
         ..RunSummary::default()
     };
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
@@ -545,7 +553,7 @@ pub async fn run(
     let losses = summary.losses();
     let line = output::summary_line(&clock, "run", summary.events(), &losses)
         .with_unnamed_events(summary.unnamed_events)
-        .with_hooks(summary.hooks.as_ref());
+        .with_hooks(summary.hooks.as_ref(), summary.lifecycle_hooks.as_ref());
     sink.emit(&line);
     summary.otlp = export.finish(&mut sink, export_deadline).await;
     summary.output_error = sink.failure().map(|e| e.to_string());
