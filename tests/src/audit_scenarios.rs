@@ -59,13 +59,18 @@ pub fn config(hooks: HookChoice) -> AuditConfig {
     AuditConfig { hooks, ..AuditConfig::default() }
 }
 
-/// The summary's mechanism is the one chosen (`auto`: whichever the kernel took).
+/// The summary's mechanisms are the ones chosen (`auto`: whichever the kernel took).
 pub fn assert_hooks(summary: &AuditSummary, hooks: HookChoice) {
     let name = summary.hooks.as_ref().map(|h| h.name());
+    let lifecycle = summary.lifecycle_hooks.as_ref().map(|h| h.name());
     match hooks {
-        HookChoice::Trampolines => assert_eq!(name, Some("trampolines")),
-        HookChoice::SyscallTracepoints => assert_eq!(name, Some("syscall_tracepoints")),
-        HookChoice::Auto => assert!(name.is_some(), "{:?}", summary.hooks),
+        HookChoice::Trampolines => {
+            assert_eq!((name, lifecycle), (Some("trampolines"), Some("btf_tracepoints")))
+        }
+        HookChoice::SyscallTracepoints => {
+            assert_eq!((name, lifecycle), (Some("syscall_tracepoints"), Some("tracepoints")))
+        }
+        HookChoice::Auto => assert!(name.is_some() && lifecycle.is_some(), "{summary:?}"),
     }
 }
 

@@ -22,6 +22,13 @@ fn helper_sequence_is_reported_exactly() {
     audit_scenarios::helper_sequence_is_reported_exactly(HookChoice::Auto);
 }
 
+/// This host loads `tp_btf`, so `auto` runs the lifecycle hooks there; the classic tracepoint
+/// programs, chosen, report the same fork, exec and exit.
+#[test]
+fn helper_sequence_is_reported_exactly_on_classic_tracepoints() {
+    audit_scenarios::helper_sequence_is_reported_exactly(HookChoice::SyscallTracepoints);
+}
+
 #[test]
 fn registration_table_is_printed_on_request() {
     let mut audit = start_audit(AuditConfig { registrations: true, ..AuditConfig::default() });
@@ -69,6 +76,15 @@ fn preexisting_mapping_is_reported_from_procfs() {
 #[test]
 fn process_exit_comes_with_the_last_thread_not_the_leader() {
     audit_scenarios::process_exit_comes_with_the_last_thread_not_the_leader(HookChoice::Auto);
+}
+
+/// `group_dead` from the classic tracepoint's record (the test above: from the tp_btf
+/// argument).
+#[test]
+fn process_exit_comes_with_the_last_thread_on_classic_tracepoints() {
+    audit_scenarios::process_exit_comes_with_the_last_thread_not_the_leader(
+        HookChoice::SyscallTracepoints,
+    );
 }
 
 #[test]

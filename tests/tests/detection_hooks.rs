@@ -1,11 +1,14 @@
 //! The choice of hook mechanism on this host's real kernel, which refuses `fentry`/`fexit`
-//! loads with EPERM (kernel policy): `--hooks auto` falls back to syscall tracepoints and says
-//! why, `--hooks trampolines` fails saying what to do, and `tracer check` reports the same
-//! probe. The trampoline path itself runs in the VM (`tests/vm_detection.rs`).
+//! loads with EPERM (kernel policy) and loads `tp_btf`: `--hooks auto` falls back to syscall
+//! tracepoints and says why while the lifecycle hooks run on BTF tracepoints, `--hooks
+//! trampolines` fails saying what to do, and `tracer check` reports the same probe. The
+//! trampoline path itself runs in the VM (`tests/vm_detection.rs`).
 use std::process::Command;
 
 use tests::process::tracer_binary;
-use tracer::kernel::detect::{DetectOptions, Detector, HookChoice, HookMechanism};
+use tracer::kernel::detect::{
+    DetectOptions, Detector, HookChoice, HookMechanism, LifecycleMechanism,
+};
 
 /// The kernel's answer to loading the first trampoline program.
 const REFUSAL: &str = "BPF trampolines refused: loading fexit_memfd_create for a trampoline on \
@@ -19,6 +22,7 @@ async fn auto_falls_back_to_syscall_tracepoints_and_says_why() {
         detector.mechanism(),
         &HookMechanism::SyscallTracepoints { why: REFUSAL.to_string() }
     );
+    assert_eq!(detector.lifecycle(), &LifecycleMechanism::BtfTracepoints);
     // No user_events here: no ioctl hook; kernel BTF: the memfd hooks.
     assert_eq!(
         detector.attached(),
@@ -26,10 +30,10 @@ async fn auto_falls_back_to_syscall_tracepoints_and_says_why() {
             "sys_enter_memfd_create",
             "sys_enter_mmap",
             "sys_enter_bind",
-            "task_newtask",
-            "sched_process_fork",
-            "sched_process_exec",
-            "sched_process_exit"
+            "btf_task_newtask",
+            "btf_sched_process_fork",
+            "btf_sched_process_exec",
+            "btf_sched_process_exit"
         ]
     );
     // Detached, the programs stay loaded: the summary still reads each one's statistics.
@@ -45,7 +49,20 @@ async fn syscall_tracepoints_can_be_chosen() {
         DetectOptions { hooks: HookChoice::SyscallTracepoints, ..DetectOptions::for_targets(&[]) };
     let detector = Detector::attach(&options).expect("attach");
     let why = "chosen with --hooks syscall-tracepoints".to_string();
-    assert_eq!(detector.mechanism(), &HookMechanism::SyscallTracepoints { why });
+    assert_eq!(detector.mechanism(), &HookMechanism::SyscallTracepoints { why: why.clone() });
+    assert_eq!(detector.lifecycle(), &LifecycleMechanism::Tracepoints { why });
+    assert_eq!(
+        detector.attached(),
+        [
+            "sys_enter_memfd_create",
+            "sys_enter_mmap",
+            "sys_enter_bind",
+            "task_newtask",
+            "sched_process_fork",
+            "sched_process_exec",
+            "sched_process_exit"
+        ]
+    );
 }
 
 #[test]
@@ -82,5 +99,14 @@ fn check_reports_the_mechanism_auto_would_use() {
              process pays a few tens of ns): {REFUSAL}; detection works the same (a kernel with \
              BTF, BPF trampolines and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS costs less)"
         )
+    );
+    let lifecycle = stdout.lines().find(|l| l.contains("lifecycle hooks:"));
+    assert_eq!(
+        lifecycle,
+        Some(
+            "OK                 lifecycle hooks: BTF tracepoints (tp_btf): the kernel loaded and \
+             attached the tp_btf programs"
+        ),
+        "{stdout}"
     );
 }

@@ -238,8 +238,8 @@ fn tracer_check_on_this_host() {
         "{}",
         btf.detail
     );
-    // The detection hooks finding is checked in tests/detection_hooks.rs.
-    assert_eq!(findings.len(), 6 + tracepoints().count() + 2);
+    // The detection and lifecycle hooks findings are checked in tests/detection_hooks.rs.
+    assert_eq!(findings.len(), 7 + tracepoints().count() + 2);
     assert!(!required_missing(&findings));
     // The scratch instance is gone.
     let leftover = std::fs::read_dir("/sys/kernel/tracing/instances")

@@ -465,12 +465,10 @@ fn one_of_each_kind() -> Vec<Value> {
     lines.push(json_of(&Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, ftrace)));
     let losses = [LossCount { source: "output", reason: "write_failed", count: 2 }];
     lines.push(json_of(
-        &summary_line(&clock, "run", 5, &losses)
-            .with_unnamed_events(2)
-            .with_hooks(
-                Some(&crate::kernel::detect::HookMechanism::Trampolines),
-                Some(&crate::kernel::detect::LifecycleMechanism::BtfTracepoints),
-            ),
+        &summary_line(&clock, "run", 5, &losses).with_unnamed_events(2).with_hooks(
+            Some(&crate::kernel::detect::HookMechanism::Trampolines),
+            Some(&crate::kernel::detect::LifecycleMechanism::BtfTracepoints),
+        ),
     ));
     lines
 }
