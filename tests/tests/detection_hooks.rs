@@ -33,7 +33,8 @@ async fn auto_falls_back_to_syscall_tracepoints_and_says_why() {
             "btf_task_newtask",
             "btf_sched_process_fork",
             "btf_sched_process_exec",
-            "btf_sched_process_exit"
+            // 6.18's sched_process_exit passes group_dead.
+            "btf_sched_process_exit_group"
         ]
     );
     // Detached, the programs stay loaded: the summary still reads each one's statistics.

@@ -400,10 +400,8 @@ pub struct Config {
     pub enabler_values_offset: u32,
     pub user_event_name_offset: u32,
     /// For the BTF-typed lifecycle programs (`tp_btf`, docs/protocol/bpf-detection.md §10):
-    /// `linux_binprm.filename`, and non-zero when `sched_process_exit` passes `group_dead`
-    /// (its second argument). They use `task_pid_offset` too.
+    /// `linux_binprm.filename`. They use `task_pid_offset` too.
     pub binprm_filename_offset: u32,
-    pub btf_exit_group_dead: u32,
 }
 
 #[cfg(feature = "user")]

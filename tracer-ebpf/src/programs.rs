@@ -938,8 +938,6 @@ trait LifecycleArgs {
     /// `sched_process_exec`: copies the executed file's name into `buf`; its length, or the
     /// helper's error.
     fn exec_filename(&self, cfg: &Config, buf: &mut [u8]) -> i32;
-    /// `sched_process_exit`: whether this exit ends the thread group, where the kernel says.
-    fn group_dead(&self, cfg: &Config) -> Option<bool>;
 }
 
 impl LifecycleArgs for TracePointContext {
@@ -981,23 +979,11 @@ impl LifecycleArgs for TracePointContext {
             }
         }
     }
-
-    #[inline(always)]
-    fn group_dead(&self, cfg: &Config) -> Option<bool> {
-        if cfg.exit_group_dead_offset == 0 {
-            return None;
-        }
-        // SAFETY: offset from the format file, checked to be a 1-byte field in the record.
-        Some(
-            unsafe { self.read_at::<u8>(cfg.exit_group_dead_offset as usize) }
-                .is_ok_and(|v| v != 0),
-        )
-    }
 }
 
 /// `tp_btf` arguments are the tracepoint's own (after its hidden `void *__data`):
 /// `task_newtask(task, clone_flags)`, `sched_process_fork(parent, child)`,
-/// `sched_process_exec(p, old_pid, bprm)`, `sched_process_exit(p[, group_dead])`.
+/// `sched_process_exec(p, old_pid, bprm)`.
 impl LifecycleArgs for BtfTracePointContext {
     #[inline(always)]
     fn new_task(&self, cfg: &Config) -> Option<(u32, u64)> {
@@ -1025,12 +1011,6 @@ impl LifecycleArgs for BtfTracePointContext {
             Ok(s) => s.len() as i32,
             Err(e) => e as i32,
         }
-    }
-
-    #[inline(always)]
-    fn group_dead(&self, cfg: &Config) -> Option<bool> {
-        // A `bool` argument: its low byte.
-        (cfg.btf_exit_group_dead != 0).then(|| self.arg::<u64>(1) as u8 != 0)
     }
 }
 
@@ -1149,32 +1129,46 @@ fn executed(args: &impl LifecycleArgs) -> u32 {
     0
 }
 
-/// Whether this thread's exit ends its process. The last thread to exit need not be the leader
-/// (the leader may have exited first), so the tracepoint's `group_dead` decides where the kernel
-/// has it; older kernels only offer the leader's exit.
+/// `sched_process_exit`'s `group_dead` from the classic tracepoint's record, where the kernel
+/// has the field.
 #[inline(always)]
-fn ends_process(args: &impl LifecycleArgs, pid_tgid: u64) -> bool {
-    match config().and_then(|cfg| args.group_dead(cfg)) {
-        Some(group_dead) => group_dead,
-        None => pid_tgid as u32 == (pid_tgid >> 32) as u32,
+fn record_group_dead(ctx: &TracePointContext) -> Option<bool> {
+    let cfg = config()?;
+    if cfg.exit_group_dead_offset == 0 {
+        return None;
     }
+    // SAFETY: offset from the format file, checked to be a 1-byte field in the record.
+    Some(unsafe { ctx.read_at::<u8>(cfg.exit_group_dead_offset as usize) }.is_ok_and(|v| v != 0))
 }
 
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
-    exited(&ctx)
+    exited(record_group_dead(&ctx))
 }
 
+/// For kernels whose `sched_process_exit(p)` has no `group_dead` (6.12): the verifier refuses a
+/// program that reads an argument the prototype lacks, so each prototype has its own program.
 #[btf_tracepoint(function = "sched_process_exit")]
-pub fn btf_sched_process_exit(ctx: BtfTracePointContext) -> u32 {
-    exited(&ctx)
+pub fn btf_sched_process_exit(_ctx: BtfTracePointContext) -> u32 {
+    exited(None)
 }
 
+/// For kernels whose `sched_process_exit(p, group_dead)` says whether the thread group died.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn btf_sched_process_exit_group(ctx: BtfTracePointContext) -> u32 {
+    // A `bool` argument: its low byte.
+    exited(Some(ctx.arg::<u64>(1) as u8 != 0))
+}
+
+/// `group_dead`: whether this thread's exit ends its process, where the kernel says. The last
+/// thread to exit need not be the leader (the leader may have exited first); kernels without
+/// it only offer the leader's exit.
 #[inline(always)]
-fn exited(args: &impl LifecycleArgs) -> u32 {
+fn exited(group_dead: Option<bool>) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if !ends_process(args, pid_tgid) {
+    let leader = pid_tgid as u32 == tgid;
+    if !group_dead.unwrap_or(leader) {
         return 0;
     }
     forget_memfds(tgid);

@@ -26,6 +26,9 @@ pub struct KernelOffsets {
     /// What the `tp_btf` lifecycle programs read (§10): the tracepoints' arguments as the
     /// programs expect them, `task_struct.pid` and `linux_binprm.filename`.
     pub lifecycle: Result<(), String>,
+    /// Whether `sched_process_exit` passes `group_dead` (its second argument): which of the two
+    /// `tp_btf` exit programs the kernel's verifier takes.
+    pub exit_group_dead: bool,
 }
 
 /// (tracepoint, the arguments its `tp_btf` program reads: the fewest its prototype may have).
@@ -56,6 +59,7 @@ pub fn kernel_offsets() -> KernelOffsets {
                 syscall_args: why.clone(),
                 enablers: why.clone(),
                 lifecycle: why,
+                exit_group_dead: false,
             }
         }
     }
@@ -86,6 +90,7 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
             Err(e) => Err(format!("{VMLINUX_BTF}: {e}")),
         },
     );
+    let mut exit_group_dead = false;
     let lifecycle = (|| {
         for (tracepoint, wanted) in LIFECYCLE_TRACEPOINT_ARGS {
             let args =
@@ -97,7 +102,7 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
                 ));
             }
             if tracepoint == "sched_process_exit" {
-                c.btf_exit_group_dead = u32::from(args >= 2);
+                exit_group_dead = args >= 2;
             }
         }
         found((|| {
@@ -118,7 +123,7 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
         c.user_event_name_offset = offset("user_event", "reg_name")?;
         Ok(())
     })());
-    Ok(KernelOffsets { config: c, memfd, syscall_args, enablers, lifecycle })
+    Ok(KernelOffsets { config: c, memfd, syscall_args, enablers, lifecycle, exit_group_dead })
 }
 
 #[cfg(test)]
@@ -152,6 +157,6 @@ mod tests {
             c.binprm_filename_offset,
             btf.member_offset("linux_binprm", "filename").unwrap()
         );
-        assert_eq!(c.btf_exit_group_dead, 1);
+        assert!(offsets.exit_group_dead);
     }
 }

@@ -85,6 +85,9 @@ pub struct LifecycleHook {
     pub program: &'static str,
     /// On the BTF-typed tracepoint (`tp_btf`: reads the kernel's arguments, no record built).
     pub btf_program: &'static str,
+    /// The `tp_btf` program for kernels whose `sched_process_exit` also passes `group_dead`
+    /// (the verifier refuses a program reading an argument the prototype lacks).
+    pub btf_group_dead_program: Option<&'static str>,
 }
 
 /// The process lifecycle hooks. Not syscall tracepoints, so they put no task on the syscall
@@ -96,24 +99,28 @@ pub const LIFECYCLE_HOOKS: [LifecycleHook; 4] = [
         tracepoint: "task_newtask",
         program: "task_newtask",
         btf_program: "btf_task_newtask",
+        btf_group_dead_program: None,
     },
     LifecycleHook {
         category: "sched",
         tracepoint: "sched_process_fork",
         program: "sched_process_fork",
         btf_program: "btf_sched_process_fork",
+        btf_group_dead_program: None,
     },
     LifecycleHook {
         category: "sched",
         tracepoint: "sched_process_exec",
         program: "sched_process_exec",
         btf_program: "btf_sched_process_exec",
+        btf_group_dead_program: None,
     },
     LifecycleHook {
         category: "sched",
         tracepoint: "sched_process_exit",
         program: "sched_process_exit",
         btf_program: "btf_sched_process_exit",
+        btf_group_dead_program: Some("btf_sched_process_exit_group"),
     },
 ];
 
@@ -546,7 +553,8 @@ fn attach_btf_programs(
     let attempts = with_kernel_btf("the BTF-typed programs", |btf| {
         let syscalls =
             needs(&offsets.syscall_args).and_then(|()| attach_trampolines(ebpf, hooks, btf));
-        let lifecycle = needs(&offsets.lifecycle).and_then(|()| attach_btf_tracepoints(ebpf, btf));
+        let lifecycle = needs(&offsets.lifecycle)
+            .and_then(|()| attach_btf_tracepoints(ebpf, btf, offsets.exit_group_dead));
         Ok((syscalls, lifecycle))
     });
     let (syscalls, lifecycle) = match attempts {
@@ -658,48 +666,86 @@ fn attach_trampolines(
     if !cfg!(target_arch = "x86_64") {
         bail!("the trampoline programs hook x86-64 syscall functions (__x64_sys_*)");
     }
-    let mut links = Vec::with_capacity(hooks.len());
-    for hook in hooks {
-        let (prog_name, function) = hook.trampoline;
-        let program: &mut FExit = ebpf
-            .program_mut(prog_name)
-            .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
-            .try_into()?;
-        program
-            .load(function, btf)
-            .map_err(|e| load_error(prog_name, e))
-            .with_context(|| format!("loading {prog_name} for a trampoline on {function}"))?;
-        let id = program
-            .attach()
-            .with_context(|| format!("attaching {prog_name} to a trampoline on {function}"))?;
-        let link = program.take_link(id).context("taking the link")?;
-        links.push((prog_name, Link::Trampoline { _link: link }));
-    }
-    Ok(links)
+    attach_btf_typed::<FExit>(
+        ebpf,
+        btf,
+        hooks.iter().map(|hook| hook.trampoline),
+        "a trampoline on",
+    )
 }
 
-/// Loads and attaches the `tp_btf` program of every lifecycle hook; on the first refusal the
-/// ones attached so far are detached (dropped).
+/// Loads and attaches the `tp_btf` program of every lifecycle hook (the exit one for this
+/// kernel's prototype); on the first refusal the ones attached so far are detached (dropped).
 fn attach_btf_tracepoints(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
+    exit_group_dead: bool,
 ) -> anyhow::Result<Vec<(&'static str, Link)>> {
-    let mut links = Vec::with_capacity(LIFECYCLE_HOOKS.len());
-    for hook in LIFECYCLE_HOOKS {
-        let (prog_name, tracepoint) = (hook.btf_program, hook.tracepoint);
-        let program: &mut BtfTracePoint = ebpf
+    let programs = LIFECYCLE_HOOKS.iter().map(|hook| {
+        let program = match hook.btf_group_dead_program {
+            Some(program) if exit_group_dead => program,
+            _ => hook.btf_program,
+        };
+        (program, hook.tracepoint)
+    });
+    attach_btf_typed::<BtfTracePoint>(ebpf, btf, programs, "tp_btf")
+}
+
+/// The kinds of BTF-typed program tracer attaches: loaded against a kernel function or
+/// tracepoint found by name in kernel BTF, attached with no further argument.
+trait BtfTypedProgram {
+    fn load_against(&mut self, target: &str, btf: &aya::Btf) -> Result<(), ProgramError>;
+    fn attach_link(&mut self) -> anyhow::Result<Link>;
+}
+
+impl BtfTypedProgram for FExit {
+    fn load_against(&mut self, function: &str, btf: &aya::Btf) -> Result<(), ProgramError> {
+        self.load(function, btf)
+    }
+
+    fn attach_link(&mut self) -> anyhow::Result<Link> {
+        let id = self.attach()?;
+        Ok(Link::Trampoline { _link: self.take_link(id).context("taking the link")? })
+    }
+}
+
+impl BtfTypedProgram for BtfTracePoint {
+    fn load_against(&mut self, tracepoint: &str, btf: &aya::Btf) -> Result<(), ProgramError> {
+        self.load(tracepoint, btf)
+    }
+
+    fn attach_link(&mut self) -> anyhow::Result<Link> {
+        let id = self.attach()?;
+        Ok(Link::BtfTracepoint { _link: self.take_link(id).context("taking the link")? })
+    }
+}
+
+/// Loads and attaches each (program, target) as a `P`; on the first refusal the ones attached
+/// so far are detached (dropped) and the error names the program and its target (`what`
+/// describes the target in messages).
+fn attach_btf_typed<P: BtfTypedProgram>(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    programs: impl Iterator<Item = (&'static str, &'static str)>,
+    what: &str,
+) -> anyhow::Result<Vec<(&'static str, Link)>>
+where
+    for<'a> &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let mut links = Vec::new();
+    for (prog_name, target) in programs {
+        let program: &mut P = ebpf
             .program_mut(prog_name)
             .ok_or_else(|| anyhow!("the BPF object has no program {prog_name}"))?
             .try_into()?;
         program
-            .load(tracepoint, btf)
+            .load_against(target, btf)
             .map_err(|e| load_error(prog_name, e))
-            .with_context(|| format!("loading {prog_name} for tp_btf {tracepoint}"))?;
-        let id = program
-            .attach()
-            .with_context(|| format!("attaching {prog_name} to tp_btf {tracepoint}"))?;
-        let link = program.take_link(id).context("taking the link")?;
-        links.push((prog_name, Link::BtfTracepoint { _link: link }));
+            .with_context(|| format!("loading {prog_name} for {what} {target}"))?;
+        let link = program
+            .attach_link()
+            .with_context(|| format!("attaching {prog_name} to {what} {target}"))?;
+        links.push((prog_name, link));
     }
     Ok(links)
 }

@@ -249,41 +249,43 @@ fn kernel_btf() -> Finding {
 /// What loading and attaching the trampoline programs as `tracer audit` would (reporting
 /// nothing) found.
 fn detection_hooks(probed: HookMechanism) -> Finding {
-    let what = "detection hooks";
-    match probed {
-        m @ HookMechanism::Trampolines => finding(
-            Status::Ok,
-            what,
-            format!("{m}: the kernel loaded and attached the fexit programs"),
-        ),
-        m @ HookMechanism::SyscallTracepoints { .. } => finding(
-            Status::MissingOptional,
-            what,
-            format!(
-                "{m}; detection works the same (a kernel with BTF, BPF trampolines and \
-                 CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS costs less)"
-            ),
-        ),
-    }
+    let typed = probed == HookMechanism::Trampolines;
+    mechanism_finding(
+        "detection hooks",
+        probed,
+        typed,
+        "the kernel loaded and attached the fexit programs",
+        "detection works the same (a kernel with BTF, BPF trampolines and \
+         CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS costs less)",
+    )
 }
 
 /// What loading and attaching the lifecycle hooks' tp_btf programs found.
 fn lifecycle_hooks(probed: LifecycleMechanism) -> Finding {
-    let what = "lifecycle hooks";
-    match probed {
-        m @ LifecycleMechanism::BtfTracepoints => finding(
-            Status::Ok,
-            what,
-            format!("{m}: the kernel loaded and attached the tp_btf programs"),
-        ),
-        m @ LifecycleMechanism::Tracepoints { .. } => finding(
-            Status::MissingOptional,
-            what,
-            format!(
-                "{m}; detection works the same (with kernel BTF the kernel spares every fork, \
-                 exec and exit the building of a tracepoint record)"
-            ),
-        ),
+    let typed = probed == LifecycleMechanism::BtfTracepoints;
+    mechanism_finding(
+        "lifecycle hooks",
+        probed,
+        typed,
+        "the kernel loaded and attached the tp_btf programs",
+        "detection works the same (with kernel BTF the kernel spares every fork, exec and exit \
+         the building of a tracepoint record)",
+    )
+}
+
+/// OK when the hooks run on their BTF-typed programs (`typed`), else optional: detection
+/// works either way.
+fn mechanism_finding(
+    what: &str,
+    mechanism: impl std::fmt::Display,
+    typed: bool,
+    loaded: &str,
+    fallback: &str,
+) -> Finding {
+    if typed {
+        finding(Status::Ok, what, format!("{mechanism}: {loaded}"))
+    } else {
+        finding(Status::MissingOptional, what, format!("{mechanism}; {fallback}"))
     }
 }
 
