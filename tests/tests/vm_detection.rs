@@ -4,7 +4,7 @@
 //! the kernel refuses it), and both must report exactly the same.
 //! Runs inside the VM (`cargo xtask vm-test --test vm_detection`).
 use tests::audit_scenarios::*;
-use tracer::kernel::detect::{DetectOptions, Detector, HookMechanism};
+use tracer::kernel::detect::{DetectOptions, Detector, HookMechanism, LifecycleMechanism};
 
 tests::test_with_both_mechanisms! {
     helper_sequence_is_reported_exactly;
@@ -17,11 +17,12 @@ tests::test_with_both_mechanisms! {
 }
 
 /// `auto` takes the trampolines here, for every hook this kernel has (user_events included),
-/// and attaches no syscall tracepoint.
+/// and the BTF tracepoints for the lifecycle: it attaches no classic tracepoint.
 #[tokio::test(flavor = "current_thread")]
 async fn auto_uses_trampolines_for_every_syscall_hook() {
     let detector = Detector::attach(&DetectOptions::for_targets(&[])).expect("attach");
     assert_eq!(detector.mechanism(), &HookMechanism::Trampolines);
+    assert_eq!(detector.lifecycle(), &LifecycleMechanism::BtfTracepoints);
     assert_eq!(
         detector.attached(),
         [
@@ -29,10 +30,11 @@ async fn auto_uses_trampolines_for_every_syscall_hook() {
             "fexit_mmap",
             "fexit_bind",
             "fexit_ioctl",
-            "task_newtask",
-            "sched_process_fork",
-            "sched_process_exec",
-            "sched_process_exit"
+            "btf_task_newtask",
+            "btf_sched_process_fork",
+            "btf_sched_process_exec",
+            // 6.12's sched_process_exit passes no group_dead.
+            "btf_sched_process_exit"
         ]
     );
 }

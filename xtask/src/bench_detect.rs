@@ -7,6 +7,9 @@
 //!    ≤ 5 %.
 //! 3. Latency from `mmap` returning in the helper (CLOCK_MONOTONIC) to the JSON line arriving on
 //!    tracer's stdout pipe (CLOCK_MONOTONIC at reception) — target p99 ≤ 1 ms.
+//! 4. A fork+exit+wait loop without tracer, with its default hooks and with classic tracepoints
+//!    only: what the process-lifecycle hooks cost per mechanism (docs/protocol/bpf-detection.md
+//!    §10).
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -21,6 +24,7 @@ const ROUNDS: usize = 5;
 const MMAP_OPS: &str = "200000";
 const IOCTL_OPS: &str = "1000000";
 const GETPPID_OPS: &str = "1000000";
+const FORK_OPS: &str = "2000";
 const LATENCY_SAMPLES: usize = 500;
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// Logged by `tracer audit` once its programs are attached.
@@ -45,20 +49,29 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
     let (mut mmap_base, mut mmap_traced, mut ioctl_base, mut ioctl_traced) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut getppid_base, mut getppid_traced) = (Vec::new(), Vec::new());
+    // fork loops: without tracer, with the default hooks, with classic tracepoints only.
+    let (mut fork_base, mut fork_auto, mut fork_classic) = (Vec::new(), Vec::new(), Vec::new());
     let mut latencies = Vec::new();
+    let mut lifecycle = String::new();
     for round in 0..ROUNDS {
         eprintln!("bench detect: round {}/{ROUNDS}", round + 1);
         mmap_base.push(ns_per_op(helper, "mmap-loop", MMAP_OPS)?);
         ioctl_base.push(ns_per_op(helper, "ioctl-loop", IOCTL_OPS)?);
         getppid_base.push(ns_per_op(helper, "getppid-loop", GETPPID_OPS)?);
+        fork_base.push(ns_per_op(helper, "fork-loop", FORK_OPS)?);
         let mut t = Tracer::start(tracer, &["audit"], ATTACHED)?;
         mmap_traced.push(ns_per_op(helper, "mmap-loop", MMAP_OPS)?);
         ioctl_traced.push(ns_per_op(helper, "ioctl-loop", IOCTL_OPS)?);
         getppid_traced.push(ns_per_op(helper, "getppid-loop", GETPPID_OPS)?);
+        fork_auto.push(ns_per_op(helper, "fork-loop", FORK_OPS)?);
         if round == 0 {
             latencies = latency(helper, &mut t)?;
         }
-        t.stop()?;
+        lifecycle = summary_value(&t.stop()?, "lifecycle hooks: ")?;
+        let classic =
+            Tracer::start(tracer, &["audit", "--hooks", "syscall-tracepoints"], ATTACHED)?;
+        fork_classic.push(ns_per_op(helper, "fork-loop", FORK_OPS)?);
+        classic.stop()?;
     }
 
     // (1) per-program cost, from tracer's summary.
@@ -73,10 +86,7 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
         bail!("tracer printed no program statistics:\n{summary}");
     }
 
-    let mechanism = summary
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("detection hooks: "))
-        .context("tracer's summary names no detection hooks")?;
+    let mechanism = summary_value(&summary, "detection hooks: ")?;
     let mut r = String::new();
     r += &context_line("cargo xtask bench detect");
     r += &format!("tracer's detection hooks here: {mechanism}\n\n");
@@ -146,6 +156,16 @@ fn measure(tracer: &Path, helper: &Path) -> anyhow::Result<String> {
         percentile(&latencies, 0.99),
         latencies.last().copied().unwrap_or(0.0)
     );
+    let (b, auto, classic) =
+        (median(&mut fork_base), median(&mut fork_auto), median(&mut fork_classic));
+    r += &format!(
+        "\n(4) Process lifecycle: fork + exit + wait of an untracked child, median of {ROUNDS} \
+         rounds (ns per operation): without tracer {b:.0}; with `tracer audit` ({lifecycle}) \
+         {auto:.0} ({:.3}×); with `tracer audit --hooks syscall-tracepoints` (classic \
+         tracepoints) {classic:.0} ({:.3}×).\n",
+        auto / b,
+        classic / b
+    );
     r += READING_THE_NUMBERS;
     Ok(r)
 }
@@ -168,6 +188,15 @@ Reading the numbers:
   allows them (docs/protocol/bpf-detection.md §8); on a host that refuses them this table
   measures the fallback, and `cargo xtask vm-test --bench` measures both in the VM.
 ";
+
+/// What tracer's stderr summary says after `label` (`detection hooks: `, …).
+fn summary_value(summary: &str, label: &str) -> anyhow::Result<String> {
+    summary
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(label))
+        .map(str::to_string)
+        .with_context(|| format!("tracer's summary has no {label:?} line:\n{summary}"))
+}
 
 /// `    <program>: runs=<n> avg_ns=<x>` lines of tracer's summary.
 fn parse_program_stats(summary: &str) -> Vec<(String, u64, f64)> {

@@ -16,9 +16,10 @@
 //!   second thread and ends the main (leader) thread alone; the second thread waits for that exit,
 //!   maps a `doublemapper` memfd, prints `leader_gone` with its tid, and on a stdin line exits the
 //!   process. The process ends with that thread, not with its leader.
-//! * `mmap-loop N`, `ioctl-loop N`, `getppid-loop N` — what every process on the machine pays
-//!   for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on /dev/null / N getppid()
-//!   (a syscall tracer hooks nothing of); prints `{"ns_per_op":…}` (benchmarks).
+//! * `mmap-loop N`, `ioctl-loop N`, `getppid-loop N`, `fork-loop N` — what every process on the
+//!   machine pays for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on /dev/null /
+//!   N getppid() (a syscall tracer hooks nothing of) / N fork+exit+wait (the lifecycle hooks);
+//!   prints `{"ns_per_op":…}` (benchmarks).
 //! * `latency N` — N children one after another, each mapping a fresh `dotnet_ipc_created`
 //!   memfd and printing `{"mapped_mono_ns":…,"addr":…,"pid":…}` with CLOCK_MONOTONIC read right after
 //!   mmap returned.
@@ -268,6 +269,23 @@ fn getppid_loop(n: u64) {
     say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
 }
 
+/// fork, the child exits at once, the parent reaps it: what the lifecycle hooks (task_newtask,
+/// sched_process_fork, sched_process_exit) cost a process tracer does not track.
+fn fork_loop(n: u64) {
+    let start = Instant::now();
+    for _ in 0..n {
+        // SAFETY: the child only calls _exit; this helper is single-threaded.
+        let child = check(unsafe { libc::fork() }, "fork");
+        if child == 0 {
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        // SAFETY: reaps the child just forked.
+        check(unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) }, "waitpid");
+    }
+    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+}
+
 fn ioctl_loop(n: u64) {
     // SAFETY: valid path.
     let fd = check(unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) }, "open");
@@ -350,6 +368,7 @@ fn main() {
         Some("mmap-loop") => mmap_loop(count()),
         Some("ioctl-loop") => ioctl_loop(count()),
         Some("getppid-loop") => getppid_loop(count()),
+        Some("fork-loop") => fork_loop(count()),
         Some("latency") => latency(count()),
         Some("map-repeat") => map_repeat(count()),
         Some("fork-burst") => fork_burst(count()),
@@ -357,7 +376,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: detect_helper sequence|map-and-hold|map-fails|leader-exits-first|mmap-loop N|\
-                 getppid-loop N|map-repeat N|fork-burst N|bind NAME...|\
+                 getppid-loop N|fork-loop N|map-repeat N|fork-burst N|bind NAME...|\
                  ioctl-loop N|latency N"
             );
             std::process::exit(2);
