@@ -122,13 +122,18 @@ pub fn drive_sequence(audit: Option<&mut Audit>, mut helper: LineProcess) -> Seq
     let registered = json(&mut helper);
     assert_eq!(registered["phase"], "registered");
     let pid = pid_of(&registered);
-    // Let tracer see the ioctl while the fd is open, so the /proc fd check can answer (on a
-    // kernel with user_events: elsewhere the ioctl hooks are not attached).
     let mut audit = audit;
-    if let Some(a) = audit.as_deref_mut().filter(|_| kernel_has_user_events()) {
-        a.wait_for("the helper's user_events_register", timeout(), |v| {
-            is(v, "user_events_register", pid)
-        });
+    if let Some(a) = audit.as_deref_mut() {
+        // The mapping's line first: on syscall tracepoints its address is read from
+        // /proc/<pid>/maps, which a process that has exited no longer has.
+        a.wait_for("the helper's mapping", timeout(), |v| is(v, "dotnet_ipc_ready", pid));
+        // Let tracer see the ioctl while the fd is open, so the /proc fd check can answer (on
+        // a kernel with user_events: elsewhere the ioctl hooks are not attached).
+        if kernel_has_user_events() {
+            a.wait_for("the helper's user_events_register", timeout(), |v| {
+                is(v, "user_events_register", pid)
+            });
+        }
     }
     helper.send_line("go").unwrap();
     let done = json(&mut helper);

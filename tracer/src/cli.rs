@@ -313,11 +313,14 @@ pub struct RunArgs {
 /// `--hooks`, of `run` and `audit`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct HookArgs {
-    /// How the detection programs hook syscalls. `auto`: BPF trampolines (fexit on the
-    /// kernel's syscall functions: only those syscalls pay) where the kernel loads them, else
-    /// syscall tracepoints (while attached, every syscall of every process pays a few tens of
-    /// ns). The start-up log, the summary, `tracer check` and the
-    /// tracer_detection_hooks metric say which one runs.
+    /// How the detection programs hook the kernel. `auto`: the syscall hooks on BPF trampolines
+    /// (fexit on the kernel's syscall functions: only those syscalls pay) where the kernel
+    /// loads them, else on syscall tracepoints (while attached, every syscall of every process
+    /// pays a few tens of ns); the fork/exec/exit hooks on BTF tracepoints (tp_btf) where the
+    /// kernel loads them, else on the classic sched/task tracepoints. `trampolines`: the
+    /// BTF-typed programs or fail; `syscall-tracepoints`: classic tracepoints only. The
+    /// start-up log, the summary, `tracer check` and (for the syscall hooks) the
+    /// tracer_detection_hooks metric say which run.
     #[arg(long, value_enum, default_value_t = HookChoice::Auto)]
     pub hooks: HookChoice,
 }
