@@ -505,6 +505,10 @@ fn memfd_kind_of(name: &[u8]) -> Option<MemfdKind> {
     }
 }
 
+/// The errno a string field carries (negated, as the helpers return theirs) when the pointer
+/// to the string could not be read.
+const EFAULT: i32 = 14;
+
 /// Reads a plain value of kernel memory at `base + offset`.
 #[inline(always)]
 fn kernel_value_at<T: Copy>(base: *const u8, offset: u32) -> Option<T> {
@@ -1004,7 +1008,7 @@ impl LifecycleArgs for BtfTracePointContext {
     #[inline(always)]
     fn exec_filename(&self, cfg: &Config, buf: &mut [u8]) -> i32 {
         let Some(name) = kernel_ptr_at(self.arg::<*const u8>(2), cfg.binprm_filename_offset) else {
-            return -1;
+            return -EFAULT;
         };
         // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
         match unsafe { bpf_probe_read_kernel_str_bytes(name, buf) } {
@@ -1258,7 +1262,7 @@ pub fn user_events_enablers(ctx: *mut core::ffi::c_void) -> i32 {
                 Ok(s) => s.len() as i32,
                 Err(e) => e as i32,
             },
-            None => -14, // EFAULT
+            None => -EFAULT,
         };
         // SAFETY: `seq` is the iterator's seq_file; `rec` is a plain struct of that size.
         unsafe {
