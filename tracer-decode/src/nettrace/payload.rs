@@ -245,12 +245,18 @@ fn decode_into<'m, S: Sink<'m>>(
         return decoder.fields(&meta.fields);
     }
     if let Some(runtime) = meta.runtime_event {
-        // A layout the payload fills exactly wins; else the first that decodes (its extra bytes
-        // kept as `raw_tail`); else the first error. With a version (nettrace) there is one.
+        // With a version (nettrace) there is one layout: decoded straight, its extra bytes kept
+        // as `raw_tail`.
+        if let Some(version) = meta.version {
+            let layout = runtime.layout_for(version);
+            return Decoder::new(payload, pointer_size, sink).runtime_fields(layout).map(drop);
+        }
+        // Without (user_events): a layout the payload fills exactly wins; else the first that
+        // decodes (its extra bytes kept as `raw_tail`); else the first error.
         let mark = sink.mark();
         let mut first_decoded = None;
         let mut first_error = None;
-        for layout in runtime.layouts_for(meta.version) {
+        for layout in runtime.layouts_newest_first() {
             match Decoder::new(payload, pointer_size, sink).runtime_fields(layout) {
                 Ok(Fill::Exact) => return Ok(()),
                 Ok(Fill::WithTail) => {

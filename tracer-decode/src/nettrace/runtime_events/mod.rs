@@ -104,18 +104,16 @@ pub struct RuntimeEvent {
 }
 
 impl RuntimeEvent {
-    /// Layouts to try: the newest template not newer than `version`, or — when the version was
-    /// not transmitted (user_events) — every template newest first (the decoder prefers one
-    /// that the payload fills exactly).
-    pub(crate) fn layouts_for(
-        &self,
-        version: Option<u32>,
-    ) -> impl Iterator<Item = &'static [RuntimeField]> {
+    /// Every template, newest first: what a record without a version (user_events) may have
+    /// been written with (the decoder prefers one that the payload fills exactly).
+    pub(crate) fn layouts_newest_first(&self) -> impl Iterator<Item = &'static [RuntimeField]> {
+        self.versions.iter().rev().map(|(_, fields)| *fields)
+    }
+
+    /// The newest template not newer than `version` (the oldest for a version before them all).
+    pub(crate) fn layout_for(&self, version: u32) -> &'static [RuntimeField] {
         let versions = self.versions;
-        let chosen = version
-            .map(|v| versions.iter().rev().find(|(tv, _)| *tv <= v).unwrap_or(&versions[0]).1);
-        let all = versions.iter().rev().map(|(_, fields)| *fields);
-        chosen.into_iter().chain(all.filter(move |_| chosen.is_none()))
+        versions.iter().rev().find(|(tv, _)| *tv <= version).unwrap_or(&versions[0]).1
     }
 
     /// Template versions, oldest first.
@@ -234,7 +232,7 @@ mod tests {
     fn maps_name_values_and_bits() {
         let gc_start = lookup(RUNTIME_PROVIDER, 1).unwrap();
         assert_eq!(gc_start.name, "GCStart");
-        let reason = gc_start.layouts_for(Some(2)).next().unwrap()[2].map.unwrap();
+        let reason = gc_start.layout_for(2)[2].map.unwrap();
         assert_eq!(reason.name(1), Some("Induced"));
         assert_eq!(reason.name(999), None);
         let bits = ValueMap { bitmap: true, entries: &[(0x1, "A"), (0x4, "C")] };
