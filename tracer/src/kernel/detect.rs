@@ -587,14 +587,9 @@ fn attach_syscall_hooks(
         Ok(links) => return Ok((links, HookMechanism::Trampolines)),
         Err(why) => why,
     };
-    let needed = hooks.iter().flat_map(|h| h.tracepoints.iter().map(|name| ("syscalls", *name)));
-    require_tracepoints(tracefs, needed).with_context(|| format!("no trampolines ({why})"))?;
-    let mut links = Vec::new();
-    for hook in hooks {
-        for name in hook.tracepoints {
-            links.push((*name, attach_tracepoint(ebpf, name, "syscalls", name)?));
-        }
-    }
+    let programs = hooks.iter().flat_map(|h| h.tracepoints.iter().map(|n| (*n, "syscalls", *n)));
+    let links =
+        attach_classic(ebpf, tracefs, programs.collect(), || format!("no trampolines ({why})"))?;
     Ok((links, HookMechanism::SyscallTracepoints { why }))
 }
 
@@ -609,14 +604,28 @@ fn attach_lifecycle_hooks(
         Ok(links) => return Ok((links, LifecycleMechanism::BtfTracepoints)),
         Err(why) => why,
     };
-    let needed = LIFECYCLE_HOOKS.iter().map(|hook| (hook.category, hook.tracepoint));
-    require_tracepoints(tracefs, needed).with_context(|| format!("no BTF tracepoints ({why})"))?;
-    let mut links = Vec::new();
-    for hook in LIFECYCLE_HOOKS {
-        let link = attach_tracepoint(ebpf, hook.program, hook.category, hook.tracepoint)?;
-        links.push((hook.program, link));
-    }
+    let programs = LIFECYCLE_HOOKS.iter().map(|h| (h.program, h.category, h.tracepoint));
+    let links = attach_classic(ebpf, tracefs, programs.collect(), || {
+        format!("no BTF tracepoints ({why})")
+    })?;
     Ok((links, LifecycleMechanism::Tracepoints { why }))
+}
+
+/// Attaches classic tracepoint programs, each (program, category, tracepoint), once every one
+/// of those tracepoints is known to exist (a missing one fails, with `why` they are needed).
+fn attach_classic(
+    ebpf: &mut Ebpf,
+    tracefs: &Tracefs,
+    programs: Vec<(&'static str, &'static str, &'static str)>,
+    why: impl FnOnce() -> String,
+) -> anyhow::Result<Vec<(&'static str, Link)>> {
+    require_tracepoints(tracefs, programs.iter().map(|&(_, category, name)| (category, name)))
+        .with_context(why)?;
+    let mut links = Vec::with_capacity(programs.len());
+    for (program, category, name) in programs {
+        links.push((program, attach_tracepoint(ebpf, program, category, name)?));
+    }
+    Ok(links)
 }
 
 /// What `--hooks auto` runs on with this kernel, found the way `Detector::attach` finds it:
