@@ -299,11 +299,14 @@ fn locate_in_a_task(target: Target, locate_for: Duration) -> Result<(LocateTask,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_temp_dir_of_planted_names_costs_a_bounded_scan_and_bounded_reports() -> Result<()> {
     const PLANTED: usize = socket::MAX_TEMP_DIR_ENTRIES + 5_000;
+    const PLANTED_KEY_BASE: u64 = 1 << 40;
     let dir = shared_tmp("ipc-huge-tmpdir")?;
     let waiting = PeerOptions { wait: true, ..PeerOptions::default() };
     let victim = HostilePeer::spawn_opts(BIN, dir.path(), &["garbage"], waiting)?;
     let pid = victim.pid();
-    for key in 0..PLANTED {
+    // Keys far above any start time (clock ticks since boot): none is the victim's own name,
+    // which would be refused as the exact name rather than examined as a fallback.
+    for key in (0..PLANTED).map(|n| PLANTED_KEY_BASE + n as u64) {
         let name = format!("dotnet-diagnostic-{pid}-{key}-socket");
         std::os::unix::fs::symlink("/nonexistent", dir.path().join(name))?;
     }

@@ -6,11 +6,13 @@
 //! Prints MB/s for the parser alone (events counted), with every payload decoded into a fields tree (`decode`: what counters and the stopping
 //! event inspect), and
 //! with every event rendered as the `dotnet_event` line a streaming session writes (`json`:
-//! envelope, process labels, decoded event); `both` is `parse` and `json`.
+//! envelope, process labels, decoded event, into the batches a session hands on, each written
+//! by the pipeline's writer to nowhere); `both` is `parse` and `json`.
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracer::output::{self, ProcessLabels, Source};
+use tracer::output::{JsonLines, ProcessLabels, Source};
+use tracer::session::{EVENT_LINES_BATCH_BYTES, EventLines};
 use tracer::time::Clock;
 use tracer_decode::nettrace::NettraceParser;
 
@@ -87,7 +89,11 @@ fn main() {
         let mut events = 0u64;
         let mut json_bytes = 0usize;
         let start = Instant::now();
+        // As tracer/src/session/streaming.rs renders each read's events and the pipeline
+        // writes them (here to nowhere).
+        let mut sink = JsonLines::writer(std::io::sink());
         for piece in stream.chunks(chunk) {
+            let mut lines = EventLines::default();
             parser
                 .feed(piece, |e| {
                     events += 1;
@@ -95,22 +101,25 @@ fn main() {
                         Mode::Parse => {}
                         Mode::Decode => drop(std::hint::black_box(e.decode())),
                         Mode::Json => {
-                            // As tracer/src/session/streaming.rs renders each event.
-                            let mono_ns = e.timestamp as u64;
-                            let line = output::dotnet_event(
+                            let pid = 4242;
+                            lines.push_if(
                                 &clock,
-                                mono_ns,
                                 Source::Nettrace,
-                                4242,
+                                pid,
+                                labels.as_ref(),
                                 e.output(),
-                            )
-                            .with_labels(labels.clone())
-                            .render();
-                            json_bytes += line.as_bytes().len() + 1;
+                                |_| true,
+                            );
+                            if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
+                                json_bytes += lines.lines.len_bytes();
+                                sink.emit_batch(&std::mem::take(&mut lines).lines);
+                            }
                         }
                     }
                 })
                 .unwrap();
+            json_bytes += lines.lines.len_bytes();
+            sink.emit_batch(&lines.lines);
         }
         parser.finish().unwrap();
         let secs = start.elapsed().as_secs_f64();

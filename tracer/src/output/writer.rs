@@ -76,6 +76,53 @@ impl RenderedLine {
     }
 }
 
+/// Lines rendered one after another into one buffer, each with its newline: written with one
+/// copy, not one allocation and one write per line (a session's runtime events, handed to the
+/// pipeline together).
+#[derive(Debug, Default)]
+pub struct LineBatch {
+    bytes: Vec<u8>,
+    lines: u64,
+}
+
+impl LineBatch {
+    /// Renders `line` at the end, unless `keep` (told the bytes it takes, newline included)
+    /// refuses it: then the batch is left as it was. Returns whether the line was kept.
+    pub fn push_if(
+        &mut self,
+        line: &Line<impl LineBody>,
+        keep: impl FnOnce(usize) -> bool,
+    ) -> bool {
+        let start = self.bytes.len();
+        line.write_json(&mut self.bytes);
+        self.bytes.push(b'\n');
+        if !keep(self.bytes.len() - start) {
+            self.bytes.truncate(start);
+            return false;
+        }
+        self.lines += 1;
+        true
+    }
+
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Bytes of the lines, newlines included.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines == 0
+    }
+
+    /// Each line's JSON text, without its newline (JSON text holds no raw newline).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.bytes.split_inclusive(|&b| b == b'\n').map(|line| &line[..line.len() - 1])
+    }
+}
+
 impl JsonLines {
     pub fn stdout() -> JsonLines {
         JsonLines::writer(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, io::stdout()))
@@ -122,17 +169,29 @@ impl JsonLines {
     }
 
     pub fn emit_rendered(&mut self, line: &RenderedLine) {
+        self.emit_bytes(&line.0, 1, std::iter::once(line.as_bytes()));
+    }
+
+    /// Writes a batch's lines with one copy (or counts them unwritten once the output has
+    /// failed).
+    pub fn emit_batch(&mut self, batch: &LineBatch) {
+        self.emit_bytes(&batch.bytes, batch.lines, batch.iter());
+    }
+
+    /// `bytes`: `lines` whole lines with their newlines; `each`: their JSON texts, for the
+    /// exporter.
+    fn emit_bytes<'l>(&mut self, bytes: &[u8], lines: u64, each: impl Iterator<Item = &'l [u8]>) {
         if let Some(export) = &self.export {
-            export.offer(line.as_bytes());
+            each.for_each(|line| export.offer(line));
         }
         if self.failure.is_some() {
-            self.unwritten += 1;
+            self.unwritten += lines;
             return;
         }
         let written = self.before_line().and_then(|()| {
-            self.unflushed += 1;
-            // The line and its newline in one piece.
-            self.out.write_all(&line.0)
+            self.unflushed += lines;
+            // Lines and their newlines in one piece.
+            self.out.write_all(bytes)
         });
         match written {
             Err(e) => self.fail(e),

@@ -35,7 +35,7 @@ use crate::output::{
     SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
-    self, EventLine, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
+    self, EventLines, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
     SessionMessage, SessionMode, user_events,
 };
 use crate::time::Clock;
@@ -494,7 +494,7 @@ pub async fn run(
                 }
             }
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
+                emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
             }
             _ = publish.tick() => {
                 summary.detection_losses = detector.losses()?;
@@ -530,7 +530,7 @@ pub async fn run(
             },
             // Session tasks wait on the user_events reader (release) while they finish.
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
+                emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
             }
         }
     }
@@ -538,7 +538,7 @@ pub async fn run(
     status.clear();
     if let Some(mut ue) = user_events {
         let lines = ue.flush(&clock);
-        emit_user_events(lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
+        emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
         summary.record_user_events_stats(&ue);
     }
     summary.sessions_waited = admission.waited;
@@ -596,25 +596,11 @@ fn start_user_events(config: &RunConfig) -> anyhow::Result<Option<user_events::H
     }
 }
 
-async fn next_user_events(hub: &mut Option<user_events::Hub>, clock: &Clock) -> Vec<EventLine> {
+async fn next_user_events(hub: &mut Option<user_events::Hub>, clock: &Clock) -> EventLines {
     match hub {
         Some(h) => h.next(clock).await,
         None => std::future::pending().await,
     }
-}
-
-fn emit_user_events(
-    lines: Vec<EventLine>,
-    sink: &mut JsonLines,
-    summary: &mut RunSummary,
-    events_by_pid: &mut HashMap<u32, u64>,
-    labels: &LabelRegistry,
-) {
-    *summary.events_by_source.entry("user_events").or_default() += lines.len() as u64;
-    let mut batch = sink.batch();
-    lines
-        .into_iter()
-        .for_each(|event| emit_event(event, &mut batch, summary, events_by_pid, labels))
 }
 
 /// Most session messages handled in one batch of lines (one write) before the pipeline looks at
@@ -640,20 +626,32 @@ fn handle_messages(
 }
 
 /// The one path of every runtime event: counted, written, and (with metrics on) its counter
-/// value kept for the exposition.
-fn emit_event(
-    event: EventLine,
+/// value kept for the exposition. The lines come rendered, many to a message.
+fn emit_events(
+    source: &'static str,
+    events: EventLines,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
     events_by_pid: &mut HashMap<u32, u64>,
     labels: &LabelRegistry,
 ) {
-    *summary.events_by_provider.entry(event.provider).or_default() += 1;
-    summary.unnamed_events += u64::from(event.unnamed);
-    *events_by_pid.entry(event.pid).or_default() += 1;
-    sink.emit_rendered(&event.line);
-    if let (Some(counters), Some(sample)) = (&mut summary.runtime_counters, event.counter) {
-        counters.record(event.pid, labels.get(event.pid).as_deref(), sample);
+    let EventLines { lines, runs, unnamed, counters } = events;
+    *summary.events_by_source.entry(source).or_default() += lines.lines();
+    for run in runs {
+        *events_by_pid.entry(run.pid).or_default() += run.lines;
+        match summary.events_by_provider.get_mut(&run.provider) {
+            Some(n) => *n += run.lines,
+            None => drop(summary.events_by_provider.insert(run.provider, run.lines)),
+        }
+    }
+    summary.unnamed_events += unnamed;
+    if !lines.is_empty() {
+        sink.emit_batch(&lines);
+    }
+    if let Some(runtime_counters) = &mut summary.runtime_counters {
+        for (pid, sample) in counters {
+            runtime_counters.record(pid, labels.get(pid).as_deref(), sample);
+        }
     }
 }
 
@@ -666,9 +664,8 @@ fn handle_message(
     labels: &LabelRegistry,
 ) {
     match msg {
-        SessionMessage::Event(event) => {
-            *summary.events_by_source.entry("nettrace").or_default() += 1;
-            emit_event(event, sink, summary, events_by_pid, labels);
+        SessionMessage::Events(events) => {
+            emit_events("nettrace", events, sink, summary, events_by_pid, labels);
         }
         SessionMessage::Started { pid, session_id, command, mode, runtime } => {
             summary.sessions_started += 1;

@@ -10,17 +10,18 @@ pub mod user_events;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracer_decode::counters::{CounterError, CounterSample};
+use tracer_decode::counters::{CounterError, CounterSample, output_counter_sample};
 use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, TracingRequest};
-use tracer_decode::nettrace::NettraceStats;
+use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
-use crate::output::{RecordTotals, RenderedLine};
+use crate::output::{self, LineBatch, ProcessLabels, RecordTotals, Source};
 use crate::time::Clock;
 
 /// Which kind of session to start.
@@ -167,19 +168,71 @@ impl EndReason {
     }
 }
 
-/// One runtime event, rendered as its output line.
-#[derive(Debug)]
-pub struct EventLine {
-    pub pid: u32,
-    pub provider: String,
-    pub line: RenderedLine,
-    /// Neither its metadata nor the runtime-event table names it (`EventID(<id>)`).
-    pub unnamed: bool,
-    /// The runtime counter value an `EventCounters` event carries (for `--metrics-addr`).
-    pub counter: Option<Result<CounterSample, CounterError>>,
+/// Runtime events rendered as their output lines into one buffer ([`LineBatch`]), with what the
+/// pipeline counts of them: handed on as one message and written with one copy, not one
+/// message, allocation and write per event. A streaming session sends one per read of its
+/// stream (cut at [`EVENT_LINES_BATCH_BYTES`]), the user_events hub one per batch of records.
+#[derive(Debug, Default)]
+pub struct EventLines {
+    pub lines: LineBatch,
+    /// Lines per process and provider: one entry per run of lines of the same pair (a batch has
+    /// few runs; a new entry per change keeps each line O(1)).
+    pub runs: Vec<ProviderLines>,
+    /// Lines of events neither their metadata nor the runtime-event table names
+    /// (`EventID(<id>)`).
+    pub unnamed: u64,
+    /// The runtime counter values `EventCounters` events carried (for `--metrics-addr`), with
+    /// their process.
+    pub counters: Vec<(u32, Result<CounterSample, CounterError>)>,
 }
 
-/// What a session task reports to the pipeline, in order: `Started`, any number of `Event`s,
+/// Lines of one process and provider (see [`EventLines::runs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderLines {
+    pub pid: u32,
+    pub provider: String,
+    pub lines: u64,
+}
+
+/// A streaming session hands on its lines when they reach this many bytes (and at the end of
+/// each read): what one message holds, so the channel to the pipeline holds a bounded amount.
+pub const EVENT_LINES_BATCH_BYTES: usize = 64 << 10;
+
+impl EventLines {
+    /// Renders `event` of process `pid` as its `dotnet_event` line, unless `keep` (told the
+    /// bytes the line takes, newline included: a budget) refuses it. Returns whether it was
+    /// kept.
+    pub fn push_if(
+        &mut self,
+        clock: &Clock,
+        source: Source,
+        pid: u32,
+        labels: Option<&Arc<ProcessLabels>>,
+        event: OutputEvent<'_>,
+        keep: impl FnOnce(usize) -> bool,
+    ) -> bool {
+        let meta = event.metadata;
+        // Decoded (into a tree) only for the events whose names can be counters.
+        let counter = output_counter_sample(&event);
+        let mono_ns = event.context.timestamp as u64;
+        let line =
+            output::dotnet_event(clock, mono_ns, source, pid, event).with_labels(labels.cloned());
+        if !self.lines.push_if(&line, keep) {
+            return false;
+        }
+        match self.runs.last_mut() {
+            Some(run) if run.pid == pid && run.provider == meta.provider => run.lines += 1,
+            _ => self.runs.push(ProviderLines { pid, provider: meta.provider.clone(), lines: 1 }),
+        }
+        self.unnamed += u64::from(!meta.is_named());
+        if let Some(counter) = counter {
+            self.counters.push((pid, counter));
+        }
+        true
+    }
+}
+
+/// What a session task reports to the pipeline, in order: `Started`, any number of `Events`,
 /// then exactly one `Ended`; or a single `Failed` when no session could be started.
 #[derive(Debug)]
 pub enum SessionMessage {
@@ -190,7 +243,7 @@ pub enum SessionMessage {
         mode: SessionMode,
         runtime: Option<ProcessInfo>,
     },
-    Event(EventLine),
+    Events(EventLines),
     Ended {
         pid: u32,
         session_id: u64,

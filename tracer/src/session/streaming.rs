@@ -7,8 +7,9 @@
 //!
 //! Bounded by what the peer sends (docs/security.md): the lines written for a session cost at
 //! most [`tracer_decode::budget::OUTPUT_BYTES_PER_INPUT_BYTE`] per byte it sent plus
-//! [`tracer_decode::budget::OUTPUT_ALLOWANCE_BYTES`]; each line is handed on as its event is
-//! decoded (`try_send`), and only while the pipeline is behind are lines held, at most
+//! [`tracer_decode::budget::OUTPUT_ALLOWANCE_BYTES`]; lines are handed on in batches (at
+//! [`super::EVENT_LINES_BATCH_BYTES`] and at the end of each read, `try_send`), and only while
+//! the pipeline is behind are they held, at most
 //! [`MAX_PENDING_LINE_BYTES`] per session and [`MAX_TOTAL_PENDING_LINE_BYTES`] over all sessions;
 //! the metadata tables hold at most [`tracer_decode::nettrace::MAX_METADATA_BYTES`] per session and
 //! [`MAX_TOTAL_METADATA_BYTES`] over all. A session past any of these ends with
@@ -17,11 +18,10 @@ use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::AsyncReadExt as _;
-use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::Instant;
 
 use tracer_decode::budget::OutputBudget;
-use tracer_decode::counters::output_counter_sample;
 use tracer_decode::diagnostic_ipc::{
     BufferingMode, COLLECT_TRACING4_MAJOR, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo,
     ServerError, collect_tracing_for, oldest_collect_tracing, rundown_mask_unsupported,
@@ -31,11 +31,11 @@ use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::nettrace_file::NettraceFile;
 use super::{
-    EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, StreamEnd,
-    stopped,
+    EVENT_LINES_BATCH_BYTES, EndReason, EventLines, SessionContext, SessionEnd, SessionMessage,
+    SessionMode, StreamEnd, stopped,
 };
 use crate::ipc::client::DiagnosticClient;
-use crate::output::{self, Source};
+use crate::output::Source;
 
 /// Rendered lines one session may hold while the pipeline is behind.
 pub const MAX_PENDING_LINE_BYTES: usize = 8 << 20;
@@ -79,6 +79,59 @@ impl Share {
 impl Drop for Share {
     fn drop(&mut self) {
         self.release_all();
+    }
+}
+
+/// Where a session's lines go: to the pipeline at once, unless it is behind; then held (in
+/// order, within [`MAX_PENDING_LINE_BYTES`] and the session's share of
+/// [`MAX_TOTAL_PENDING_LINE_BYTES`]) until the read's events are all decoded.
+struct Outbox<'o> {
+    out: &'o mpsc::Sender<SessionMessage>,
+    held: Vec<EventLines>,
+    share: Share,
+    /// The pipeline is gone: the session ends.
+    closed: bool,
+}
+
+impl Outbox<'_> {
+    /// Hands `lines` on, or holds them; `Err` says why they could be neither (then they are
+    /// dropped: the session ends over budget).
+    fn offer(&mut self, mut lines: EventLines) -> Result<(), String> {
+        if self.held.is_empty() {
+            match self.out.try_send(SessionMessage::Events(lines)) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed(_)) => {
+                    self.closed = true;
+                    return Ok(());
+                }
+                Err(TrySendError::Full(SessionMessage::Events(back))) => lines = back,
+                Err(TrySendError::Full(_)) => unreachable!("Events were sent"),
+            }
+        }
+        let len = lines.lines.len_bytes();
+        if self.share.held + len > MAX_PENDING_LINE_BYTES || !self.share.take(len) {
+            return Err(format!(
+                "{} bytes of lines held while the pipeline is behind (at most {} per session, \
+                 {} in total)",
+                self.share.held + len,
+                MAX_PENDING_LINE_BYTES,
+                MAX_TOTAL_PENDING_LINE_BYTES
+            ));
+        }
+        self.held.push(lines);
+        Ok(())
+    }
+
+    /// Sends what is held, waiting for the pipeline; `Err` once it is gone.
+    async fn send_held(&mut self) -> Result<(), ()> {
+        for lines in self.held.drain(..) {
+            if self.out.send(SessionMessage::Events(lines)).await.is_err() {
+                self.closed = true;
+                return Err(());
+            }
+        }
+        self.share.release_all();
+        Ok(())
     }
 }
 
@@ -153,14 +206,18 @@ pub(super) async fn run(
     let mut unrequested = 0u64;
     let mut parser = NettraceParser::default();
     let mut budget = OutputBudget::default();
-    let mut pending_share = Share::new(&PENDING_LINE_BYTES, MAX_TOTAL_PENDING_LINE_BYTES);
+    let mut outbox = Outbox {
+        out: &out,
+        held: Vec::new(),
+        share: Share::new(&PENDING_LINE_BYTES, MAX_TOTAL_PENDING_LINE_BYTES),
+        closed: false,
+    };
     let mut metadata_share = Share::new(&METADATA_BYTES, MAX_TOTAL_METADATA_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
     let mut file = config
         .nettrace_dir
         .as_deref()
         .map(|dir| NettraceFile::create(dir, pid, session_id, &clock));
-    let mut pending: Vec<EventLine> = Vec::new();
     let mut drain_deadline: Option<Instant> = None;
     // Polled only once a stop was asked for, side by side with the reads.
     let stop_call = client.stop_session(session_id);
@@ -207,9 +264,10 @@ pub(super) async fn run(
         }
         budget.earn(n as u64);
         let mut over: Option<String> = None;
-        let (mut not_written, mut closed) = (0u64, false);
+        let mut not_written = 0u64;
+        let mut lines = EventLines::default();
         let fed = parser.feed(&buf[..n], |ev| {
-            if over.is_some() || closed {
+            if over.is_some() || outbox.closed {
                 not_written += 1;
                 return;
             }
@@ -224,55 +282,36 @@ pub(super) async fn run(
             {
                 stopping_matched = true;
             }
-            let provider = ev.metadata.provider.clone();
-            let counter = output_counter_sample(&event);
-            let mono_ns = ev.timestamp as u64;
-            let line = output::dotnet_event(&clock, mono_ns, Source::Nettrace, pid, event)
-                .with_labels(labels.clone())
-                .render();
-            let len = line.as_bytes().len();
-            // The line and its newline.
-            if let Err(e) = budget.spend(len as u64 + 1) {
-                over = Some(e.to_string());
+            let spend = |len: usize| match budget.spend(len as u64) {
+                Ok(()) => true,
+                Err(e) => {
+                    over = Some(e.to_string());
+                    false
+                }
+            };
+            if !lines.push_if(&clock, Source::Nettrace, pid, labels.as_ref(), event, spend) {
                 not_written += 1;
                 return;
             }
-            let unnamed = !ev.metadata.is_named();
-            let mut event = EventLine { pid, provider, line, unnamed, counter };
-            // Handed on at once unless the pipeline is behind (then in order, after the held).
-            if pending.is_empty() {
-                match out.try_send(SessionMessage::Event(event)) {
-                    Ok(()) => return,
-                    Err(TrySendError::Closed(_)) => {
-                        closed = true;
-                        return;
-                    }
-                    Err(TrySendError::Full(SessionMessage::Event(e))) => event = e,
-                    Err(TrySendError::Full(_)) => unreachable!("an Event was sent"),
+            if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
+                let full = std::mem::take(&mut lines);
+                let count = full.lines.lines();
+                if let Err(why) = outbox.offer(full) {
+                    over = Some(why);
+                    not_written += count;
                 }
             }
-            if pending_share.held + len > MAX_PENDING_LINE_BYTES || !pending_share.take(len) {
-                over = Some(format!(
-                    "{} bytes of lines held while the pipeline is behind (at most {} per \
-                     session, {} in total)",
-                    pending_share.held + len,
-                    MAX_PENDING_LINE_BYTES,
-                    MAX_TOTAL_PENDING_LINE_BYTES
-                ));
-                not_written += 1;
-                return;
-            }
-            pending.push(event);
         });
-        if closed {
+        let count = lines.lines.lines();
+        if count > 0
+            && let Err(why) = outbox.offer(lines)
+        {
+            over = over.or(Some(why));
+            not_written += count;
+        }
+        if outbox.closed || outbox.send_held().await.is_err() {
             return;
         }
-        for event in pending.drain(..) {
-            if out.send(SessionMessage::Event(event)).await.is_err() {
-                return;
-            }
-        }
-        pending_share.release_all();
         if stopping_matched && drain_deadline.is_none() {
             log::info!("pid {pid}: the stopping event arrived: stopping the session");
             drain_deadline = Some(Instant::now() + config.drain_timeout);

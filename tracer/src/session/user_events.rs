@@ -30,7 +30,6 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::{mpsc, oneshot};
 
 use tracer_decode::budget::OutputBudget;
-use tracer_decode::counters::output_counter_sample;
 use tracer_decode::diagnostic_ipc::{
     CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider,
 };
@@ -40,13 +39,13 @@ use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 use super::nettrace_file::{FileRecord, RecordsFile};
 use super::stopping::StoppingEvent;
 use super::{
-    EndReason, EventLine, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped,
+    EndReason, EventLines, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped,
 };
 use crate::ipc::client::DiagnosticClient;
 use crate::kernel::ftrace_reader::{self, FtraceReader, ReaderConfig, ReaderStats};
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
 use crate::kernel::user_events::{DOTNET_TRACEPOINT_FIELDS, UserEventsData};
-use crate::output::{self, RecordTotals, Source};
+use crate::output::{RecordTotals, Source};
 use crate::time::Clock;
 
 /// user_events event names are limited (dynamic event names: 64 bytes with the NUL).
@@ -301,26 +300,26 @@ impl Hub {
     }
 
     /// Waits for a request or buffered records; returns the decoded event lines (possibly none).
-    pub async fn next(&mut self, clock: &Clock) -> Vec<EventLine> {
+    pub async fn next(&mut self, clock: &Clock) -> EventLines {
         tokio::select! {
             Some(request) = self.requests.recv() => self.handle_request(request, clock),
             batch = self.reader.next_batch() => match batch {
                 Ok(events) => self.decode(&events, clock),
                 Err(e) => {
                     log::error!("reading the user_events ftrace buffer: {e:#}");
-                    Vec::new()
+                    EventLines::default()
                 }
             },
         }
     }
 
     /// Everything still buffered (at shutdown).
-    pub fn flush(&mut self, clock: &Clock) -> Vec<EventLine> {
+    pub fn flush(&mut self, clock: &Clock) -> EventLines {
         match self.reader.flush() {
             Ok(events) => self.decode(&events, clock),
             Err(e) => {
                 log::error!("reading the user_events ftrace buffer: {e:#}");
-                Vec::new()
+                EventLines::default()
             }
         }
     }
@@ -348,7 +347,7 @@ impl Hub {
         self.cache.refused()
     }
 
-    fn handle_request(&mut self, request: Request, clock: &Clock) -> Vec<EventLine> {
+    fn handle_request(&mut self, request: Request, clock: &Clock) -> EventLines {
         match request {
             Request::Prepare {
                 pid,
@@ -373,7 +372,7 @@ impl Hub {
                     self.release(pid);
                 }
                 let _ = reply.send(result);
-                Vec::new()
+                EventLines::default()
             }
             Request::Release { pid, reply } => {
                 // Disabled first, so that every record the session's tracepoints took is in the
@@ -482,9 +481,9 @@ impl Hub {
         Some(records)
     }
 
-    fn decode(&mut self, events: &[ftrace_reader::Event], clock: &Clock) -> Vec<EventLine> {
+    fn decode(&mut self, events: &[ftrace_reader::Event], clock: &Clock) -> EventLines {
         let limits = MetadataLimits::default();
-        let mut lines = Vec::with_capacity(events.len());
+        let mut lines = EventLines::default();
         for ev in events {
             let name = &ev.tracepoint.name;
             let Some(info) = self.tracepoints.get(name) else { continue };
@@ -525,7 +524,6 @@ impl Hub {
                 related_activity_id: record.related_activity_id.unwrap_or_default(),
                 stack_id: 0,
             };
-            let unnamed = !meta.is_named();
             let event = OutputEvent {
                 metadata: &meta,
                 payload: record.payload,
@@ -538,15 +536,21 @@ impl Hub {
                 log::info!("pid {}: the stopping event arrived: stopping the session", info.pid);
                 let _ = end.send(EndReason::StoppingEvent);
             }
-            let counter = output_counter_sample(&event);
-            let line = output::dotnet_event(clock, ev.ts, Source::UserEvents, info.pid, event)
-                .with_labels(self.labels.get(info.pid))
-                .render();
             grant.budget.earn(ev.record.len() as u64);
-            if let Err(e) = grant.budget.spend(line.as_bytes().len() as u64 + 1) {
+            let labels = self.labels.get(info.pid);
+            let budget = &mut grant.budget;
+            let mut over = None;
+            let spend = |len: usize| match budget.spend(len as u64) {
+                Ok(()) => true,
+                Err(e) => {
+                    over = Some(e);
+                    false
+                }
+            };
+            if !lines.push_if(clock, Source::UserEvents, info.pid, labels.as_ref(), event, spend) {
                 self.over_budget += 1;
                 grant.records.unwritten_events += 1;
-                if let Some(end) = grant.end.take() {
+                if let (Some(e), Some(end)) = (over, grant.end.take()) {
                     log::warn!("pid {}: user_events session ends: {e}", info.pid);
                     let _ = end.send(EndReason::BudgetExceeded);
                 }
@@ -565,8 +569,6 @@ impl Hub {
                     payload: record.payload,
                 });
             }
-            let provider = info.provider.clone();
-            lines.push(EventLine { pid: info.pid, provider, line, unnamed, counter });
         }
         lines
     }
