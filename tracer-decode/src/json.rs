@@ -8,16 +8,22 @@ use std::sync::OnceLock;
 use crate::ordered::OrderedMap;
 
 /// A JSON fragment rendered once and kept with what it renders (an event metadata's constant
-/// members, a process's labels), so the lines that repeat it copy bytes instead of escaping and
+/// members, a process's labels; or, as `RenderedOnce<T>`, what writing it needs, such as a
+/// compiled payload layout), so the lines that repeat it copy bytes instead of escaping and
 /// formatting again. It is no part of its owner's identity (any two are equal), and a clone
 /// starts empty: the clone may be changed before it is first rendered.
-#[derive(Default)]
-pub struct RenderedOnce(OnceLock<Box<[u8]>>);
+pub struct RenderedOnce<T = Box<[u8]>>(OnceLock<T>);
+
+impl<T> Default for RenderedOnce<T> {
+    fn default() -> Self {
+        RenderedOnce(OnceLock::new())
+    }
+}
 
 impl RenderedOnce {
     /// The fragment, rendered by `render` the first time.
     pub fn get_or_render(&self, render: impl FnOnce(&mut Vec<u8>)) -> &[u8] {
-        self.0.get_or_init(|| {
+        self.get_or_init(|| {
             let mut out = Vec::new();
             render(&mut out);
             out.into_boxed_slice()
@@ -25,21 +31,28 @@ impl RenderedOnce {
     }
 }
 
-impl Clone for RenderedOnce {
+impl<T> RenderedOnce<T> {
+    /// The value, made by `init` the first time.
+    pub fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
+        self.0.get_or_init(init)
+    }
+}
+
+impl<T> Clone for RenderedOnce<T> {
     fn clone(&self) -> Self {
         RenderedOnce::default()
     }
 }
 
-impl PartialEq for RenderedOnce {
+impl<T> PartialEq for RenderedOnce<T> {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl Eq for RenderedOnce {}
+impl<T> Eq for RenderedOnce<T> {}
 
-impl std::fmt::Debug for RenderedOnce {
+impl<T> std::fmt::Debug for RenderedOnce<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.0.get().is_some() { "RenderedOnce(rendered)" } else { "RenderedOnce" })
     }

@@ -93,7 +93,7 @@ fn main() {
         // writes them (here to nowhere).
         let mut sink = JsonLines::writer(std::io::sink());
         for piece in stream.chunks(chunk) {
-            let mut lines = EventLines::default();
+            let mut lines = EventLines::new();
             parser
                 .feed(piece, |e| {
                     events += 1;
@@ -112,7 +112,9 @@ fn main() {
                             );
                             if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
                                 json_bytes += lines.lines.len_bytes();
-                                sink.emit_batch(&std::mem::take(&mut lines).lines);
+                                sink.emit_batch(
+                                    &std::mem::replace(&mut lines, EventLines::new()).lines,
+                                );
                             }
                         }
                     }

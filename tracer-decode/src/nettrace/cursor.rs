@@ -131,13 +131,18 @@ impl<'a> Cursor<'a> {
             } else {
                 Utf16Problem::Unterminated
             })?;
+        let units = rest[..2 * nul].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
         text.clear();
-        text.extend(
-            char::decode_utf16(
-                rest[..2 * nul].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])),
-            )
-            .map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER)),
-        );
+        if units.clone().all(|u| u < 0x80) {
+            // Nearly every name and message is ASCII: one byte a unit, no decoding.
+            let mut bytes = std::mem::take(text).into_bytes();
+            bytes.extend(units.map(|u| u as u8));
+            *text = String::from_utf8(bytes).expect("units below 0x80 are ASCII");
+        } else {
+            text.extend(
+                char::decode_utf16(units).map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER)),
+            );
+        }
         self.pos += 2 * nul + 2;
         Ok(())
     }

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use super::cursor::{Cursor, Utf16Problem};
+use super::flat_layout::FlatLayout;
 use super::runtime_events::{self, RuntimeEvent};
 use crate::json::RenderedOnce;
 
@@ -77,6 +78,9 @@ pub struct EventMetadata {
     /// The members every output line of this event starts with (provider to keywords),
     /// rendered by the first ([`crate::nettrace::OutputEvent`]).
     pub json_head: RenderedOnce,
+    /// Its payload layout compiled for writing JSON, when it is made of integers only
+    /// (compiled by the first payload written).
+    pub flat_layout: RenderedOnce<Option<FlatLayout>>,
 }
 
 impl EventMetadata {
@@ -96,6 +100,7 @@ impl EventMetadata {
             field_error: None,
             runtime_event: None,
             json_head: RenderedOnce::default(),
+            flat_layout: RenderedOnce::default(),
         };
         meta.resolve_runtime_event();
         meta
@@ -117,7 +122,8 @@ impl EventMetadata {
     }
 
     /// Approximate bytes this metadata holds in memory (the struct, its names, its field
-    /// tree, its rendered [`json_head`](Self::json_head) at its largest); what the metadata
+    /// tree, its rendered [`json_head`](Self::json_head) and [`flat_layout`](Self::flat_layout)
+    /// at their largest); what the metadata
     /// budgets ([`crate::nettrace::Limits::max_metadata_bytes`], the
     /// user_events cache's byte bounds) charge for it.
     pub fn heap_bytes(&self) -> usize {
@@ -135,7 +141,7 @@ impl EventMetadata {
         // The head escapes both names (at most 6 bytes a byte) around ≤ 160 bytes of member
         // names, numbers and an unnamed event's `EventID(<id>)`.
         let head = 6 * names + 160;
-        size_of::<Self>() + names + head + fields(&self.fields)
+        size_of::<Self>() + names + head + fields(&self.fields) + FlatLayout::max_heap_bytes(self)
     }
 
     fn resolve_runtime_event(&mut self) {
@@ -256,6 +262,7 @@ impl Parser<'_, '_> {
             field_error,
             runtime_event: None,
             json_head: RenderedOnce::default(),
+            flat_layout: RenderedOnce::default(),
         };
         meta.resolve_runtime_event();
         Ok(meta)

@@ -10,6 +10,7 @@
 //! poisoned (a corrupt stream cannot be resynchronised) and returns the same error again.
 
 mod cursor;
+pub mod flat_layout;
 pub mod metadata;
 pub mod payload;
 pub mod runtime_events;

@@ -5,6 +5,7 @@ use crate::json::{self, WriteJson};
 use crate::ordered::OrderedMap;
 
 use super::cursor::{Cursor, Utf16Problem};
+use super::flat_layout::FlatLayout;
 use super::metadata::{EventMetadata, FieldDef, FieldType};
 use super::runtime_events::{Count, Kind, RuntimeField, ValueMap};
 
@@ -215,6 +216,12 @@ pub fn write_payload_json(
     pointer_size: u32,
     out: &mut Vec<u8>,
 ) -> Result<(), PayloadError> {
+    let flat = meta.flat_layout.get_or_init(|| FlatLayout::of(meta));
+    if let Some(flat) = flat
+        && flat.write_json(payload, pointer_size, out)
+    {
+        return Ok(());
+    }
     let start = out.len();
     out.push(b'{');
     let mut json = JsonSink { out, comma: false };
@@ -462,9 +469,16 @@ impl<'m> Sink<'m> for JsonSink<'_> {
         self.comma = false;
     }
 
+    // Inlined, so that where the decoder knows the kind (an integer, nearly always) it writes
+    // the digits without building and matching a `Scalar` in a call.
+    #[inline]
     fn scalar(&mut self, value: Scalar<'_>) {
         self.separate();
-        value.write_json(self.out);
+        match value {
+            Scalar::U64(v) => json::push_u64(self.out, v),
+            Scalar::I64(v) => json::push_i64(self.out, v),
+            other => other.write_json(self.out),
+        }
     }
 
     fn open(&mut self, nest: Nest) {

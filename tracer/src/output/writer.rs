@@ -86,6 +86,11 @@ pub struct LineBatch {
 }
 
 impl LineBatch {
+    /// An empty batch with room for `bytes` of lines.
+    pub fn with_capacity(bytes: usize) -> LineBatch {
+        LineBatch { bytes: Vec::with_capacity(bytes), lines: 0 }
+    }
+
     /// Renders `line` at the end, unless `keep` (told the bytes it takes, newline included)
     /// refuses it: then the batch is left as it was. Returns whether the line was kept.
     pub fn push_if(

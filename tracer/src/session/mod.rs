@@ -199,6 +199,15 @@ pub struct ProviderLines {
 pub const EVENT_LINES_BATCH_BYTES: usize = 64 << 10;
 
 impl EventLines {
+    /// An empty batch with room for a full one ([`EVENT_LINES_BATCH_BYTES`] and the line that
+    /// crosses it, unless that one is long): its lines go in without growing and copying it.
+    pub fn new() -> EventLines {
+        EventLines {
+            lines: LineBatch::with_capacity(EVENT_LINES_BATCH_BYTES + 4096),
+            ..EventLines::default()
+        }
+    }
+
     /// Renders `event` of process `pid` as its `dotnet_event` line, unless `keep` (told the
     /// bytes the line takes, newline included: a budget) refuses it. Returns whether it was
     /// kept.

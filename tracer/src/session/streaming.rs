@@ -265,7 +265,7 @@ pub(super) async fn run(
         budget.earn(n as u64);
         let mut over: Option<String> = None;
         let mut not_written = 0u64;
-        let mut lines = EventLines::default();
+        let mut lines = EventLines::new();
         let fed = parser.feed(&buf[..n], |ev| {
             if over.is_some() || outbox.closed {
                 not_written += 1;
@@ -294,7 +294,7 @@ pub(super) async fn run(
                 return;
             }
             if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
-                let full = std::mem::take(&mut lines);
+                let full = std::mem::replace(&mut lines, EventLines::new());
                 let count = full.lines.lines();
                 if let Err(why) = outbox.offer(full) {
                     over = Some(why);
