@@ -1242,3 +1242,74 @@ fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
     assert_writes_like_serde(&event);
     assert!(event_json(&event).contains("\"a\":\"\u{fffd}A\","), "{}", event_json(&event));
 }
+
+/// Payloads of integers only are written from the compiled layout (`FlatLayout`); every case
+/// where the general decoder writes something else (another length, a tail, over the cost
+/// budget, an odd pointer size) goes to that decoder. Both against serde_json.
+#[test]
+fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest() {
+    use super::flat_layout::FlatLayout;
+    let ints = [
+        ("signed \"byte\"", FieldType::SByte, vec![0x80]),
+        ("i16", FieldType::Int16, i16::MIN.to_le_bytes().to_vec()),
+        ("i32", FieldType::Int32, (-2i32).to_le_bytes().to_vec()),
+        ("i64", FieldType::Int64, i64::MIN.to_le_bytes().to_vec()),
+        ("date", FieldType::DateTime, (-1i64).to_le_bytes().to_vec()),
+        ("u8", FieldType::Byte, vec![0xff]),
+        ("u16", FieldType::UInt16, u16::MAX.to_le_bytes().to_vec()),
+        ("u32", FieldType::UInt32, u32::MAX.to_le_bytes().to_vec()),
+        ("u64", FieldType::UInt64, u64::MAX.to_le_bytes().to_vec()),
+        ("flag", FieldType::Boolean, 2u32.to_le_bytes().to_vec()),
+    ];
+    let fields = ints.iter().map(|(n, ty, _)| FieldDef { name: (*n).into(), ty: ty.clone() });
+    let meta = EventMetadata { fields: fields.collect(), ..EventMetadata::native("P", 1) };
+    assert!(FlatLayout::of(&meta).is_some());
+    let payload: Vec<u8> = ints.iter().flat_map(|(_, _, bytes)| bytes.clone()).collect();
+    let event = |payload| OutputEvent {
+        metadata: &meta,
+        payload,
+        pointer_size: 8,
+        context: EventContext::default(),
+    };
+    assert_writes_like_serde(&event(&payload));
+    assert!(event_json(&event(&payload)).contains(r#""signed \"byte\"":-128,"i16":-32768"#));
+    assert!(event_json(&event(&payload)).contains(r#""u64":18446744073709551615,"flag":true}"#));
+    let short = &payload[..payload.len() - 1];
+    assert!(event(short).decode().decode_error.is_some());
+    assert_writes_like_serde(&event(short));
+
+    // A runtime layout (GCEnd v1: Count, Depth, ClrInstanceID), exact and with a tail.
+    let gc_end = EventMetadata {
+        version: Some(1),
+        ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 2)
+    };
+    assert!(FlatLayout::of(&gc_end).is_some());
+    let mut gc_payload = [7u32.to_le_bytes(), 2u32.to_le_bytes()].concat();
+    gc_payload.extend(3u16.to_le_bytes());
+    let gc = |payload| OutputEvent { metadata: &gc_end, ..event(payload) };
+    assert!(
+        event_json(&gc(&gc_payload))
+            .ends_with(r#""fields":{"Count":7,"Depth":2,"ClrInstanceID":3}}"#)
+    );
+    let with_tail = [&gc_payload[..], &[0xab]].concat();
+    assert!(event_json(&gc(&with_tail)).ends_with(r#""ClrInstanceID":3,"raw_tail":"ab"}}"#));
+    assert_writes_like_serde(&gc(&with_tail));
+
+    // Names longer than the budget allows for a one-byte payload: refused as the decoder does.
+    let long = "n".repeat(payload::cost_budget(1));
+    let over = EventMetadata {
+        fields: vec![FieldDef { name: long, ty: FieldType::Byte }],
+        ..EventMetadata::native("P", 1)
+    };
+    let over_event = OutputEvent { metadata: &over, ..event(&[1]) };
+    assert!(over_event.decode().decode_error.unwrap().contains("OverBudget"));
+    assert_writes_like_serde(&over_event);
+    // A pointer size the stream may not have: the decoder's error, not the layout's guess.
+    let pointers = EventMetadata {
+        version: Some(0),
+        ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 29)
+    };
+    let odd = OutputEvent { metadata: &pointers, pointer_size: 2, ..event(&[0; 6]) };
+    assert!(odd.decode().decode_error.unwrap().contains("BadPointerSize"));
+    assert_writes_like_serde(&odd);
+}

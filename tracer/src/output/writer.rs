@@ -366,6 +366,39 @@ mod tests {
     }
 
     #[test]
+    fn a_line_batch_leaves_in_one_write_and_a_refused_line_leaves_no_trace() {
+        let clock = Clock::with_offset(0);
+        let summary = |mono_ns| {
+            Line::new(
+                &clock,
+                mono_ns,
+                Kind::Summary,
+                Source::Tracer,
+                Pid::NotApplicable,
+                FieldMap::default(),
+            )
+        };
+        let mut batch = LineBatch::with_capacity(0);
+        assert!(batch.push_if(&summary(1), |_| true));
+        let mut offered = 0;
+        assert!(!batch.push_if(&summary(2), |len| {
+            offered = len;
+            false
+        }));
+        assert!(batch.push_if(&summary(3), |_| true));
+        assert_eq!(offered, line(2).0.len(), "the refused line's bytes, newline included");
+        assert_eq!((batch.lines(), batch.len_bytes()), (2, line(1).0.len() + line(3).0.len()));
+        assert_eq!(batch.iter().collect::<Vec<_>>(), [line(1).as_bytes(), line(3).as_bytes()]);
+        let writes = Writes::default();
+        let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
+        sink.emit_batch(&batch);
+        assert_eq!(*writes.writes.lock().unwrap(), [[line(1).0, line(3).0].concat()]);
+        writes.fail.store(true, Ordering::Relaxed);
+        sink.emit_batch(&batch);
+        assert_eq!(sink.unwritten(), 2, "each line of the failed batch");
+    }
+
+    #[test]
     fn a_failed_batch_counts_its_lines_unwritten() {
         let writes = Writes::default();
         let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
