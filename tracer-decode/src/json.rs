@@ -3,6 +3,7 @@
 //! writes per event: no serializer and no `String` per value, since the output path bounds every
 //! end-to-end event rate.
 
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 use crate::ordered::OrderedMap;
@@ -181,12 +182,92 @@ pub fn push_plain_key(out: &mut Vec<u8>, name: &str) {
     out.extend_from_slice(b"\":");
 }
 
+/// Appends `value`'s decimal digits (no leading zeros), as serde_json and `{}` write them.
+///
+/// Written in place, eight digits at a time ([`eight_digits`]): a line has about ten integers,
+/// and formatting each into a buffer of its own and copying it was the largest part of a line's
+/// cost.
+#[inline(always)]
 pub fn push_u64(out: &mut Vec<u8>, value: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    const E8: u64 = 100_000_000;
+    // Every 8-byte group is stored whole: room for three of them, whatever the value.
+    out.reserve(24);
+    let start = out.len();
+    let spare = &mut out.spare_capacity_mut()[..24];
+    let written = if value < E8 {
+        store_leading(spare, value as u32)
+    } else if value < E8 * E8 {
+        let leading = store_leading(spare, (value / E8) as u32);
+        store(&mut spare[leading..], eight_digits((value % E8) as u32));
+        leading + 8
+    } else {
+        let rest = value % (E8 * E8);
+        let leading = store_leading(spare, (value / (E8 * E8)) as u32);
+        store(&mut spare[leading..], eight_digits((rest / E8) as u32));
+        store(&mut spare[leading + 8..], eight_digits((rest % E8) as u32));
+        leading + 16
+    };
+    // SAFETY: the first `written` bytes after `start` were just initialised by `store`, within
+    // the capacity reserved above.
+    unsafe { out.set_len(start + written) };
 }
 
+#[inline(always)]
 pub fn push_i64(out: &mut Vec<u8>, value: i64) {
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    if value < 0 {
+        out.push(b'-');
+    }
+    push_u64(out, value.unsigned_abs());
+}
+
+/// The eight decimal digits of `value` (< 10^8, zero-padded) as digit values 0–9, one per byte,
+/// the most significant in the lowest byte (first in memory when stored little-endian).
+/// Divisions by 10 000, 100 and 10 are done in parallel lanes of one `u64`, by multiplying
+/// with a rounded-up reciprocal and shifting, which is exact for every value a lane holds
+/// (below 10 000, 100 and 100): no loop and no table.
+#[inline]
+fn eight_digits(value: u32) -> u64 {
+    debug_assert!(value < 100_000_000);
+    let value = u64::from(value);
+    // The first four digits in the low 32-bit lane, the last four in the high one.
+    let fours = value / 10_000 | (value % 10_000) << 32;
+    // x / 100 = x * 10486 >> 20 for x < 10 000; the lanes' quotients stay below 128.
+    let hundreds = (fours * 10_486 >> 20) & 0x0000_007f_0000_007f;
+    let twos = hundreds | (fours - hundreds * 100) << 16;
+    // x / 10 = x * 103 >> 10 for x < 100; the lanes' quotients stay below 16.
+    let tens = (twos * 103 >> 10) & 0x000f_000f_000f_000f;
+    tens | (twos - tens * 10) << 8
+}
+
+/// The eight decimal digits of `value` (< 10^8, zero-padded) as ASCII.
+#[inline]
+pub fn ascii_digits(value: u32) -> [u8; 8] {
+    ascii(eight_digits(value))
+}
+
+/// `digits` (from [`eight_digits`]) as ASCII, in writing order.
+#[inline]
+fn ascii(digits: u64) -> [u8; 8] {
+    (digits + 0x3030_3030_3030_3030).to_le_bytes()
+}
+
+/// Stores `digits` (from [`eight_digits`]) as ASCII in the first eight bytes of `to`.
+#[inline]
+fn store(to: &mut [MaybeUninit<u8>], digits: u64) {
+    for (byte, digit) in to[..8].iter_mut().zip(ascii(digits)) {
+        byte.write(digit);
+    }
+}
+
+/// Stores `value` (< 10^8) without leading zeros at the start of `to` (eight bytes written,
+/// the rest of them past the digits); returns how many digits it has.
+#[inline]
+fn store_leading(to: &mut [MaybeUninit<u8>], value: u32) -> usize {
+    let digits = eight_digits(value);
+    // Zero digits are zero bytes, the leading ones the lowest; `0` keeps its last digit.
+    let leading_zeros = ((digits.trailing_zeros() / 8) as usize).min(7);
+    store(to, digits >> (8 * leading_zeros));
+    8 - leading_zeros
 }
 
 /// Appends a float the way serde_json does: shortest round-trip digits, `null` for NaN and the
@@ -277,16 +358,40 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_written_like_serde_json() {
-        for v in [0, 1, 9, 10, 4242, u64::MAX] {
-            let mut out = Vec::new();
-            push_u64(&mut out, v);
-            assert_eq!(out, serde_json::to_vec(&v).unwrap());
+    fn eight_digits_are_those_of_format() {
+        let text = |value: u32| String::from_utf8(ascii_digits(value).to_vec()).unwrap();
+        // Each 4-digit lane through all its values, with the other lane at its extremes and
+        // at the mirror value (the lanes are computed side by side in one word).
+        for lane in 0..10_000 {
+            for value in [lane, lane * 10_000, lane * 10_000 + 9_999, lane * 10_000 + 9_999 - lane]
+            {
+                assert_eq!(text(value), format!("{value:08}"));
+            }
         }
-        for v in [0, -1, i64::MIN, i64::MAX] {
+    }
+
+    #[test]
+    fn numbers_are_written_like_serde_json() {
+        let mut unsigned = vec![0, 1, 9, 4242, u64::MAX, u64::MAX - 1];
+        // Both sides of every power of ten (each digit count and group boundary).
+        for power in (1..=19).map(|p| 10u64.pow(p)) {
+            unsigned.extend([power - 1, power, power + 1, power / 2 * 3]);
+        }
+        for &v in &unsigned {
+            // At an offset, after other bytes: the digits are appended, nothing overwritten.
+            let mut out = b"x".to_vec();
+            push_u64(&mut out, v);
+            assert_eq!(out[1..], serde_json::to_vec(&v).unwrap(), "{v}");
+            assert_eq!(out[0], b'x');
+        }
+        let mut signed = vec![0, -1, i64::MIN, i64::MIN + 1, i64::MAX];
+        for &v in unsigned.iter().filter(|&&v| v <= i64::MAX as u64) {
+            signed.extend([v as i64, -(v as i64)]);
+        }
+        for v in signed {
             let mut out = Vec::new();
             push_i64(&mut out, v);
-            assert_eq!(out, serde_json::to_vec(&v).unwrap());
+            assert_eq!(out, serde_json::to_vec(&v).unwrap(), "{v}");
         }
         let floats = [0.0, -0.0, 1.0, 0.1, 1e21, 1e-7, 1.5e300, f64::MIN_POSITIVE, 5e-324];
         let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, f64::MAX, f64::from(0.1f32)];

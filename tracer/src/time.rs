@@ -4,6 +4,8 @@
 
 use std::cell::Cell;
 
+use tracer_decode::json;
+
 /// Wall-clock = monotonic + offset, with the offset sampled once at start-up so every source
 /// shares one conversion (and lines from different sources sort consistently).
 #[derive(Clone, Copy, Debug)]
@@ -88,8 +90,12 @@ pub fn write_iso8601(out: &mut Vec<u8>, epoch_ns: i128) {
             LAST_SECOND.set((secs, prefix));
         }
     }
-    push_digits(out, nanos, 9);
-    out.push(b'Z');
+    // The nine digits of the nanoseconds and the `Z`, in one store.
+    let mut tail = [0u8; 10];
+    tail[0] = b'0' + (nanos / 100_000_000) as u8;
+    tail[1..9].copy_from_slice(&json::ascii_digits(nanos % 100_000_000));
+    tail[9] = b'Z';
+    out.extend_from_slice(&tail);
 }
 
 thread_local! {
@@ -178,6 +184,10 @@ mod tests {
         // The same second again (its cached text), and the next.
         assert_eq!(format_iso8601(1_795_991_400_999_999_999), "2026-11-29T22:30:00.999999999Z");
         assert_eq!(format_iso8601(1_795_991_401_000_000_000), "2026-11-29T22:30:01.000000000Z");
+        // Every digit position of the nanoseconds.
+        assert_eq!(format_iso8601(1_795_991_401_123_456_789), "2026-11-29T22:30:01.123456789Z");
+        assert_eq!(format_iso8601(1_795_991_401_987_654_320), "2026-11-29T22:30:01.987654320Z");
+        assert_eq!(format_iso8601(1_795_991_401_100_000_001), "2026-11-29T22:30:01.100000001Z");
     }
 
     #[test]

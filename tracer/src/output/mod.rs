@@ -248,27 +248,113 @@ impl<B: LineBody> Line<B> {
 
     /// Appends the line's JSON object (no newline).
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        // The envelope's names and values need no escaping: digits and fixed ASCII names.
-        out.extend_from_slice(br#"{"ts":""#);
-        write_iso8601(out, self.wall_ns);
-        out.extend_from_slice(br#"","mono_ns":"#);
-        json::push_u64(out, self.mono_ns);
-        out.extend_from_slice(br#","kind":""#);
-        out.extend_from_slice(self.kind.name().as_bytes());
-        out.extend_from_slice(br#"","source":""#);
-        out.extend_from_slice(self.source.name().as_bytes());
-        out.push(b'"');
-        match self.pid {
-            Pid::Known(pid) => {
-                out.extend_from_slice(br#","pid":"#);
-                json::push_u64(out, pid.into());
-            }
-            Pid::Unknown => out.extend_from_slice(br#","pid":null"#),
-            Pid::NotApplicable => {}
+        write_times(out, self.wall_ns, self.mono_ns);
+        write_identity(out, self.kind, self.source, self.pid, self.labels.as_deref());
+        self.body.write_json_members(out);
+        out.push(b'}');
+    }
+}
+
+/// A line's envelope up to `mono_ns`, from the opening brace. Its names and values need no
+/// escaping: digits and fixed ASCII names.
+fn write_times(out: &mut Vec<u8>, wall_ns: i128, mono_ns: u64) {
+    out.extend_from_slice(br#"{"ts":""#);
+    write_iso8601(out, wall_ns);
+    out.extend_from_slice(br#"","mono_ns":"#);
+    json::push_u64(out, mono_ns);
+}
+
+/// The rest of a line's envelope: `kind`, `source`, `pid`, the labels.
+fn write_identity(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    source: Source,
+    pid: Pid,
+    labels: Option<&ProcessLabels>,
+) {
+    out.extend_from_slice(br#","kind":""#);
+    out.extend_from_slice(kind.name().as_bytes());
+    out.extend_from_slice(br#"","source":""#);
+    out.extend_from_slice(source.name().as_bytes());
+    out.push(b'"');
+    match pid {
+        Pid::Known(pid) => {
+            out.extend_from_slice(br#","pid":"#);
+            json::push_u64(out, pid.into());
         }
-        if let Some(labels) = &self.labels {
-            labels.write_json_members(out);
-        }
+        Pid::Unknown => out.extend_from_slice(br#","pid":null"#),
+        Pid::NotApplicable => {}
+    }
+    if let Some(labels) = labels {
+        labels.write_json_members(out);
+    }
+}
+
+/// The envelope members after `mono_ns` (`kind`, `source`, `pid`, the labels) that every line
+/// of one process from one source repeats, rendered once for a batch of its lines: a session
+/// writes a line per runtime event, and copying these bytes costs less than writing them.
+#[derive(Debug)]
+pub struct Identity {
+    kind: Kind,
+    source: Source,
+    pid: Pid,
+    labels: Option<Arc<ProcessLabels>>,
+    rendered: Vec<u8>,
+}
+
+impl Identity {
+    pub fn new(kind: Kind, source: Source, pid: Pid, labels: Option<Arc<ProcessLabels>>) -> Self {
+        let mut rendered = Vec::new();
+        write_identity(&mut rendered, kind, source, pid, labels.as_deref());
+        Identity { kind, source, pid, labels, rendered }
+    }
+
+    /// Whether this renders the envelope of these (the very same labels, not equal ones: the
+    /// comparison is per line).
+    pub fn is_of(
+        &self,
+        kind: Kind,
+        source: Source,
+        pid: Pid,
+        labels: Option<&Arc<ProcessLabels>>,
+    ) -> bool {
+        let same_labels = match (&self.labels, labels) {
+            (Some(mine), Some(theirs)) => Arc::ptr_eq(mine, theirs),
+            (mine, theirs) => mine.is_none() && theirs.is_none(),
+        };
+        (self.kind, self.source, self.pid) == (kind, source, pid) && same_labels
+    }
+
+    /// The line of this process and source with `body`, at `mono_ns`: the same bytes as the
+    /// [`Line`] of this kind, source, pid and labels.
+    pub fn line<B: LineBody>(&self, clock: &Clock, mono_ns: u64, body: B) -> IdentifiedLine<'_, B> {
+        IdentifiedLine { wall_ns: clock.wall_ns(mono_ns), mono_ns, identity: self, body }
+    }
+}
+
+/// A line whose envelope members after `mono_ns` were rendered once ([`Identity::line`]).
+pub struct IdentifiedLine<'a, B> {
+    wall_ns: i128,
+    mono_ns: u64,
+    identity: &'a Identity,
+    body: B,
+}
+
+/// A whole line written as JSON (no newline): a [`Line`], or an [`IdentifiedLine`].
+pub trait WriteLine {
+    fn write_json(&self, out: &mut Vec<u8>);
+}
+
+impl<B: LineBody> WriteLine for Line<B> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        Line::write_json(self, out);
+    }
+}
+
+impl<B: LineBody> WriteLine for IdentifiedLine<'_, B> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        write_times(out, self.wall_ns, self.mono_ns);
+        out.extend_from_slice(&self.identity.rendered);
         self.body.write_json_members(out);
         out.push(b'}');
     }
@@ -541,17 +627,6 @@ pub fn ftrace_losses(source: &'static str, stats: &ReaderStats) -> Vec<LossCount
 /// Drops the zero counts.
 pub fn nonzero(losses: impl IntoIterator<Item = LossCount>) -> Vec<LossCount> {
     losses.into_iter().filter(|l| l.count != 0).collect()
-}
-
-/// A runtime event line (`dotnet_event`).
-pub fn dotnet_event<'a>(
-    clock: &Clock,
-    mono_ns: u64,
-    source: Source,
-    pid: u32,
-    event: OutputEvent<'a>,
-) -> Line<OutputEvent<'a>> {
-    Line::new(clock, mono_ns, Kind::DotnetEvent, source, Pid::Known(pid), event)
 }
 
 /// A session lifecycle line about `pid`, stamped now.

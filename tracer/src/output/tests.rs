@@ -62,13 +62,38 @@ fn ipc_mapping() -> Mapping {
 serde_line_bodies!(Value);
 
 /// The line as tracer writes it (without its newline).
-fn text_of<B: LineBody>(line: &Line<B>) -> String {
-    String::from_utf8(line.render().as_bytes().to_vec()).unwrap()
+fn text_of(line: &impl WriteLine) -> String {
+    let mut out = Vec::new();
+    line.write_json(&mut out);
+    String::from_utf8(out).unwrap()
 }
 
 /// The line as written, parsed (keys in the written order).
-fn json_of<B: LineBody>(line: &Line<B>) -> Value {
-    serde_json::from_slice(line.render().as_bytes()).unwrap()
+fn json_of(line: &impl WriteLine) -> Value {
+    serde_json::from_str(&text_of(line)).unwrap()
+}
+
+#[test]
+fn an_identity_is_reused_only_for_the_very_same_process_source_and_labels() {
+    let labels = Arc::new(ProcessLabels { cgroup: Some("/a".into()), ..Default::default() });
+    let equal_labels = Arc::new((*labels).clone());
+    let (kind, source, pid) = (Kind::DotnetEvent, Source::Nettrace, Pid::Known(7));
+    let identity = Identity::new(kind, source, pid, Some(labels.clone()));
+    assert!(identity.is_of(kind, source, pid, Some(&labels)));
+    // Equal labels of another process record (another Arc) render again: compared per line,
+    // by pointer.
+    assert!(!identity.is_of(kind, source, pid, Some(&equal_labels)));
+    assert!(!identity.is_of(kind, source, pid, None));
+    assert!(!identity.is_of(kind, Source::UserEvents, pid, Some(&labels)));
+    assert!(!identity.is_of(kind, source, Pid::Known(8), Some(&labels)));
+    assert!(!identity.is_of(Kind::Ftrace, source, pid, Some(&labels)));
+    let unlabelled = Identity::new(kind, source, pid, None);
+    assert!(unlabelled.is_of(kind, source, pid, None));
+    assert!(!unlabelled.is_of(kind, source, pid, Some(&labels)));
+    assert_eq!(
+        text_of(&identity.line(&Clock::with_offset(0), 1, FieldMap::default())),
+        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"dotnet_event","source":"nettrace","pid":7,"cgroup":"/a"}"#
+    );
 }
 
 #[test]
@@ -372,7 +397,8 @@ fn one_of_each_kind() -> Vec<Value> {
         stack_id: 6,
     };
     let event = OutputEvent { metadata: &meta, payload: &[1], pointer_size: 8, context };
-    lines.push(json_of(&dotnet_event(&clock, 1, Source::Nettrace, 5, event)));
+    let identity = Identity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(5), None);
+    lines.push(json_of(&identity.line(&clock, 1, event)));
     let session = |kind, body: &dyn ErasedSerialize| session_line(&clock, kind, body);
     lines.push(session(
         Kind::SessionStarted,
@@ -716,9 +742,13 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
                 let pid = if i == 1 { u32::MAX } else { 4242 };
                 let decoded = e.decode();
                 let want = reference_line(clock, mono_ns, source, pid, labels.as_deref(), &decoded);
-                let line = dotnet_event(clock, mono_ns, source, pid, e.output())
+                let (kind, process) = (Kind::DotnetEvent, Pid::Known(pid));
+                let line = Line::new(clock, mono_ns, kind, source, process, e.output())
                     .with_labels(labels.clone());
                 assert_eq!(text_of(&line), want, "{}", path.display());
+                // The envelope rendered once for the process's lines: the same bytes.
+                let identity = Identity::new(kind, source, process, labels.clone());
+                assert_eq!(text_of(&identity.line(clock, mono_ns, e.output())), want);
                 lines += 1;
             })
             .unwrap();

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 
-use super::{Line, LineBody};
+use super::{Line, LineBody, WriteLine};
 use crate::export::otlp::LineExport;
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
@@ -93,11 +93,7 @@ impl LineBatch {
 
     /// Renders `line` at the end, unless `keep` (told the bytes it takes, newline included)
     /// refuses it: then the batch is left as it was. Returns whether the line was kept.
-    pub fn push_if(
-        &mut self,
-        line: &Line<impl LineBody>,
-        keep: impl FnOnce(usize) -> bool,
-    ) -> bool {
+    pub fn push_if(&mut self, line: &impl WriteLine, keep: impl FnOnce(usize) -> bool) -> bool {
         let start = self.bytes.len();
         line.write_json(&mut self.bytes);
         self.bytes.push(b'\n');

@@ -635,7 +635,7 @@ fn emit_events(
     events_by_pid: &mut HashMap<u32, u64>,
     labels: &LabelRegistry,
 ) {
-    let EventLines { lines, runs, unnamed, counters } = events;
+    let EventLines { lines, runs, unnamed, counters, .. } = events;
     *summary.events_by_source.entry(source).or_default() += lines.lines();
     for run in runs {
         *events_by_pid.entry(run.pid).or_default() += run.lines;

@@ -21,7 +21,7 @@ use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
-use crate::output::{self, LineBatch, ProcessLabels, RecordTotals, Source};
+use crate::output::{Identity, Kind, LineBatch, Pid, ProcessLabels, RecordTotals, Source};
 use crate::time::Clock;
 
 /// Which kind of session to start.
@@ -184,6 +184,8 @@ pub struct EventLines {
     /// The runtime counter values `EventCounters` events carried (for `--metrics-addr`), with
     /// their process.
     pub counters: Vec<(u32, Result<CounterSample, CounterError>)>,
+    /// The envelope members the last line's process and source repeat, rendered once.
+    identity: Option<Identity>,
 }
 
 /// Lines of one process and provider (see [`EventLines::runs`]).
@@ -224,9 +226,12 @@ impl EventLines {
         // Decoded (into a tree) only for the events whose names can be counters.
         let counter = output_counter_sample(&event);
         let mono_ns = event.context.timestamp as u64;
-        let line =
-            output::dotnet_event(clock, mono_ns, source, pid, event).with_labels(labels.cloned());
-        if !self.lines.push_if(&line, keep) {
+        let (kind, process) = (Kind::DotnetEvent, Pid::Known(pid));
+        let identity = match &mut self.identity {
+            Some(identity) if identity.is_of(kind, source, process, labels) => identity,
+            slot => slot.insert(Identity::new(kind, source, process, labels.cloned())),
+        };
+        if !self.lines.push_if(&identity.line(clock, mono_ns, event), keep) {
             return false;
         }
         match self.runs.last_mut() {
