@@ -194,7 +194,11 @@ pub fn push_u64(out: &mut Vec<u8>, value: u64) {
     out.reserve(24);
     let start = out.len();
     let spare = &mut out.spare_capacity_mut()[..24];
-    let written = if value < E8 {
+    let written = if value < 10 {
+        // Counts, levels, ids: one digit is common enough for its own path.
+        spare[0].write(b'0' + value as u8);
+        1
+    } else if value < E8 {
         store_leading(spare, value as u32)
     } else if value < E8 * E8 {
         let leading = store_leading(spare, (value / E8) as u32);

@@ -124,23 +124,32 @@ impl<'a> Cursor<'a> {
     ) -> Result<(), Utf16Problem> {
         let rest = &self.buf[self.pos..];
         let units = rest.len() / 2;
-        let nul = (0..units.min(max_units + 1))
-            .find(|&i| rest[2 * i] == 0 && rest[2 * i + 1] == 0)
+        let unit_of = |pair: &[u8]| u16::from_le_bytes([pair[0], pair[1]]);
+        // Nearly every name and message is ASCII: known while looking for the NUL, then copied
+        // a byte a unit without decoding.
+        let mut ascii = true;
+        let nul = rest[..2 * units.min(max_units + 1)]
+            .chunks_exact(2)
+            .position(|pair| {
+                let unit = unit_of(pair);
+                ascii &= unit < 0x80;
+                unit == 0
+            })
             .ok_or(if units > max_units {
                 Utf16Problem::TooLong
             } else {
                 Utf16Problem::Unterminated
             })?;
-        let units = rest[..2 * nul].chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        let string = rest[..2 * nul].chunks_exact(2);
         text.clear();
-        if units.clone().all(|u| u < 0x80) {
-            // Nearly every name and message is ASCII: one byte a unit, no decoding.
+        if ascii {
             let mut bytes = std::mem::take(text).into_bytes();
-            bytes.extend(units.map(|u| u as u8));
+            bytes.extend(string.map(|pair| pair[0]));
             *text = String::from_utf8(bytes).expect("units below 0x80 are ASCII");
         } else {
             text.extend(
-                char::decode_utf16(units).map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER)),
+                char::decode_utf16(string.map(unit_of))
+                    .map(|r| r.unwrap_or(char::REPLACEMENT_CHARACTER)),
             );
         }
         self.pos += 2 * nul + 2;

@@ -1241,6 +1241,8 @@ fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
     assert_eq!(event.decode().decode_error, None);
     assert_writes_like_serde(&event);
     assert!(event_json(&event).contains("\"a\":\"\u{fffd}A\","), "{}", event_json(&event));
+    // ASCII first, then not: the whole string decoded.
+    assert!(event_json(&event).contains("\"b\":\"A\u{fffd}😀\","), "{}", event_json(&event));
 }
 
 /// Payloads of integers only are written from the compiled layout (`FlatLayout`); every case

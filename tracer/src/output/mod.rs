@@ -311,6 +311,7 @@ impl Identity {
 
     /// Whether this renders the envelope of these (the very same labels, not equal ones: the
     /// comparison is per line).
+    #[inline]
     pub fn is_of(
         &self,
         kind: Kind,
