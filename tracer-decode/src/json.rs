@@ -182,6 +182,23 @@ pub fn push_plain_key(out: &mut Vec<u8>, name: &str) {
     out.extend_from_slice(b"\":");
 }
 
+/// Appends the first `len` of `bytes` (`len` ≤ `N`) by copying all `N` into the spare
+/// capacity: one fixed-size move where a copy of `len` bytes would be a `memcpy` call, for
+/// short pieces whose source has `N` bytes to read (a padded buffer).
+#[inline(always)]
+pub fn push_prefix<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N], len: usize) {
+    assert!(len <= N, "{len} bytes of {N}");
+    out.reserve(N);
+    let start = out.len();
+    // SAFETY: `N` bytes fit in the capacity reserved above, after the `start` initialised ones,
+    // and a borrowed array cannot overlap the vector's spare capacity; the first `len` (≤ N)
+    // of them are then initialised.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().add(start), N);
+        out.set_len(start + len);
+    }
+}
+
 /// Appends `value`'s decimal digits (no leading zeros), as serde_json and `{}` write them.
 ///
 /// Written in place, eight digits at a time ([`eight_digits`]): a line has about ten integers,
@@ -359,6 +376,22 @@ mod tests {
         for case in &cases {
             assert_eq!(string(case), serde_json::to_vec(case).unwrap(), "{case:?}");
         }
+    }
+
+    #[test]
+    fn a_prefix_appends_only_its_length() {
+        let padded = *b"abcdefgh";
+        for len in 0..=8 {
+            let mut out = b"x".to_vec();
+            push_prefix(&mut out, &padded, len);
+            assert_eq!(out, [b"x", &padded[..len]].concat());
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "9 bytes of 8")]
+    fn a_prefix_longer_than_its_source_is_refused() {
+        push_prefix(&mut Vec::new(), b"abcdefgh", 9);
     }
 
     #[test]

@@ -32,6 +32,10 @@ enum Integer {
     Bool32,
 }
 
+/// Keys up to this long are copied as this many bytes, one fixed-size move instead of a
+/// `memcpy` call of their length; [`FlatLayout::keys`] is padded with as many after the last.
+const KEY_COPY_BYTES: usize = 32;
+
 #[derive(Debug, Clone, Copy)]
 struct Field {
     /// Where the field's key ends in [`FlatLayout::keys`] (it starts where the previous ends).
@@ -42,7 +46,8 @@ struct Field {
 /// A payload layout of integers only, compiled for writing its JSON object.
 #[derive(Debug)]
 pub struct FlatLayout {
-    /// The keys one after another, each with what comes before it: `{"A":`, `,"B":`, ….
+    /// The keys one after another, each with what comes before it: `{"A":`, `,"B":`, …, then
+    /// [`KEY_COPY_BYTES`] of padding.
     keys: Box<[u8]>,
     fields: Box<[Field]>,
     /// Bytes of the fields that are not pointers.
@@ -129,7 +134,16 @@ impl FlatLayout {
         out.reserve(self.keys.len() + 20 * self.fields.len() + 1);
         let (mut key_start, mut at) = (0, 0);
         for field in &self.fields {
-            out.extend_from_slice(&self.keys[key_start..field.key_end]);
+            // The key and at least `KEY_COPY_BYTES` more: the buffer is padded after the last.
+            let key = &self.keys[key_start..];
+            let key_len = field.key_end - key_start;
+            if key_len <= KEY_COPY_BYTES {
+                let padded: &[u8; KEY_COPY_BYTES] =
+                    key[..KEY_COPY_BYTES].try_into().expect("padded");
+                json::push_prefix(out, padded, key_len);
+            } else {
+                out.extend_from_slice(&key[..key_len]);
+            }
             key_start = field.key_end;
             match field.value {
                 Integer::U8 => {
@@ -167,7 +181,7 @@ impl FlatLayout {
 
     /// The most bytes `meta`'s compiled layout can hold in memory, whether compiled yet or not
     /// (the metadata budgets charge it): every top-level field as a field, its key escaped (at
-    /// most 6 bytes a byte) with its quotes, colon and separator.
+    /// most 6 bytes a byte) with its quotes, colon and separator, and the keys' padding.
     pub fn max_heap_bytes(meta: &EventMetadata) -> usize {
         let per_field = |name: &str| 6 * name.len() + 4 + size_of::<Field>();
         let fields: usize = if meta.fields.is_empty() {
@@ -176,7 +190,7 @@ impl FlatLayout {
         } else {
             meta.fields.iter().map(|d| per_field(&d.name)).sum()
         };
-        size_of::<FlatLayout>() + fields
+        size_of::<FlatLayout>() + KEY_COPY_BYTES + fields
     }
 }
 
@@ -212,7 +226,8 @@ impl Builder {
 
     /// `None` for no fields (an empty payload's object, or a payload where none is expected:
     /// the general decoder's) and for more values than the decoder allows.
-    fn build(self) -> Option<FlatLayout> {
+    fn build(mut self) -> Option<FlatLayout> {
+        self.keys.extend([0; KEY_COPY_BYTES]);
         (!self.fields.is_empty() && self.fields.len() <= MAX_VALUES).then(|| FlatLayout {
             keys: self.keys.into_boxed_slice(),
             fields: self.fields.into_boxed_slice(),
