@@ -71,26 +71,44 @@ pub fn format_iso8601(epoch_ns: i128) -> String {
 }
 
 /// Appends nanoseconds since the epoch as ISO-8601 UTC, e.g. `2026-11-29T22:30:00.123456789Z`:
-/// the `ts` of every line, written without a `String` of its own.
+/// the `ts` of every line, written without a `String` of its own. Inlined for the common case
+/// (after 1970, in the second of the line before): a copy and the nanoseconds' digits.
+#[inline]
 pub fn write_iso8601(out: &mut Vec<u8>, epoch_ns: i128) {
+    const NS: u64 = 1_000_000_000;
+    if let Ok(ns) = u64::try_from(epoch_ns) {
+        let (secs, nanos) = ((ns / NS) as i64, (ns % NS) as u32);
+        let (cached_secs, prefix) = LAST_SECOND.get();
+        if cached_secs == secs {
+            out.extend_from_slice(&prefix);
+            write_nanos(out, nanos);
+            return;
+        }
+    }
+    write_iso8601_uncached(out, epoch_ns);
+}
+
+/// [`write_iso8601`] of a second other than the last one written (which it then keeps).
+#[inline(never)]
+fn write_iso8601_uncached(out: &mut Vec<u8>, epoch_ns: i128) {
     const NS: i64 = 1_000_000_000;
     // 64-bit division where it fits (until 2262): a 128-bit one costs a library call.
     let (secs, nanos) = match i64::try_from(epoch_ns) {
         Ok(ns) => (ns.div_euclid(NS), ns.rem_euclid(NS) as u32),
         Err(_) => (epoch_ns.div_euclid(NS.into()) as i64, epoch_ns.rem_euclid(NS.into()) as u32),
     };
-    let cached = LAST_SECOND.get();
-    if cached.0 == secs {
-        out.extend_from_slice(&cached.1);
-    } else {
-        let start = out.len();
-        write_up_to_second(out, secs);
-        // Four-digit years (every clock but one far off) have a 20-byte prefix.
-        if let Ok(prefix) = out[start..].try_into() {
-            LAST_SECOND.set((secs, prefix));
-        }
+    let start = out.len();
+    write_up_to_second(out, secs);
+    // Four-digit years (every clock but one far off) have a 20-byte prefix.
+    if let Ok(prefix) = out[start..].try_into() {
+        LAST_SECOND.set((secs, prefix));
     }
-    // The nine digits of the nanoseconds and the `Z`, in one store.
+    write_nanos(out, nanos);
+}
+
+/// The nine digits of the nanoseconds and the `Z`, in one store.
+#[inline]
+fn write_nanos(out: &mut Vec<u8>, nanos: u32) {
     let mut tail = [0u8; 10];
     tail[0] = b'0' + (nanos / 100_000_000) as u8;
     tail[1..9].copy_from_slice(&json::ascii_digits(nanos % 100_000_000));
