@@ -211,10 +211,13 @@ pub fn push_u64(out: &mut Vec<u8>, value: u64) {
     out.reserve(24);
     let start = out.len();
     let spare = &mut out.spare_capacity_mut()[..24];
-    let written = if value < 10 {
-        // Counts, levels, ids: one digit is common enough for its own path.
-        spare[0].write(b'0' + value as u8);
-        1
+    let written = if value < 100 {
+        // Counts, levels, ids, sequence numbers: one or two digits are common enough for their
+        // own path.
+        let (tens, ones) = (value as u8 / 10, value as u8 % 10);
+        spare[0].write(if tens == 0 { b'0' + ones } else { b'0' + tens });
+        spare[1].write(b'0' + ones);
+        1 + usize::from(tens != 0)
     } else if value < E8 {
         store_leading(spare, value as u32)
     } else if value < E8 * E8 {

@@ -127,14 +127,25 @@ impl<'a> Cursor<'a> {
         let unit_of = |pair: &[u8]| u16::from_le_bytes([pair[0], pair[1]]);
         // Nearly every name and message is ASCII: known while looking for the NUL, then copied
         // a byte a unit without decoding.
-        let mut ascii = true;
-        let nul = rest[..2 * units.min(max_units + 1)]
+        let searched = &rest[..2 * units.min(max_units + 1)];
+        // Four units a word until a word holds the NUL, then a unit at a time.
+        let words = searched.chunks_exact(8).take_while(|word| {
+            let word = u64::from_le_bytes((*word).try_into().expect("8 bytes"));
+            !has_zero_unit(word)
+        });
+        let (mut skipped, mut ascii) = (0, true);
+        for word in words {
+            ascii &= u64::from_le_bytes(word.try_into().expect("8 bytes")) & NON_ASCII_UNITS == 0;
+            skipped += 4;
+        }
+        let nul = searched[2 * skipped..]
             .chunks_exact(2)
             .position(|pair| {
                 let unit = unit_of(pair);
                 ascii &= unit < 0x80;
                 unit == 0
             })
+            .map(|at| skipped + at)
             .ok_or(if units > max_units {
                 Utf16Problem::TooLong
             } else {
@@ -154,5 +165,69 @@ impl<'a> Cursor<'a> {
         }
         self.pos += 2 * nul + 2;
         Ok(())
+    }
+}
+
+/// The bits of four little-endian UTF-16 units in a word that are set only outside ASCII.
+const NON_ASCII_UNITS: u64 = 0xff80_ff80_ff80_ff80;
+
+/// Whether one of the four little-endian UTF-16 units in `word` is zero: a unit's top bit
+/// survives `- 1` and `& !word` only for a zero unit or, through the borrow, one above a zero
+/// unit, so the test is exact for whether any is.
+fn has_zero_unit(word: u64) -> bool {
+    const ONES: u64 = 0x0001_0001_0001_0001;
+    const TOPS: u64 = 0x8000_8000_8000_8000;
+    word.wrapping_sub(ONES) & !word & TOPS != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the units up to the first NUL decode to, unpaired surrogates replaced.
+    fn reference(units: &[u16]) -> Option<String> {
+        let nul = units.iter().position(|&u| u == 0)?;
+        Some(
+            char::decode_utf16(units[..nul].iter().copied())
+                .map(|r| r.unwrap_or('\u{fffd}'))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn utf16z_strings_read_word_at_a_time_are_those_decoded_unit_by_unit() {
+        // The NUL, a non-ASCII unit and a surrogate at every position of the first words.
+        for len in 0..20 {
+            for odd in [None, Some(0x80u16), Some(0xe9), Some(0x100), Some(0xd800), Some(0xff00)] {
+                for odd_at in 0..len.max(1) {
+                    let mut units: Vec<u16> = (0..len).map(|i| 0x41 + i as u16 % 26).collect();
+                    if let Some(unit) = odd.filter(|_| odd_at < len) {
+                        units[odd_at] = unit;
+                    }
+                    units.extend([0, 0x42, 0]);
+                    let bytes: Vec<u8> = units.iter().flat_map(|u| u.to_le_bytes()).collect();
+                    let mut cursor = Cursor::new(&bytes);
+                    let mut text = String::from("stale");
+                    assert_eq!(cursor.utf16z_into(usize::MAX / 2, &mut text), Ok(()));
+                    assert_eq!(Some(text), reference(&units), "{units:x?}");
+                    assert_eq!(cursor.pos, 2 * len + 2);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn utf16z_strings_without_a_nul_in_reach_are_refused() {
+        let bytes: Vec<u8> = [0x41u16; 9].iter().flat_map(|u| u.to_le_bytes()).collect();
+        let mut text = String::new();
+        assert_eq!(
+            Cursor::new(&bytes).utf16z_into(100, &mut text),
+            Err(Utf16Problem::Unterminated)
+        );
+        assert_eq!(Cursor::new(&bytes).utf16z_into(8, &mut text), Err(Utf16Problem::TooLong));
+        let terminated = [&bytes[..16], &[0, 0]].concat();
+        assert_eq!(Cursor::new(&terminated).utf16z_into(8, &mut text), Ok(()));
+        assert_eq!(text, "A".repeat(8));
+        assert_eq!(Cursor::new(&terminated).utf16z_into(7, &mut text), Err(Utf16Problem::TooLong));
     }
 }
