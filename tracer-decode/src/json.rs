@@ -246,21 +246,21 @@ pub fn push_i64(out: &mut Vec<u8>, value: i64) {
 
 /// The eight decimal digits of `value` (< 10^8, zero-padded) as digit values 0–9, one per byte,
 /// the most significant in the lowest byte (first in memory when stored little-endian).
-/// Divisions by 10 000, 100 and 10 are done in parallel lanes of one `u64`, by multiplying
-/// with a rounded-up reciprocal and shifting, which is exact for every value a lane holds
-/// (below 10 000, 100 and 100): no loop and no table.
+/// After one division by 10 000, the divisions by 100 and by 10 are done in parallel lanes of
+/// one `u64`, by multiplying with a rounded-up reciprocal and shifting, which is exact for
+/// every value a lane holds (below 10 000, then below 100): no loop and no table.
 #[inline]
 fn eight_digits(value: u32) -> u64 {
     debug_assert!(value < 100_000_000);
     let value = u64::from(value);
     // The first four digits in the low 32-bit lane, the last four in the high one.
-    let fours = value / 10_000 | (value % 10_000) << 32;
+    let fours = (value / 10_000) | ((value % 10_000) << 32);
     // x / 100 = x * 10486 >> 20 for x < 10 000; the lanes' quotients stay below 128.
-    let hundreds = (fours * 10_486 >> 20) & 0x0000_007f_0000_007f;
-    let twos = hundreds | (fours - hundreds * 100) << 16;
+    let hundreds = ((fours * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let twos = hundreds | ((fours - hundreds * 100) << 16);
     // x / 10 = x * 103 >> 10 for x < 100; the lanes' quotients stay below 16.
-    let tens = (twos * 103 >> 10) & 0x000f_000f_000f_000f;
-    tens | (twos - tens * 10) << 8
+    let tens = ((twos * 103) >> 10) & 0x000f_000f_000f_000f;
+    tens | ((twos - tens * 10) << 8)
 }
 
 /// The eight decimal digits of `value` (< 10^8, zero-padded) as ASCII.
