@@ -294,7 +294,7 @@ fn write_identity(
 /// of one process from one source repeats, rendered once for a batch of its lines: a session
 /// writes a line per runtime event, and copying these bytes costs less than writing them.
 #[derive(Debug)]
-pub struct Identity {
+pub struct LineIdentity {
     kind: Kind,
     source: Source,
     pid: Pid,
@@ -302,11 +302,11 @@ pub struct Identity {
     rendered: Vec<u8>,
 }
 
-impl Identity {
+impl LineIdentity {
     pub fn new(kind: Kind, source: Source, pid: Pid, labels: Option<Arc<ProcessLabels>>) -> Self {
         let mut rendered = Vec::new();
         write_identity(&mut rendered, kind, source, pid, labels.as_deref());
-        Identity { kind, source, pid, labels, rendered }
+        LineIdentity { kind, source, pid, labels, rendered }
     }
 
     /// Whether this renders the envelope of these (the very same labels, not equal ones: the
@@ -333,11 +333,11 @@ impl Identity {
     }
 }
 
-/// A line whose envelope members after `mono_ns` were rendered once ([`Identity::line`]).
+/// A line whose envelope members after `mono_ns` were rendered once ([`LineIdentity::line`]).
 pub struct IdentifiedLine<'a, B> {
     wall_ns: i128,
     mono_ns: u64,
-    identity: &'a Identity,
+    identity: &'a LineIdentity,
     body: B,
 }
 

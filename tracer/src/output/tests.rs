@@ -74,11 +74,11 @@ fn json_of(line: &impl WriteLine) -> Value {
 }
 
 #[test]
-fn an_identity_is_reused_only_for_the_very_same_process_source_and_labels() {
+fn a_line_identity_is_reused_only_for_the_very_same_process_source_and_labels() {
     let labels = Arc::new(ProcessLabels { cgroup: Some("/a".into()), ..Default::default() });
     let equal_labels = Arc::new((*labels).clone());
     let (kind, source, pid) = (Kind::DotnetEvent, Source::Nettrace, Pid::Known(7));
-    let identity = Identity::new(kind, source, pid, Some(labels.clone()));
+    let identity = LineIdentity::new(kind, source, pid, Some(labels.clone()));
     assert!(identity.is_of(kind, source, pid, Some(&labels)));
     // Equal labels of another process record (another Arc) render again: compared per line,
     // by pointer.
@@ -87,7 +87,7 @@ fn an_identity_is_reused_only_for_the_very_same_process_source_and_labels() {
     assert!(!identity.is_of(kind, Source::UserEvents, pid, Some(&labels)));
     assert!(!identity.is_of(kind, source, Pid::Known(8), Some(&labels)));
     assert!(!identity.is_of(Kind::Ftrace, source, pid, Some(&labels)));
-    let unlabelled = Identity::new(kind, source, pid, None);
+    let unlabelled = LineIdentity::new(kind, source, pid, None);
     assert!(unlabelled.is_of(kind, source, pid, None));
     assert!(!unlabelled.is_of(kind, source, pid, Some(&labels)));
     assert_eq!(
@@ -397,7 +397,7 @@ fn one_of_each_kind() -> Vec<Value> {
         stack_id: 6,
     };
     let event = OutputEvent { metadata: &meta, payload: &[1], pointer_size: 8, context };
-    let identity = Identity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(5), None);
+    let identity = LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(5), None);
     lines.push(json_of(&identity.line(&clock, 1, event)));
     let session = |kind, body: &dyn ErasedSerialize| session_line(&clock, kind, body);
     lines.push(session(
@@ -747,7 +747,7 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
                     .with_labels(labels.clone());
                 assert_eq!(text_of(&line), want, "{}", path.display());
                 // The envelope rendered once for the process's lines: the same bytes.
-                let identity = Identity::new(kind, source, process, labels.clone());
+                let identity = LineIdentity::new(kind, source, process, labels.clone());
                 assert_eq!(text_of(&identity.line(clock, mono_ns, e.output())), want);
                 lines += 1;
             })

@@ -21,7 +21,7 @@ use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
-use crate::output::{Identity, Kind, LineBatch, Pid, ProcessLabels, RecordTotals, Source};
+use crate::output::{Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source};
 use crate::time::Clock;
 
 /// Which kind of session to start.
@@ -185,7 +185,7 @@ pub struct EventLines {
     /// their process.
     pub counters: Vec<(u32, Result<CounterSample, CounterError>)>,
     /// The envelope members the last line's process and source repeat, rendered once.
-    identity: Option<Identity>,
+    identity: Option<LineIdentity>,
 }
 
 /// Lines of one process and provider (see [`EventLines::runs`]).
@@ -229,7 +229,7 @@ impl EventLines {
         let (kind, process) = (Kind::DotnetEvent, Pid::Known(pid));
         let identity = match &mut self.identity {
             Some(identity) if identity.is_of(kind, source, process, labels) => identity,
-            slot => slot.insert(Identity::new(kind, source, process, labels.cloned())),
+            slot => slot.insert(LineIdentity::new(kind, source, process, labels.cloned())),
         };
         if !self.lines.push_if(&identity.line(clock, mono_ns, event), keep) {
             return false;
