@@ -231,8 +231,8 @@ pub fn push_u64(out: &mut Vec<u8>, value: u64) {
         store(&mut spare[leading + 8..], eight_digits((rest % E8) as u32));
         leading + 16
     };
-    // SAFETY: the first `written` bytes after `start` were just initialised by `store`, within
-    // the capacity reserved above.
+    // SAFETY: the first `written` bytes after `start` were just initialised (each path writes
+    // at least its digits), within the capacity reserved above.
     unsafe { out.set_len(start + written) };
 }
 

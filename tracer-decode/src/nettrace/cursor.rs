@@ -129,13 +129,13 @@ impl<'a> Cursor<'a> {
         // a byte a unit without decoding.
         let searched = &rest[..2 * units.min(max_units + 1)];
         // Four units a word until a word holds the NUL, then a unit at a time.
-        let words = searched.chunks_exact(8).take_while(|word| {
-            let word = u64::from_le_bytes((*word).try_into().expect("8 bytes"));
-            !has_zero_unit(word)
-        });
         let (mut skipped, mut ascii) = (0, true);
-        for word in words {
-            ascii &= u64::from_le_bytes(word.try_into().expect("8 bytes")) & NON_ASCII_UNITS == 0;
+        for word in searched.chunks_exact(8) {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            if has_zero_unit(word) {
+                break;
+            }
+            ascii &= word & NON_ASCII_UNITS == 0;
             skipped += 4;
         }
         let nul = searched[2 * skipped..]
