@@ -199,6 +199,41 @@ pub fn push_prefix<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N], len: usiz
     }
 }
 
+/// Decimal digits already in a buffer: `value` written by [`push_u64`] at `out[at]`. A line
+/// repeats some of its numbers (a runtime event's `timestamp` is its envelope's `mono_ns`), and
+/// copying the digits costs less than formatting them again ([`push_u64_again`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenU64 {
+    pub value: u64,
+    pub at: std::ops::Range<usize>,
+}
+
+/// Appends `value` as [`push_u64`] does and says where its digits are.
+#[inline(always)]
+pub fn push_u64_written(out: &mut Vec<u8>, value: u64) -> WrittenU64 {
+    let start = out.len();
+    push_u64(out, value);
+    WrittenU64 { value, at: start..out.len() }
+}
+
+/// Appends `value`'s digits, copied from where `written` has them when it is the same value
+/// and its range is in `out` (else formatted as [`push_u64`] does).
+#[inline(always)]
+pub fn push_u64_again(out: &mut Vec<u8>, value: u64, written: &WrittenU64) {
+    /// At most 20 digits: copied as one fixed-size move from the bytes that follow them too.
+    const COPY: usize = 24;
+    let at = &written.at;
+    if written.value == value && at.len() <= COPY {
+        if let Some(digits) = out.get(at.start..at.start + COPY) {
+            let digits: [u8; COPY] = digits.try_into().expect("COPY bytes");
+            debug_assert_eq!(digits[..at.len()], *value.to_string().as_bytes());
+            push_prefix(out, &digits, at.len());
+            return;
+        }
+    }
+    push_u64(out, value);
+}
+
 /// Appends `value`'s decimal digits (no leading zeros), as serde_json and `{}` write them.
 ///
 /// Written in place, eight digits at a time ([`eight_digits`]): a line has about ten integers,
@@ -352,6 +387,31 @@ mod tests {
         let mut out = Vec::new();
         push_str(&mut out, text);
         out
+    }
+
+    /// A repeated number is copied where its digits are followed by enough bytes, formatted
+    /// otherwise: the same text either way.
+    #[test]
+    fn a_number_written_again_is_the_same_digits() {
+        for value in [0, 7, 1_733_000_000_123_456_789, u64::MAX] {
+            let mut out = b"x".to_vec();
+            let written = push_u64_written(&mut out, value);
+            assert_eq!(out[written.at.clone()], *value.to_string().as_bytes());
+            // Too few bytes after the digits to copy them in one move: formatted.
+            push_u64_again(&mut out, value, &written);
+            out.extend_from_slice(b",\"kind\":\"dotnet_event\",\"pid\":4242,");
+            // Copied.
+            push_u64_again(&mut out, value, &written);
+            // Another value: formatted.
+            push_u64_again(&mut out, value / 3, &written);
+            // A range past the end: formatted.
+            let beyond = WrittenU64 { value, at: out.len()..out.len() + 3 };
+            push_u64_again(&mut out, value, &beyond);
+            let d = value.to_string();
+            let expected =
+                format!("x{d}{d},\"kind\":\"dotnet_event\",\"pid\":4242,{d}{}{d}", value / 3);
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
     }
 
     #[test]

@@ -265,7 +265,7 @@ impl<'a> OutputEvent<'a> {
     /// Appends the event as a JSON object of its own (without the envelope of a line).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         let start = out.len();
-        self.write_json_members(out);
+        self.write_json_members(out, None);
         out[start] = b'{';
         out.push(b'}');
     }
@@ -274,7 +274,9 @@ impl<'a> OutputEvent<'a> {
     /// envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
     /// "Output lines" table, optional members only when present. The same JSON as
     /// [`DecodedEvent`]'s serde form (a differential test checks it), decoded on the way.
-    pub fn write_json_members(&self, out: &mut Vec<u8>) {
+    /// `written`: a number `out` already holds that the `timestamp` may repeat (a line's
+    /// `mono_ns`), copied rather than formatted again.
+    pub fn write_json_members(&self, out: &mut Vec<u8>, written: Option<&json::WrittenU64>) {
         let (meta, context) = (self.metadata, &self.context);
         out.extend_from_slice(meta.json_head.get_or_render(|head| write_json_head(meta, head)));
         // The names are ASCII letters and `_`: written as they are, without escaping.
@@ -285,7 +287,10 @@ impl<'a> OutputEvent<'a> {
             json::push_u64(out, sequence.into());
         }
         out.extend_from_slice(br#","timestamp":"#);
-        json::push_i64(out, context.timestamp);
+        match (u64::try_from(context.timestamp), written) {
+            (Ok(timestamp), Some(written)) => json::push_u64_again(out, timestamp, written),
+            _ => json::push_i64(out, context.timestamp),
+        }
         let ids = [
             (&br#","activity_id":"#[..], &context.activity_id),
             (br#","related_activity_id":"#, &context.related_activity_id),

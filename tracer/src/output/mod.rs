@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tracer_common::EventKind;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
-use tracer_decode::json::{self, RenderedOnce, WriteJson};
+use tracer_decode::json::{self, RenderedOnce, WriteJson, WrittenU64};
 use tracer_decode::nettrace::OutputEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
@@ -154,26 +154,29 @@ impl ProcessLabels {
 
 /// The fields a line's kind adds after the envelope.
 pub trait LineBody {
-    /// Appends them as members of the line's object, each after a comma.
-    fn write_json_members(&self, out: &mut Vec<u8>);
+    /// Appends them as members of the line's object, each after a comma; `mono_ns` is where
+    /// the envelope's `mono_ns` is in `out`, for a body that repeats it.
+    fn write_json_members(&self, out: &mut Vec<u8>, mono_ns: &WrittenU64);
 }
 
 impl<B: LineBody> LineBody for &B {
-    fn write_json_members(&self, out: &mut Vec<u8>) {
-        (**self).write_json_members(out);
+    fn write_json_members(&self, out: &mut Vec<u8>, mono_ns: &WrittenU64) {
+        (**self).write_json_members(out, mono_ns);
     }
 }
 
 /// Runtime events: decoded straight into the line (the line tracer writes most, one per
 /// event).
 impl LineBody for OutputEvent<'_> {
-    fn write_json_members(&self, out: &mut Vec<u8>) {
-        OutputEvent::write_json_members(self, out);
+    fn write_json_members(&self, out: &mut Vec<u8>, mono_ns: &WrittenU64) {
+        // A streaming session's line takes its `mono_ns` from the event's `timestamp`: the
+        // digits are copied when the two are equal.
+        OutputEvent::write_json_members(self, out, Some(mono_ns));
     }
 }
 
 impl LineBody for FtraceRecord<'_> {
-    fn write_json_members(&self, out: &mut Vec<u8>) {
+    fn write_json_members(&self, out: &mut Vec<u8>, _: &WrittenU64) {
         // The names are ASCII letters: written as they are, without escaping.
         out.extend_from_slice(br#","system":"#);
         json::push_str(out, self.system);
@@ -192,7 +195,7 @@ impl LineBody for FtraceRecord<'_> {
 macro_rules! serde_line_bodies {
     ($($body:ty),* $(,)?) => {$(
         impl LineBody for $body {
-            fn write_json_members(&self, out: &mut Vec<u8>) {
+            fn write_json_members(&self, out: &mut Vec<u8>, _: &WrittenU64) {
                 write_serde_members(self, out);
             }
         }
@@ -248,20 +251,20 @@ impl<B: LineBody> Line<B> {
 
     /// Appends the line's JSON object (no newline).
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        write_times(out, self.wall_ns, self.mono_ns);
+        let mono_ns = write_times(out, self.wall_ns, self.mono_ns);
         write_identity(out, self.kind, self.source, self.pid, self.labels.as_deref());
-        self.body.write_json_members(out);
+        self.body.write_json_members(out, &mono_ns);
         out.push(b'}');
     }
 }
 
-/// A line's envelope up to `mono_ns`, from the opening brace. Its names and values need no
-/// escaping: digits and fixed ASCII names.
-fn write_times(out: &mut Vec<u8>, wall_ns: i128, mono_ns: u64) {
+/// A line's envelope up to `mono_ns`, from the opening brace; returns where `mono_ns` is.
+/// Its names and values need no escaping: digits and fixed ASCII names.
+fn write_times(out: &mut Vec<u8>, wall_ns: i128, mono_ns: u64) -> WrittenU64 {
     out.extend_from_slice(br#"{"ts":""#);
     write_iso8601(out, wall_ns);
     out.extend_from_slice(br#"","mono_ns":"#);
-    json::push_u64(out, mono_ns);
+    json::push_u64_written(out, mono_ns)
 }
 
 /// The rest of a line's envelope: `kind`, `source`, `pid`, the labels.
@@ -354,9 +357,9 @@ impl<B: LineBody> WriteLine for Line<B> {
 
 impl<B: LineBody> WriteLine for IdentifiedLine<'_, B> {
     fn write_json(&self, out: &mut Vec<u8>) {
-        write_times(out, self.wall_ns, self.mono_ns);
+        let mono_ns = write_times(out, self.wall_ns, self.mono_ns);
         out.extend_from_slice(&self.identity.rendered);
-        self.body.write_json_members(out);
+        self.body.write_json_members(out, &mono_ns);
         out.push(b'}');
     }
 }
