@@ -44,7 +44,8 @@ impl<'a> Cursor<'a> {
         Some(&rest[..end])
     }
 
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+    #[inline]
+    pub(crate) fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
         self.take(N).map(|b| b.try_into().expect("take returned N bytes"))
     }
 

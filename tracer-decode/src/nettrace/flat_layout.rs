@@ -1,21 +1,22 @@
 //! The JSON of the most common payloads without the general decoder: a layout made only of
-//! fixed-size integers (most runtime events, many EventSource events) is compiled once per
-//! event metadata into its keys, rendered, and each field's size. Writing a payload is then a
-//! copy of each key and the digits of each value.
+//! integers, manifest-mapped integers and UTF-16 strings (most runtime events, many EventSource
+//! events) is compiled once per event metadata into its keys, rendered, and how each field
+//! reads. Writing a payload is then a copy of each key and each value's digits, name or text.
 //!
 //! It writes only what the general decoder ([`super::payload::write_payload_json`]) would write
 //! for the same payload, and only where that decoder would succeed without a tail: a payload of
-//! another length, a layout over the cost budget or with anything but plain integers goes to the
-//! general decoder, which then writes its tail or its error. The differential tests and the
-//! `nettrace` fuzz target compare the two through the output.
+//! another length, a string without its NUL, a layout over the cost budget or with anything
+//! else goes to the general decoder, which then writes its tail or its error. The differential
+//! tests and the `nettrace` fuzz target compare the two through the output.
 
 use crate::json;
 
+use super::cursor::Cursor;
 use super::metadata::{EventMetadata, FieldDef, FieldType};
-use super::payload::{MAX_VALUES, VALUE_COST, cost_budget};
-use super::runtime_events::{Count, Kind, RuntimeField};
+use super::payload::{MAX_STRING_UNITS, MAX_VALUES, Scalar, VALUE_COST, cost_budget};
+use super::runtime_events::{Count, Kind, RuntimeField, ValueMap};
 
-/// One field's value: its size and how its bytes read.
+/// One integer field: its size and how its bytes read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Integer {
     U8,
@@ -32,6 +33,38 @@ enum Integer {
     Bool32,
 }
 
+impl Integer {
+    /// The value at the cursor, as the general decoder reads it; `None` past the end.
+    #[inline(always)]
+    fn read(self, cur: &mut Cursor<'_>, pointer: usize) -> Option<Scalar<'static>> {
+        Some(match self {
+            Integer::U8 => Scalar::U64(cur.u8()?.into()),
+            Integer::U16 => Scalar::U64(cur.u16()?.into()),
+            Integer::U32 => Scalar::U64(cur.u32()?.into()),
+            Integer::U64 => Scalar::U64(cur.u64()?),
+            Integer::I8 => Scalar::I64(i8::from_le_bytes(cur.array()?).into()),
+            Integer::I16 => Scalar::I64(i16::from_le_bytes(cur.array()?).into()),
+            Integer::I32 => Scalar::I64(i32::from_le_bytes(cur.array()?).into()),
+            Integer::I64 => Scalar::I64(cur.i64()?),
+            Integer::Pointer if pointer == 4 => Scalar::U64(cur.u32()?.into()),
+            Integer::Pointer => Scalar::U64(cur.u64()?),
+            Integer::Bool32 => Scalar::Bool(cur.u32()? != 0),
+        })
+    }
+}
+
+/// How one field's value is written.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Plain(Integer),
+    /// A runtime field with a manifest value or bit map: its name(s), as the general decoder
+    /// maps it.
+    Mapped(Integer, &'static ValueMap),
+    /// A NUL-terminated UTF-16 string (runtime layouts only: metadata field lists charge
+    /// their strings' length, which is known only once read).
+    Utf16Z,
+}
+
 /// Keys up to this long are copied as this many bytes, one fixed-size move instead of a
 /// `memcpy` call of their length; [`FlatLayout::keys`] is padded with as many after the last.
 const KEY_COPY_BYTES: usize = 32;
@@ -40,19 +73,21 @@ const KEY_COPY_BYTES: usize = 32;
 struct Field {
     /// Where the field's key ends in [`FlatLayout::keys`] (it starts where the previous ends).
     key_end: usize,
-    value: Integer,
+    value: Value,
 }
 
-/// A payload layout of integers only, compiled for writing its JSON object.
+/// A payload layout compiled for writing its JSON object.
 #[derive(Debug)]
 pub struct FlatLayout {
     /// The keys one after another, each with what comes before it: `{"A":`, `,"B":`, …, then
     /// [`KEY_COPY_BYTES`] of padding.
     keys: Box<[u8]>,
     fields: Box<[Field]>,
-    /// Bytes of the fields that are not pointers.
+    /// Bytes of the integer fields that are not pointers.
     fixed_bytes: usize,
     pointers: usize,
+    /// String fields: each takes at least its two-byte NUL, and makes the length variable.
+    strings: usize,
     /// What the general decoder charges for these fields (metadata field lists only; runtime
     /// layouts are not charged): the layout is used only within the payload's budget.
     cost: usize,
@@ -88,7 +123,7 @@ impl FlatLayout {
             };
             // As the general decoder charges: the name, then the value.
             layout.cost += def.name.len() + VALUE_COST;
-            layout.push(&def.name, value);
+            layout.push(&def.name, Value::Plain(value));
         }
         layout.build()
     }
@@ -96,10 +131,10 @@ impl FlatLayout {
     fn of_runtime(fields: &[RuntimeField]) -> Option<FlatLayout> {
         let mut layout = Builder::default();
         for field in fields {
-            if field.count != Count::One || field.map.is_some() {
+            if field.count != Count::One {
                 return None;
             }
-            let value = match field.kind {
+            let integer = match field.kind {
                 Kind::U8 => Integer::U8,
                 Kind::U16 => Integer::U16,
                 Kind::U32 => Integer::U32,
@@ -110,29 +145,56 @@ impl FlatLayout {
                 Kind::I64 => Integer::I64,
                 Kind::Pointer => Integer::Pointer,
                 Kind::Bool32 => Integer::Bool32,
+                Kind::Utf16Z => {
+                    layout.push(field.name, Value::Utf16Z);
+                    continue;
+                }
                 _ => return None,
+            };
+            let value = match field.map {
+                Some(map) => Value::Mapped(integer, map),
+                None => Value::Plain(integer),
             };
             layout.push(field.name, value);
         }
         layout.build()
     }
 
-    /// Appends `payload` as its JSON object; `false` (and nothing written) when the payload is
-    /// not exactly this layout's length or passes its cost budget: the general decoder's case.
+    /// Appends `payload` as its JSON object; `false` (and nothing written) when the payload
+    /// does not fill this layout exactly or passes its cost budget: the general decoder's case.
     pub fn write_json(&self, payload: &[u8], pointer_size: u32, out: &mut Vec<u8>) -> bool {
         let pointer = match pointer_size {
             4 => 4,
             8 => 8,
             _ => return false,
         };
-        if payload.len() != self.fixed_bytes + self.pointers * pointer
-            || self.cost > cost_budget(payload.len())
-        {
+        let fixed = self.fixed_bytes + self.pointers * pointer;
+        let fits = match self.strings {
+            0 => payload.len() == fixed,
+            strings => payload.len() >= fixed + 2 * strings,
+        };
+        if !fits || self.cost > cost_budget(payload.len()) {
             return false;
         }
-        // Keys, at most 20 digits or `false` a value, the closing brace.
+        let start = out.len();
+        if self.write_fields(payload, pointer, out) {
+            return true;
+        }
+        out.truncate(start);
+        false
+    }
+
+    /// [`write_json`](Self::write_json) after its checks; `false` when a value is past the
+    /// end, a string has no NUL or bytes are left (possible only with strings).
+    #[inline(always)]
+    fn write_fields(&self, payload: &[u8], pointer: usize, out: &mut Vec<u8>) -> bool {
+        // Keys, at most 20 digits or `false` a value (names and text reserve their own), the
+        // closing brace.
         out.reserve(self.keys.len() + 20 * self.fields.len() + 1);
-        let (mut key_start, mut at) = (0, 0);
+        let mut cur = Cursor::new(payload);
+        // Filled only for a string (the general decoder reads them into one too).
+        let mut text = String::new();
+        let mut key_start = 0;
         for field in &self.fields {
             // The key and at least `KEY_COPY_BYTES` more: the buffer is padded after the last.
             let key = &self.keys[key_start..];
@@ -146,37 +208,27 @@ impl FlatLayout {
             }
             key_start = field.key_end;
             match field.value {
-                Integer::U8 => {
-                    json::push_u64(out, u8::from_le_bytes(take(payload, &mut at)).into())
-                }
-                Integer::U16 => {
-                    json::push_u64(out, u16::from_le_bytes(take(payload, &mut at)).into());
-                }
-                Integer::U32 => {
-                    json::push_u64(out, u32::from_le_bytes(take(payload, &mut at)).into());
-                }
-                Integer::U64 => json::push_u64(out, u64::from_le_bytes(take(payload, &mut at))),
-                Integer::I8 => {
-                    json::push_i64(out, i8::from_le_bytes(take(payload, &mut at)).into())
-                }
-                Integer::I16 => {
-                    json::push_i64(out, i16::from_le_bytes(take(payload, &mut at)).into());
-                }
-                Integer::I32 => {
-                    json::push_i64(out, i32::from_le_bytes(take(payload, &mut at)).into());
-                }
-                Integer::I64 => json::push_i64(out, i64::from_le_bytes(take(payload, &mut at))),
-                Integer::Pointer if pointer == 4 => {
-                    json::push_u64(out, u32::from_le_bytes(take(payload, &mut at)).into());
-                }
-                Integer::Pointer => json::push_u64(out, u64::from_le_bytes(take(payload, &mut at))),
-                Integer::Bool32 => {
-                    json::push_bool(out, u32::from_le_bytes(take(payload, &mut at)) != 0);
+                Value::Plain(integer) => match integer.read(&mut cur, pointer) {
+                    Some(Scalar::U64(v)) => json::push_u64(out, v),
+                    Some(Scalar::I64(v)) => json::push_i64(out, v),
+                    Some(Scalar::Bool(v)) => json::push_bool(out, v),
+                    Some(_) => unreachable!("an integer reads as an integer or a boolean"),
+                    None => return false,
+                },
+                Value::Mapped(integer, map) => match integer.read(&mut cur, pointer) {
+                    Some(value) => value.mapped(map).write_json(out),
+                    None => return false,
+                },
+                Value::Utf16Z => {
+                    if cur.utf16z_into(MAX_STRING_UNITS, &mut text).is_err() {
+                        return false;
+                    }
+                    json::push_str(out, &text);
                 }
             }
         }
         out.push(b'}');
-        true
+        cur.remaining() == 0
     }
 
     /// The most bytes `meta`'s compiled layout can hold in memory, whether compiled yet or not
@@ -194,33 +246,30 @@ impl FlatLayout {
     }
 }
 
-/// The `N` bytes at `at` (the caller checked the payload's length), `at` moved past them.
-fn take<const N: usize>(payload: &[u8], at: &mut usize) -> [u8; N] {
-    let bytes = payload[*at..*at + N].try_into().expect("a slice of N bytes");
-    *at += N;
-    bytes
-}
-
 #[derive(Default)]
 struct Builder {
     keys: Vec<u8>,
     fields: Vec<Field>,
     fixed_bytes: usize,
     pointers: usize,
+    strings: usize,
     cost: usize,
 }
 
 impl Builder {
-    fn push(&mut self, name: &str, value: Integer) {
+    fn push(&mut self, name: &str, value: Value) {
         self.keys.push(if self.fields.is_empty() { b'{' } else { b',' });
         json::push_key(&mut self.keys, name);
         self.fields.push(Field { key_end: self.keys.len(), value });
         match value {
-            Integer::U8 | Integer::I8 => self.fixed_bytes += 1,
-            Integer::U16 | Integer::I16 => self.fixed_bytes += 2,
-            Integer::U32 | Integer::I32 | Integer::Bool32 => self.fixed_bytes += 4,
-            Integer::U64 | Integer::I64 => self.fixed_bytes += 8,
-            Integer::Pointer => self.pointers += 1,
+            Value::Plain(integer) | Value::Mapped(integer, _) => match integer {
+                Integer::U8 | Integer::I8 => self.fixed_bytes += 1,
+                Integer::U16 | Integer::I16 => self.fixed_bytes += 2,
+                Integer::U32 | Integer::I32 | Integer::Bool32 => self.fixed_bytes += 4,
+                Integer::U64 | Integer::I64 => self.fixed_bytes += 8,
+                Integer::Pointer => self.pointers += 1,
+            },
+            Value::Utf16Z => self.strings += 1,
         }
     }
 
@@ -233,6 +282,7 @@ impl Builder {
             fields: self.fields.into_boxed_slice(),
             fixed_bytes: self.fixed_bytes,
             pointers: self.pointers,
+            strings: self.strings,
             cost: self.cost,
         })
     }

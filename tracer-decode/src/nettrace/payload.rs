@@ -173,6 +173,9 @@ pub struct PayloadError {
 /// refuses zero-size types, so every value also consumes payload bytes (values ≤ max_depth ×
 /// payload length).
 pub const MAX_VALUES: usize = 65_536;
+/// Code units a payload string may have: no limit of its own (the payload's length bounds it),
+/// so a string ends only at its NUL or as `UnterminatedString`.
+pub(crate) const MAX_STRING_UNITS: usize = usize::MAX / 2;
 
 /// Cost units one payload byte pays for when decoding with metadata field lists. A decoded
 /// value costs [`VALUE_COST`] plus the bytes of its field name (objects: of every nested name)
@@ -310,7 +313,7 @@ pub fn fitting_version(
 
 /// One decoded value that is not an array or object, handed to a [`Sink`].
 #[derive(Debug, Clone, Copy)]
-enum Scalar<'v> {
+pub(crate) enum Scalar<'v> {
     Bool(bool),
     I64(i64),
     U64(u64),
@@ -522,8 +525,30 @@ impl<'m> Sink<'m> for NoSink {
     fn rewind(&mut self, (): ()) {}
 }
 
-impl Scalar<'_> {
-    fn write_json(self, out: &mut Vec<u8>) {
+impl<'v> Scalar<'v> {
+    /// The integer behind an integer value (as [`Value::as_u64`] reads it).
+    fn integer(self) -> Option<u64> {
+        match self {
+            Scalar::U64(v) => Some(v),
+            Scalar::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a field with manifest map `map` shows it: a bit map's bits, a value map's
+    /// name; a value without a name (or not an integer) as it is.
+    pub(crate) fn mapped(self, map: &'static ValueMap) -> Scalar<'v> {
+        match self.integer() {
+            Some(value) if map.bitmap => Scalar::Flags { value, map },
+            Some(value) => match map.name(value) {
+                Some(name) => Scalar::Enum { value, name },
+                None => self,
+            },
+            None => self,
+        }
+    }
+
+    pub(crate) fn write_json(self, out: &mut Vec<u8>) {
         match self {
             Scalar::Bool(v) => json::push_bool(out, v),
             Scalar::I64(v) => json::push_i64(out, v),
@@ -648,7 +673,7 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
     /// Reads a UTF-16Z string into `self.text`.
     fn string(&mut self, field: &str) -> Result<(), PayloadError> {
         let at = self.cur.pos();
-        self.cur.utf16z_into(usize::MAX / 2, &mut self.text).map_err(|p| {
+        self.cur.utf16z_into(MAX_STRING_UNITS, &mut self.text).map_err(|p| {
             debug_assert_eq!(p, Utf16Problem::Unterminated);
             self.error(field, at, PayloadProblem::UnterminatedString)
         })
@@ -805,20 +830,11 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
                 return Ok(None);
             }
         };
-        let integer = match raw {
-            Scalar::U64(v) => Some(v),
-            Scalar::I64(v) => u64::try_from(v).ok(),
-            _ => None,
-        };
-        let mapped = match (field.map, integer) {
-            (Some(map), Some(value)) if map.bitmap => Scalar::Flags { value, map },
-            (Some(map), Some(value)) => match map.name(value) {
-                Some(name) => Scalar::Enum { value, name },
-                None => raw,
-            },
-            _ => raw,
-        };
-        self.sink.scalar(mapped);
+        let integer = raw.integer();
+        self.sink.scalar(match field.map {
+            Some(map) => raw.mapped(map),
+            None => raw,
+        });
         Ok(integer)
     }
 }

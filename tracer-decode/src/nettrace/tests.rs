@@ -1315,3 +1315,123 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
     assert!(odd.decode().decode_error.unwrap().contains("BadPointerSize"));
     assert_writes_like_serde(&odd);
 }
+
+/// Runtime fields with manifest maps are written from the compiled layout too, as the general
+/// decoder maps them: a value map's name (the number when the map has none for it), a bit
+/// map's bit names and its unnamed bits.
+#[test]
+fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
+    use super::flat_layout::FlatLayout;
+    let native = |id, version| EventMetadata {
+        version: Some(version),
+        ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, id)
+    };
+    fn event<'a>(metadata: &'a EventMetadata, payload: &'a [u8]) -> OutputEvent<'a> {
+        OutputEvent { metadata, payload, pointer_size: 8, context: EventContext::default() }
+    }
+    // GCStart v2: Count, Depth, Reason (value map), Type (value map), ClrInstanceID,
+    // ClientSequenceNumber.
+    let gc_start = native(1, 2);
+    assert!(FlatLayout::of(&gc_start).is_some());
+    let gc = |reason: u32, ty: u32| {
+        let mut p = [9u32, 1, reason, ty].map(u32::to_le_bytes).concat();
+        p.extend(3u16.to_le_bytes());
+        p.extend(5u64.to_le_bytes());
+        p
+    };
+    let named = gc(1, 2);
+    assert_writes_like_serde(&event(&gc_start, &named));
+    assert!(event_json(&event(&gc_start, &named)).ends_with(
+        r#""fields":{"Count":9,"Depth":1,"Reason":"Induced","Type":"ForegroundGC","ClrInstanceID":3,"ClientSequenceNumber":5}}"#
+    ));
+    // Values the maps do not name: numbers.
+    let unnamed = gc(77, 3);
+    assert_writes_like_serde(&event(&gc_start, &unnamed));
+    assert!(event_json(&event(&gc_start, &unnamed)).contains(r#""Reason":77,"Type":3,"#));
+
+    // ThreadCreated: ManagedThreadID, AppDomainID, Flags (bit map), ManagedThreadIndex,
+    // OSThreadID, ClrInstanceID.
+    let thread_created = native(85, 0);
+    assert!(FlatLayout::of(&thread_created).is_some());
+    let thread = |flags: u32| {
+        let mut p = [1u64, 2].map(u64::to_le_bytes).concat();
+        p.extend([flags, 4, 5].map(u32::to_le_bytes).concat());
+        p.extend(6u16.to_le_bytes());
+        p
+    };
+    for (flags, shown) in [
+        (0x5, r#""Flags":"GCSpecial | ThreadPoolWorker","#),
+        (0x12, r#""Flags":"Finalizer | 0x10","#),
+        (0, r#""Flags":"0x0","#),
+    ] {
+        let payload = thread(flags);
+        assert_writes_like_serde(&event(&thread_created, &payload));
+        let json = event_json(&event(&thread_created, &payload));
+        assert!(json.contains(shown), "{json}");
+    }
+}
+
+/// Runtime layouts with UTF-16 strings are written from the compiled layout too; a payload the
+/// strings do not fill exactly (no NUL, bytes left, too short) goes to the general decoder.
+#[test]
+fn a_flat_layout_writes_strings_and_leaves_the_general_decoder_what_they_do_not_fill() {
+    use super::flat_layout::FlatLayout;
+    // GCAllocationTick v2: AllocationAmount, AllocationKind (value map), ClrInstanceID,
+    // AllocationAmount64, TypeID (pointer), TypeName (UTF-16Z), HeapIndex.
+    let tick = EventMetadata {
+        version: Some(2),
+        ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 10)
+    };
+    assert!(FlatLayout::of(&tick).is_some());
+    let payload = |name: &[u8], pointer_size: usize| {
+        let mut p = [100u32, 1].map(u32::to_le_bytes).concat();
+        p.extend(2u16.to_le_bytes());
+        p.extend(100u64.to_le_bytes());
+        p.extend(&0x7f00_0000_1234u64.to_le_bytes()[..pointer_size]);
+        p.extend(name);
+        p.extend(3u32.to_le_bytes());
+        p
+    };
+    fn event<'a>(
+        metadata: &'a EventMetadata,
+        payload: &'a [u8],
+        pointer_size: u32,
+    ) -> OutputEvent<'a> {
+        OutputEvent { metadata, payload, pointer_size, context: EventContext::default() }
+    }
+    let expected = |name: &str, type_id: u64| {
+        format!(
+            r#""fields":{{"AllocationAmount":100,"AllocationKind":"Large","ClrInstanceID":2,"AllocationAmount64":100,"TypeID":{type_id},"TypeName":{name},"HeapIndex":3}}}}"#
+        )
+    };
+    for (name, shown) in [
+        ("System.String", r#""System.String""#),
+        ("", r#""""#),
+        // Escaped, and decoded from more than one unit a character.
+        ("a\"b\\c\u{1}é😀", r#""a\"b\\c\u0001é😀""#),
+    ] {
+        for pointer_size in [8, 4] {
+            let bytes = payload(&utf16z(name), pointer_size);
+            let e = event(&tick, &bytes, pointer_size as u32);
+            assert_writes_like_serde(&e);
+            let type_id = if pointer_size == 8 { 0x7f00_0000_1234 } else { 0x1234 };
+            assert!(event_json(&e).ends_with(&expected(shown, type_id)), "{}", event_json(&e));
+        }
+    }
+    let good = payload(&utf16z("T"), 8);
+    // Unterminated: no NUL after the string's units (and no last field).
+    let no_nul = [&good[..good.len() - 6], &[b'U', 0]].concat();
+    // A byte left after the last field.
+    let tail = [&good[..], &[0xab]].concat();
+    // The string's NUL is there, the last field is not.
+    let short = &good[..good.len() - 1];
+    for (bytes, decoded) in [
+        (&no_nul[..], "field TypeName: UnterminatedString"),
+        (&tail[..], r#""HeapIndex":3,"raw_tail":"ab"}"#),
+        (short, "Short"),
+    ] {
+        let e = event(&tick, bytes, 8);
+        assert_writes_like_serde(&e);
+        assert!(event_json(&e).contains(decoded), "{}", event_json(&e));
+    }
+}
