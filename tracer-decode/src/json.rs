@@ -223,13 +223,14 @@ pub fn push_u64_again(out: &mut Vec<u8>, value: u64, written: &WrittenU64) {
     /// At most 20 digits: copied as one fixed-size move from the bytes that follow them too.
     const COPY: usize = 24;
     let at = &written.at;
-    if written.value == value && at.len() <= COPY {
-        if let Some(digits) = out.get(at.start..at.start + COPY) {
-            let digits: [u8; COPY] = digits.try_into().expect("COPY bytes");
-            debug_assert_eq!(digits[..at.len()], *value.to_string().as_bytes());
-            push_prefix(out, &digits, at.len());
-            return;
-        }
+    if written.value == value
+        && at.len() <= COPY
+        && let Some(digits) = out.get(at.start..at.start + COPY)
+    {
+        let digits: [u8; COPY] = digits.try_into().expect("COPY bytes");
+        debug_assert_eq!(digits[..at.len()], *value.to_string().as_bytes());
+        push_prefix(out, &digits, at.len());
+        return;
     }
     push_u64(out, value);
 }
