@@ -78,8 +78,8 @@ pub struct EventMetadata {
     /// The members every output line of this event starts with (provider to keywords),
     /// rendered by the first ([`crate::nettrace::OutputEvent`]).
     pub json_head: RenderedOnce,
-    /// Its payload layout compiled for writing JSON, when it is made of integers only
-    /// (compiled by the first payload written).
+    /// Its payload layout compiled for writing JSON, when it is flat (integers, mapped
+    /// integers and strings; compiled by the first payload written).
     pub flat_layout: RenderedOnce<Option<FlatLayout>>,
 }
 
