@@ -549,9 +549,26 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
+/// Whether `provider` (an event's) is the provider `name` (a request's or a spec's): EventPipe
+/// matches provider names without regard to case. The exact comparison first: asked for every
+/// event, and runtimes send the name as it was requested, which a `memcmp` confirms at a
+/// fraction of a case-folding comparison's cost.
+pub fn is_provider(name: &str, provider: &str) -> bool {
+    name == provider || name.eq_ignore_ascii_case(provider)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn providers_match_without_regard_to_case() {
+        let runtime = "Microsoft-Windows-DotNETRuntime";
+        assert!(is_provider(runtime, runtime));
+        assert!(is_provider(runtime, "microsoft-windows-dotnetruntime"));
+        assert!(!is_provider(runtime, "Microsoft-Windows-DotNETRuntimeRundown"));
+        assert!(!is_provider(runtime, "Microsoft-Windows-DotNETRuntimf"));
+    }
 
     fn connect(errno: i32) -> ClientError {
         ClientError::Socket(SocketError::Connect {

@@ -50,7 +50,7 @@ impl StoppingEvent {
     /// names match and the spec names fields.
     pub fn matches(&self, event: &OutputEvent<'_>) -> bool {
         let meta = event.metadata;
-        if !self.provider.eq_ignore_ascii_case(&meta.provider)
+        if !super::is_provider(&self.provider, &meta.provider)
             || self.event.as_deref().is_some_and(|name| name != meta.display_name())
         {
             return false;

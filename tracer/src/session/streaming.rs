@@ -271,8 +271,7 @@ pub(super) async fn run(
                 not_written += 1;
                 return;
             }
-            // EventPipe matches provider names without regard to case.
-            if !requested.iter().any(|p| p.eq_ignore_ascii_case(&ev.metadata.provider)) {
+            if !requested.iter().any(|p| super::is_provider(p, &ev.metadata.provider)) {
                 unrequested += 1;
                 return;
             }
