@@ -92,8 +92,8 @@ fn main() {
         // As tracer/src/session/streaming.rs renders each read's events and the pipeline
         // writes them (here to nowhere).
         let mut sink = JsonLines::writer(std::io::sink());
+        let mut lines = EventLines::new();
         for piece in stream.chunks(chunk) {
-            let mut lines = EventLines::new();
             parser
                 .feed(piece, |e| {
                     events += 1;
@@ -112,16 +112,16 @@ fn main() {
                             );
                             if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
                                 json_bytes += lines.lines.len_bytes();
-                                sink.emit_batch(
-                                    &std::mem::replace(&mut lines, EventLines::new()).lines,
-                                );
+                                sink.emit_batch(&lines.take().lines);
                             }
                         }
                     }
                 })
                 .unwrap();
-            json_bytes += lines.lines.len_bytes();
-            sink.emit_batch(&lines.lines);
+            if !lines.lines.is_empty() {
+                json_bytes += lines.lines.len_bytes();
+                sink.emit_batch(&lines.take().lines);
+            }
         }
         parser.finish().unwrap();
         let secs = start.elapsed().as_secs_f64();

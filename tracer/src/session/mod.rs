@@ -210,6 +210,15 @@ impl EventLines {
         }
     }
 
+    /// The lines so far, to hand on; this batch starts again empty (with room for a full one)
+    /// and keeps the rendered envelope of its process for the lines that follow.
+    pub fn take(&mut self) -> EventLines {
+        let identity = self.identity.take();
+        let full = std::mem::replace(self, EventLines::new());
+        self.identity = identity;
+        full
+    }
+
     /// Renders `event` of process `pid` as its `dotnet_event` line, unless `keep` (told the
     /// bytes the line takes, newline included: a budget) refuses it. Returns whether it was
     /// kept.
@@ -560,6 +569,45 @@ pub fn is_provider(name: &str, provider: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch handed on takes its lines and counts; the batch left is empty and renders the
+    /// lines that follow as a fresh one would.
+    #[test]
+    fn a_batch_taken_leaves_an_empty_one_that_writes_the_same_lines() {
+        use tracer_decode::nettrace::EventContext;
+        use tracer_decode::nettrace::metadata::EventMetadata;
+        let meta =
+            EventMetadata::native(tracer_decode::nettrace::runtime_events::RUNTIME_PROVIDER, 2);
+        let event = |timestamp| OutputEvent {
+            metadata: &meta,
+            payload: &[],
+            pointer_size: 8,
+            context: EventContext { timestamp, ..EventContext::default() },
+        };
+        let (clock, labels) = (Clock::new(), Some(Arc::new(ProcessLabels::default())));
+        let push = |lines: &mut EventLines, timestamp| {
+            assert!(lines.push_if(
+                &clock,
+                Source::Nettrace,
+                7,
+                labels.as_ref(),
+                event(timestamp),
+                |_| true
+            ));
+        };
+        let mut lines = EventLines::new();
+        push(&mut lines, 1_000);
+        push(&mut lines, 2_000);
+        let full = lines.take();
+        assert_eq!((full.lines.lines(), full.unnamed), (2, 0));
+        let provider = meta.provider.clone();
+        assert_eq!(full.runs, [ProviderLines { pid: 7, provider, lines: 2 }]);
+        assert_eq!((lines.lines.lines(), lines.runs.len(), lines.counters.len()), (0, 0, 0));
+        push(&mut lines, 3_000);
+        let mut fresh = EventLines::new();
+        push(&mut fresh, 3_000);
+        assert_eq!(lines.lines.iter().collect::<Vec<_>>(), fresh.lines.iter().collect::<Vec<_>>());
+    }
 
     #[test]
     fn providers_match_without_regard_to_case() {

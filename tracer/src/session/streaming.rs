@@ -214,6 +214,9 @@ pub(super) async fn run(
     };
     let mut metadata_share = Share::new(&METADATA_BYTES, MAX_TOTAL_METADATA_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
+    // One batch for the session's reads: handed on when full and at the end of a read that
+    // rendered lines, so a read without lines allocates nothing.
+    let mut lines = EventLines::new();
     let mut file = config
         .nettrace_dir
         .as_deref()
@@ -265,7 +268,6 @@ pub(super) async fn run(
         budget.earn(n as u64);
         let mut over: Option<String> = None;
         let mut not_written = 0u64;
-        let mut lines = EventLines::new();
         let fed = parser.feed(&buf[..n], |ev| {
             if over.is_some() || outbox.closed {
                 not_written += 1;
@@ -293,7 +295,7 @@ pub(super) async fn run(
                 return;
             }
             if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
-                let full = std::mem::replace(&mut lines, EventLines::new());
+                let full = lines.take();
                 let count = full.lines.lines();
                 if let Err(why) = outbox.offer(full) {
                     over = Some(why);
@@ -303,7 +305,7 @@ pub(super) async fn run(
         });
         let count = lines.lines.lines();
         if count > 0
-            && let Err(why) = outbox.offer(lines)
+            && let Err(why) = outbox.offer(lines.take())
         {
             over = over.or(Some(why));
             not_written += count;
