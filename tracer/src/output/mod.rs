@@ -294,8 +294,9 @@ fn write_identity(
 }
 
 /// The envelope members after `mono_ns` (`kind`, `source`, `pid`, the labels) that every line
-/// of one process from one source repeats, rendered once for a batch of its lines: a session
-/// writes a line per runtime event, and copying these bytes costs less than writing them.
+/// of one process from one source repeats, rendered once and copied into each of its lines (a
+/// streaming session keeps one for all its batches): a session writes a line per runtime event,
+/// and copying these bytes costs less than writing them.
 #[derive(Debug)]
 pub struct LineIdentity {
     kind: Kind,
