@@ -12,46 +12,9 @@
 use crate::json;
 
 use super::cursor::Cursor;
-use super::metadata::{EventMetadata, FieldDef, FieldType};
-use super::payload::{MAX_STRING_UNITS, MAX_VALUES, Scalar, VALUE_COST, cost_budget};
+use super::metadata::{EventMetadata, FieldDef};
+use super::payload::{Integer, MAX_STRING_UNITS, MAX_VALUES, Scalar, VALUE_COST, cost_budget};
 use super::runtime_events::{Count, Kind, RuntimeField, ValueMap};
-
-/// One integer field: its size and how its bytes read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Integer {
-    U8,
-    U16,
-    U32,
-    U64,
-    I8,
-    I16,
-    I32,
-    I64,
-    /// The stream's pointer size (4 or 8), unsigned.
-    Pointer,
-    /// Four bytes: `true` when not zero.
-    Bool32,
-}
-
-impl Integer {
-    /// The value at the cursor, as the general decoder reads it; `None` past the end.
-    #[inline(always)]
-    fn read(self, cur: &mut Cursor<'_>, pointer: usize) -> Option<Scalar<'static>> {
-        Some(match self {
-            Integer::U8 => Scalar::U64(cur.u8()?.into()),
-            Integer::U16 => Scalar::U64(cur.u16()?.into()),
-            Integer::U32 => Scalar::U64(cur.u32()?.into()),
-            Integer::U64 => Scalar::U64(cur.u64()?),
-            Integer::I8 => Scalar::I64(i8::from_le_bytes(cur.array()?).into()),
-            Integer::I16 => Scalar::I64(i16::from_le_bytes(cur.array()?).into()),
-            Integer::I32 => Scalar::I64(i32::from_le_bytes(cur.array()?).into()),
-            Integer::I64 => Scalar::I64(cur.i64()?),
-            Integer::Pointer if pointer == 4 => Scalar::U64(cur.u32()?.into()),
-            Integer::Pointer => Scalar::U64(cur.u64()?),
-            Integer::Bool32 => Scalar::Bool(cur.u32()? != 0),
-        })
-    }
-}
 
 /// How one field's value is written.
 #[derive(Debug, Clone, Copy)]
@@ -109,18 +72,7 @@ impl FlatLayout {
     fn of_fields(defs: &[FieldDef]) -> Option<FlatLayout> {
         let mut layout = Builder::default();
         for def in defs {
-            let value = match def.ty {
-                FieldType::Boolean => Integer::Bool32,
-                FieldType::SByte => Integer::I8,
-                FieldType::Byte => Integer::U8,
-                FieldType::Int16 => Integer::I16,
-                FieldType::UInt16 => Integer::U16,
-                FieldType::Int32 => Integer::I32,
-                FieldType::UInt32 => Integer::U32,
-                FieldType::Int64 | FieldType::DateTime => Integer::I64,
-                FieldType::UInt64 => Integer::U64,
-                _ => return None,
-            };
+            let value = Integer::of_field_type(&def.ty)?;
             // As the general decoder charges: the name, then the value.
             layout.cost += def.name.len() + VALUE_COST;
             layout.push(&def.name, Value::Plain(value));
@@ -134,23 +86,11 @@ impl FlatLayout {
             if field.count != Count::One {
                 return None;
             }
-            let integer = match field.kind {
-                Kind::U8 => Integer::U8,
-                Kind::U16 => Integer::U16,
-                Kind::U32 => Integer::U32,
-                Kind::U64 => Integer::U64,
-                Kind::I8 => Integer::I8,
-                Kind::I16 => Integer::I16,
-                Kind::I32 => Integer::I32,
-                Kind::I64 => Integer::I64,
-                Kind::Pointer => Integer::Pointer,
-                Kind::Bool32 => Integer::Bool32,
-                Kind::Utf16Z => {
-                    layout.push(field.name, Value::Utf16Z);
-                    continue;
-                }
-                _ => return None,
-            };
+            if field.kind == Kind::Utf16Z {
+                layout.push(field.name, Value::Utf16Z);
+                continue;
+            }
+            let integer = Integer::of_kind(field.kind)?;
             let value = match field.map {
                 Some(map) => Value::Mapped(integer, map),
                 None => Value::Plain(integer),
@@ -262,12 +202,9 @@ impl Builder {
         json::push_key(&mut self.keys, name);
         self.fields.push(Field { key_end: self.keys.len(), value });
         match value {
-            Value::Plain(integer) | Value::Mapped(integer, _) => match integer {
-                Integer::U8 | Integer::I8 => self.fixed_bytes += 1,
-                Integer::U16 | Integer::I16 => self.fixed_bytes += 2,
-                Integer::U32 | Integer::I32 | Integer::Bool32 => self.fixed_bytes += 4,
-                Integer::U64 | Integer::I64 => self.fixed_bytes += 8,
-                Integer::Pointer => self.pointers += 1,
+            Value::Plain(integer) | Value::Mapped(integer, _) => match integer.size() {
+                Some(bytes) => self.fixed_bytes += bytes,
+                None => self.pointers += 1,
             },
             Value::Utf16Z => self.strings += 1,
         }

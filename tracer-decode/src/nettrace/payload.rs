@@ -604,6 +604,100 @@ enum Fill {
 /// (a test checks the generated table against it).
 pub(crate) const COUNTED_FIELDS: usize = 16;
 
+/// A fixed-size integer field (or a 4-byte boolean), as both decoders read it: this one and
+/// the compiled layouts ([`FlatLayout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Integer {
+    U8,
+    U16,
+    U32,
+    U64,
+    I8,
+    I16,
+    I32,
+    I64,
+    /// The stream's pointer size (4 or 8), unsigned.
+    Pointer,
+    /// Four bytes: `true` when not zero.
+    Bool32,
+}
+
+impl Integer {
+    /// How a metadata field of type `ty` reads, when it is an integer.
+    pub(crate) fn of_field_type(ty: &FieldType) -> Option<Integer> {
+        Some(match ty {
+            FieldType::Boolean => Integer::Bool32,
+            FieldType::SByte => Integer::I8,
+            FieldType::Byte => Integer::U8,
+            FieldType::Int16 => Integer::I16,
+            FieldType::UInt16 => Integer::U16,
+            FieldType::Int32 => Integer::I32,
+            FieldType::UInt32 => Integer::U32,
+            FieldType::Int64 | FieldType::DateTime => Integer::I64,
+            FieldType::UInt64 => Integer::U64,
+            FieldType::Object(_)
+            | FieldType::Array(_)
+            | FieldType::String
+            | FieldType::Char16
+            | FieldType::Single
+            | FieldType::Double
+            | FieldType::Guid => return None,
+        })
+    }
+
+    /// How a runtime field of `kind` reads, when it is an integer.
+    pub(crate) fn of_kind(kind: Kind) -> Option<Integer> {
+        Some(match kind {
+            Kind::U8 => Integer::U8,
+            Kind::U16 => Integer::U16,
+            Kind::U32 => Integer::U32,
+            Kind::U64 => Integer::U64,
+            Kind::I8 => Integer::I8,
+            Kind::I16 => Integer::I16,
+            Kind::I32 => Integer::I32,
+            Kind::I64 => Integer::I64,
+            Kind::Pointer => Integer::Pointer,
+            Kind::Bool32 => Integer::Bool32,
+            Kind::F32
+            | Kind::F64
+            | Kind::Guid
+            | Kind::Utf16Z
+            | Kind::AnsiZ
+            | Kind::Binary
+            | Kind::Struct(_) => return None,
+        })
+    }
+
+    /// Its size in bytes; `None` for [`Integer::Pointer`] (the stream's).
+    pub(crate) fn size(self) -> Option<usize> {
+        match self {
+            Integer::U8 | Integer::I8 => Some(1),
+            Integer::U16 | Integer::I16 => Some(2),
+            Integer::U32 | Integer::I32 | Integer::Bool32 => Some(4),
+            Integer::U64 | Integer::I64 => Some(8),
+            Integer::Pointer => None,
+        }
+    }
+
+    /// The value at the cursor (a pointer of `pointer` bytes: 4, else 8); `None` past the end.
+    #[inline(always)]
+    pub(crate) fn read(self, cur: &mut Cursor<'_>, pointer: usize) -> Option<Scalar<'static>> {
+        Some(match self {
+            Integer::U8 => Scalar::U64(cur.u8()?.into()),
+            Integer::U16 => Scalar::U64(cur.u16()?.into()),
+            Integer::U32 => Scalar::U64(cur.u32()?.into()),
+            Integer::U64 => Scalar::U64(cur.u64()?),
+            Integer::I8 => Scalar::I64(i8::from_le_bytes(cur.array()?).into()),
+            Integer::I16 => Scalar::I64(i16::from_le_bytes(cur.array()?).into()),
+            Integer::I32 => Scalar::I64(i32::from_le_bytes(cur.array()?).into()),
+            Integer::I64 => Scalar::I64(cur.i64()?),
+            Integer::Pointer if pointer == 4 => Scalar::U64(cur.u32()?.into()),
+            Integer::Pointer => Scalar::U64(cur.u64()?),
+            Integer::Bool32 => Scalar::Bool(cur.u32()? != 0),
+        })
+    }
+}
+
 struct Decoder<'p, 's, S> {
     cur: Cursor<'p>,
     len: usize,
@@ -679,12 +773,16 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
         })
     }
 
-    fn pointer(&mut self, field: &str) -> Result<u64, PayloadError> {
-        match self.pointer_size {
-            4 => Ok(u32::from_le_bytes(self.fixed(field)?).into()),
-            8 => Ok(u64::from_le_bytes(self.fixed(field)?)),
-            _ => Err(self.error(field, self.cur.pos(), PayloadProblem::BadPointerSize)),
+    /// One integer value of `field`.
+    #[inline(always)]
+    fn integer(&mut self, field: &str, integer: Integer) -> Result<Scalar<'p>, PayloadError> {
+        let at = self.cur.pos();
+        if integer == Integer::Pointer && !matches!(self.pointer_size, 4 | 8) {
+            return Err(self.error(field, at, PayloadProblem::BadPointerSize));
         }
+        integer
+            .read(&mut self.cur, self.pointer_size as usize)
+            .ok_or_else(|| self.error(field, at, PayloadProblem::Short))
     }
 
     fn value(&mut self, field: &str, ty: &'m FieldType) -> Result<(), PayloadError> {
@@ -721,17 +819,18 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
                 self.sink.scalar(Scalar::Str(text));
                 return Ok(());
             }
-            FieldType::Boolean => Scalar::Bool(u32::from_le_bytes(self.fixed(field)?) != 0),
-            FieldType::SByte => Scalar::I64(i8::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Byte => Scalar::U64(u8::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Int16 => Scalar::I64(i16::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::UInt16 => Scalar::U64(u16::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Int32 => Scalar::I64(i32::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::UInt32 => Scalar::U64(u32::from_le_bytes(self.fixed(field)?).into()),
-            FieldType::Int64 | FieldType::DateTime => {
-                Scalar::I64(i64::from_le_bytes(self.fixed(field)?))
+            FieldType::Boolean
+            | FieldType::SByte
+            | FieldType::Byte
+            | FieldType::Int16
+            | FieldType::UInt16
+            | FieldType::Int32
+            | FieldType::UInt32
+            | FieldType::Int64
+            | FieldType::DateTime
+            | FieldType::UInt64 => {
+                self.integer(field, Integer::of_field_type(ty).expect("an integer type"))?
             }
-            FieldType::UInt64 => Scalar::U64(u64::from_le_bytes(self.fixed(field)?)),
             FieldType::Single => Scalar::F64(f32::from_le_bytes(self.fixed(field)?).into()),
             FieldType::Double => Scalar::F64(f64::from_le_bytes(self.fixed(field)?)),
             FieldType::Guid => Scalar::Guid(self.fixed(field)?),
@@ -795,18 +894,20 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
         let name = field.name;
         self.count_value(name, self.cur.pos())?;
         let raw = match field.kind {
-            Kind::U8 => Scalar::U64(self.fixed::<1>(name)?[0].into()),
-            Kind::U16 => Scalar::U64(u16::from_le_bytes(self.fixed(name)?).into()),
-            Kind::U32 => Scalar::U64(u32::from_le_bytes(self.fixed(name)?).into()),
-            Kind::U64 => Scalar::U64(u64::from_le_bytes(self.fixed(name)?)),
-            Kind::I8 => Scalar::I64(i8::from_le_bytes(self.fixed(name)?).into()),
-            Kind::I16 => Scalar::I64(i16::from_le_bytes(self.fixed(name)?).into()),
-            Kind::I32 => Scalar::I64(i32::from_le_bytes(self.fixed(name)?).into()),
-            Kind::I64 => Scalar::I64(i64::from_le_bytes(self.fixed(name)?)),
+            Kind::U8
+            | Kind::U16
+            | Kind::U32
+            | Kind::U64
+            | Kind::I8
+            | Kind::I16
+            | Kind::I32
+            | Kind::I64
+            | Kind::Bool32
+            | Kind::Pointer => {
+                self.integer(name, Integer::of_kind(field.kind).expect("an integer kind"))?
+            }
             Kind::F32 => Scalar::F64(f32::from_le_bytes(self.fixed(name)?).into()),
             Kind::F64 => Scalar::F64(f64::from_le_bytes(self.fixed(name)?)),
-            Kind::Bool32 => Scalar::Bool(u32::from_le_bytes(self.fixed(name)?) != 0),
-            Kind::Pointer => Scalar::U64(self.pointer(name)?),
             Kind::Guid => Scalar::Guid(self.fixed(name)?),
             Kind::Utf16Z => {
                 self.string(name)?;
