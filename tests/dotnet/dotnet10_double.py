@@ -308,11 +308,15 @@ class StreamingSession:
                                   os.cpu_count() or 1, 1_000_000)
 
     def block(self, name, content):
+        self.send(self.block_bytes(name, content, self.offset))
+
+    def block_bytes(self, name, content, offset):
+        """Block object `name` as it is written at stream offset `offset`."""
         start = self.object_start(name, 2, 2)
         # BlockSize, then zero padding so the content starts 4-aligned in the stream.
-        pos_after_size = self.offset + len(start) + 4
+        pos_after_size = offset + len(start) + 4
         pad = (-pos_after_size) % 4
-        self.send(start + struct.pack("<I", len(content)) + b"\0" * pad + content + b"\x06")
+        return start + struct.pack("<I", len(content)) + b"\0" * pad + content + b"\x06"
 
     @staticmethod
     def blob(flags_fields, payload):
@@ -388,7 +392,15 @@ class StreamingSession:
                 payload = struct.pack("<I", mid) + body
                 blobs.append(bytes([0x80]) + varuint(0) + varuint(len(payload)) + payload)
             ts = time.monotonic_ns()
-            self.block("MetadataBlock", self.events_block(blobs, ts))
+            # Every block in one write (it fits the socket's buffer): tracer cuts the stream
+            # once the output budget is spent, which it does while reading the first long-named
+            # events, and a later write would fail and leave events unsent.
+            stream = bytearray()
+
+            def add_block(name, content):
+                stream.extend(self.block_bytes(name, content, self.offset + len(stream)))
+
+            add_block("MetadataBlock", self.events_block(blobs, ts))
             for mid, count in zip(ids, [empty_events, named_events]):
                 for start in range(0, count, 1000):
                     n = min(1000, count - start)
@@ -399,7 +411,8 @@ class StreamingSession:
                              + varuint(1) + varuint(0))
                     self.seq += n
                     rest = [b"\x00\x01"] * (n - 1)
-                    self.block("EventBlock", self.events_block([first] + rest, ts))
+                    add_block("EventBlock", self.events_block([first] + rest, ts))
+            self.send(bytes(stream))
             return empty_events + named_events
 
     def stop(self):
