@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
-/// A fake but well-formed 64-hex container id made of `seed` (so ids can share a prefix).
+/// A fake but well-formed 64-hex container id: `prefix`, then `seed`'s low 24 bits (so the
+/// 12-digit short ids of seeds that differ there differ too, after a 6-digit prefix), then its
+/// digits repeated (ids of one prefix and seed share every prefix).
 pub fn container_id(prefix: &str, seed: u32) -> String {
-    let tail = format!("{seed:08x}").repeat(8);
-    format!("{prefix}{}", &tail[prefix.len()..])
+    let tail = format!("{:06x}{}", seed & 0xff_ffff, format!("{seed:08x}").repeat(8));
+    format!("{prefix}{}", &tail[..64 - prefix.len()])
 }
 
 /// A test's own cgroup subtree; every cgroup it made is removed on drop (deepest first), after

@@ -3,6 +3,7 @@
 //! `tracer audit` and `tracer run` must label every line about them with the cgroup, container
 //! id and pod uid, and every filter must select exactly the processes it names.
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -16,7 +17,6 @@ use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 /// Generous: under a loaded full run a helper sequence and its exit lines can take a while.
 const TIMEOUT: Duration = Duration::from_secs(60);
-const POD_UID: &str = "0c8f2a4e-5b1d-4c3a-9e7f-6d5b4a3c2e1f";
 /// The environment variable `--require-env` looks for; only the docker helper has it.
 const ENV: &str = "TRACER_IDENTITY_TEST";
 
@@ -26,6 +26,7 @@ struct Fixture {
     tree: CgroupTree,
     pod: Container,
     docker: Container,
+    pod_uid: String,
 }
 
 struct Container {
@@ -35,11 +36,17 @@ struct Container {
 
 fn fixture(name: &str) -> Fixture {
     let mut tree = CgroupTree::new(name).expect("cgroup tree");
-    let pod_id = container_id("c0ffee", 1);
-    let docker_id = container_id("d0cce7", 2);
+    // Ids of this fixture alone: other tests run helpers in containers of their own at the same
+    // time (other processes, or other threads of this one), and this test's filters must not
+    // select those.
+    static FIXTURES: AtomicU32 = AtomicU32::new(0);
+    let seed = (std::process::id() << 6) | (FIXTURES.fetch_add(1, Ordering::Relaxed) & 63);
+    let pod_id = container_id("c0ffee", seed);
+    let docker_id = container_id("d0cce7", seed);
+    let pod_uid = format!("0c8f2a4e-5b1d-4c3a-9e7f-{seed:012x}");
     let slice = format!(
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-        POD_UID.replace('-', "_")
+        pod_uid.replace('-', "_")
     );
     let pod = Container {
         cgroup: tree.create(&format!("{slice}/cri-containerd-{pod_id}.scope")).unwrap(),
@@ -49,7 +56,7 @@ fn fixture(name: &str) -> Fixture {
         cgroup: tree.create(&format!("system.slice/docker-{docker_id}.scope")).unwrap(),
         id: docker_id,
     };
-    Fixture { tree, pod, docker }
+    Fixture { tree, pod, docker, pod_uid }
 }
 
 /// What one `detect_helper sequence` in a container did.
@@ -159,21 +166,22 @@ fn audit_lines_carry_cgroup_container_and_pod() {
     let pod = sequence_in(&f.tree, &f.pod.cgroup, false, Some(&mut audit));
     let docker = sequence_in(&f.tree, &f.docker.cgroup, true, Some(&mut audit));
     let (lines, summary) = audit.stop();
-    assert_labelled(&lines, &pod, &f.pod, Some(POD_UID));
+    assert_labelled(&lines, &pod, &f.pod, Some(&f.pod_uid));
     assert_labelled(&lines, &docker, &f.docker, None);
     assert_eq!(summary.filtered_out, 0);
 }
 
 /// Runs the excluded container's helper first, then the included one's; once tracer reported
-/// the included helper's exits, everything before them was processed too.
-fn check_filter(name: &str, filter: ProcessFilter, include_pod: bool) {
+/// the included helper's exits, everything before them was processed too. `filter` is made
+/// from the fixture's containers.
+fn check_filter(name: &str, filter: impl FnOnce(&Fixture) -> ProcessFilter, include_pod: bool) {
     let f = fixture(name);
-    let mut audit = start_audit(filter);
+    let mut audit = start_audit(filter(&f));
     let (included, excluded) = if include_pod { (&f.pod, &f.docker) } else { (&f.docker, &f.pod) };
     let out = sequence_in(&f.tree, &excluded.cgroup, include_pod, None);
     let ins = sequence_in(&f.tree, &included.cgroup, !include_pod, Some(&mut audit));
     let (lines, summary) = audit.stop();
-    assert_labelled(&lines, &ins, included, include_pod.then_some(POD_UID));
+    assert_labelled(&lines, &ins, included, include_pod.then_some(f.pod_uid.as_str()));
     assert_eq!(lines_of(&lines, &out), Vec::<&Value>::new(), "{name}: excluded process reported");
     // At least the excluded helper's and its child's lines (other processes of this machine
     // may be refused too): 7, or 6 without user_events (no registration line).
@@ -186,31 +194,30 @@ fn check_filter(name: &str, filter: ProcessFilter, include_pod: bool) {
 
 #[test]
 fn container_filter_full_id_and_prefix() {
-    let pod_id = container_id("c0ffee", 1);
-    check_filter("full", filter(&[&pod_id], &[], &[], &[]), true);
-    check_filter("prefix", filter(&[&pod_id[..12]], &[], &[], &[]), true);
-    let docker_id = container_id("d0cce7", 2);
-    check_filter("docker", filter(&[&docker_id[..16].to_uppercase()], &[], &[], &[]), false);
+    check_filter("full", |f| filter(&[&f.pod.id], &[], &[], &[]), true);
+    check_filter("prefix", |f| filter(&[&f.pod.id[..12]], &[], &[], &[]), true);
+    let docker = |f: &Fixture| filter(&[&f.docker.id[..16].to_uppercase()], &[], &[], &[]);
+    check_filter("docker", docker, false);
 }
 
 #[test]
 fn pod_uid_filter() {
-    check_filter("pod", filter(&[], &[POD_UID], &[], &[]), true);
+    check_filter("pod", |f| filter(&[], &[&f.pod_uid], &[], &[]), true);
 }
 
 #[test]
 fn cgroup_filter_is_a_subtree() {
-    let root = format!("/tracer-test-{}-subtree", std::process::id());
-    check_filter("subtree", filter(&[], &[], &[&format!("{root}/kubepods.slice")], &[]), true);
+    let pods = |f: &Fixture| filter(&[], &[], &[&format!("{}/kubepods.slice", f.tree.root())], &[]);
+    check_filter("subtree", pods, true);
     // The same cgroup given under the cgroup2 mount.
     let mount = tracer::identity::cgroup_v2_mount().unwrap();
-    let under_mount = format!("{}{root}/system.slice", mount.display());
-    check_filter("subtree", filter(&[], &[], &[&under_mount], &[]), false);
+    let under_mount = |f: &Fixture| format!("{}{}/system.slice", mount.display(), f.tree.root());
+    check_filter("subtree", |f| filter(&[], &[], &[&under_mount(f)], &[]), false);
 }
 
 #[test]
 fn require_env_filter() {
-    check_filter("env", filter(&[], &[], &[], &[&format!("{ENV}=1")]), false);
+    check_filter("env", |_| filter(&[], &[], &[], &[&format!("{ENV}=1")]), false);
 }
 
 #[test]
@@ -274,7 +281,7 @@ fn run_traces_only_the_selected_container() {
     for v in of.iter().copied().chain([&failed]) {
         assert_eq!(v["cgroup"], f.pod.cgroup.as_str(), "{v}");
         assert_eq!(v["container_id"], f.pod.id.as_str(), "{v}");
-        assert_eq!(v["pod_uid"], POD_UID, "{v}");
+        assert_eq!(v["pod_uid"], f.pod_uid.as_str(), "{v}");
     }
     assert_eq!(lines_of(&lines, &out), Vec::<&Value>::new(), "excluded process reported");
     assert!(summary.filtered_out >= 1, "{summary:?}");
@@ -321,9 +328,9 @@ fn a_process_gone_before_it_was_read_is_placed_by_its_cgroup_id() {
     assert_eq!(gone.labels.as_deref(), Some(&labels));
     assert!(gone.included);
     assert!(!tracker.lookup(pid, Some(cgroup_id(&f.pod.cgroup))).included, "another container");
-    let mut pods = ProcessTracker::new(filter(&[], &[POD_UID], &[], &[]));
+    let mut pods = ProcessTracker::new(filter(&[], &[&f.pod_uid], &[], &[]));
     let in_pod = pods.lookup(pid, Some(cgroup_id(&f.pod.cgroup)));
-    assert_eq!(in_pod.labels.unwrap().pod_uid.as_deref(), Some(POD_UID));
+    assert_eq!(in_pod.labels.unwrap().pod_uid, Some(f.pod_uid.clone()));
     assert!(in_pod.included);
     let mut env = ProcessTracker::new(filter(&[], &[], &[], &[ENV]));
     assert!(!env.lookup(pid, Some(cgroup_id(&f.docker.cgroup))).included, "environment gone");
