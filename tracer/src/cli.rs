@@ -325,6 +325,30 @@ pub struct HookArgs {
     pub hooks: HookChoice,
 }
 
+/// `--hooks` values: the kernel module's choice, named and explained here with the other flags.
+impl clap::ValueEnum for HookChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[HookChoice::Auto, HookChoice::Trampolines, HookChoice::SyscallTracepoints]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        use clap::builder::PossibleValue;
+        Some(match self {
+            HookChoice::Auto => PossibleValue::new("auto").help(
+                "BPF trampolines for the syscall hooks and BTF tracepoints (tp_btf) for the \
+                 process lifecycle where the kernel loads and attaches them, else classic \
+                 tracepoints (each set on its own)",
+            ),
+            HookChoice::Trampolines => PossibleValue::new("trampolines").help(
+                "BTF-typed programs only (trampolines and tp_btf): fail when the kernel refuses \
+                 them",
+            ),
+            HookChoice::SyscallTracepoints => PossibleValue::new("syscall-tracepoints")
+                .help("Classic tracepoints only (syscall and scheduler tracepoints)"),
+        })
+    }
+}
+
 /// Which processes `run` and `audit` report: every flag given must match (values of one flag
 /// are alternatives). Processes not selected get no session and no lines.
 #[derive(clap::Args, Debug, Clone, Default)]

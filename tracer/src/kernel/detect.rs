@@ -132,17 +132,15 @@ pub fn tracepoints() -> impl Iterator<Item = (&'static str, &'static str)> {
         .chain(LIFECYCLE_HOOKS.iter().map(|hook| (hook.category, hook.tracepoint)))
 }
 
-/// Which mechanism the hooks use (`--hooks`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+/// Which mechanism the hooks use (`--hooks`, whose values `cli` names and explains).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HookChoice {
-    /// BPF trampolines for the syscall hooks and BTF tracepoints (tp_btf) for the process
-    /// lifecycle where the kernel loads and attaches them, else classic tracepoints (each set
-    /// on its own).
+    /// The BTF-typed programs where they load, else classic tracepoints, each hook set on its own.
     #[default]
     Auto,
-    /// BTF-typed programs only (trampolines and tp_btf): fail when the kernel refuses them.
+    /// The BTF-typed programs or fail.
     Trampolines,
-    /// Classic tracepoints only (syscall and scheduler tracepoints).
+    /// Classic tracepoints only.
     SyscallTracepoints,
 }
 
