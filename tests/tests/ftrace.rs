@@ -377,3 +377,82 @@ async fn large_subbuffers_are_drained_completely_mmap() {
 async fn large_subbuffers_are_drained_completely_read() {
     concurrent_writer_is_drained_completely(ReadMode::Read, "subbuf-read", Some(64)).await;
 }
+
+/// With a poll interval that never comes, only the kernel's `buffer_percent` wake-ups pace the
+/// reader: every round of writes past the watermark must wake it, not just the first (the
+/// kernel arms the next wake-up only when a poll finds the watermark not reached, and epoll's
+/// own poll, reporting a wake-up, finds it reached; docs/protocol/ftrace.md §9).
+async fn every_watermark_crossing_wakes_the_reader(mode: ReadMode, suffix: &str) {
+    /// Each round writes ≈ 40 % of the 512 KiB buffer (≈ 100 bytes a record), the watermark is
+    /// 25 %: every round crosses it, and what a round leaves plus the next round fits.
+    const PER_ROUND: u32 = 2000;
+    const ROUNDS: u32 = 3;
+    let inst = instance(suffix, 512);
+    inst.set_buffer_percent(25).unwrap();
+    let config = ReaderConfig {
+        mode,
+        poll_interval: Duration::from_secs(3600),
+        reorder_window: Duration::ZERO,
+        ..ReaderConfig::default()
+    };
+    let mut reader = FtraceReader::open(inst.clone(), marker_tracepoints(&inst), config).unwrap();
+    inst.set_tracing_on(true).unwrap();
+    let mut events = Vec::new();
+    for round in 0..ROUNDS {
+        let writer = {
+            let inst = inst.clone();
+            std::thread::spawn(move || {
+                pin_to_cpu(0);
+                write_raw(&inst, round * PER_ROUND..(round + 1) * PER_ROUND);
+            })
+        };
+        let woken = tokio::time::timeout(Duration::from_secs(20), reader.next_batch()).await;
+        events.extend(woken.unwrap_or_else(|_| panic!("round {round}: no wake-up")).unwrap());
+        writer.join().unwrap();
+    }
+    inst.set_tracing_on(false).unwrap();
+    events.extend(reader.flush().unwrap());
+    let seqs: Vec<u32> = events.iter().map(|e| parse_raw_record(&e.record).0).collect();
+    let stats = reader.stats();
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    assert_eq!(seqs, (0..ROUNDS * PER_ROUND).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn every_watermark_crossing_wakes_the_reader_mmap() {
+    every_watermark_crossing_wakes_the_reader(ReadMode::Mmap, "wake-mmap").await;
+}
+
+#[tokio::test]
+async fn every_watermark_crossing_wakes_the_reader_read() {
+    every_watermark_crossing_wakes_the_reader(ReadMode::Read, "wake-read").await;
+}
+
+/// Tracers starting at once: one's clean-up of stale instances runs while another has made its
+/// instance and not yet opened it (until then it looks stale). Every creation must succeed.
+#[test]
+fn an_instance_a_concurrent_clean_up_removes_before_it_is_open_is_made_again() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tracer::kernel::tracefs::{Instance, Tracefs, remove_stale_instances};
+    const CREATIONS: u32 = 100;
+    let tracefs = Tracefs::find_or_mount().expect("tracefs");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let cleaner = {
+        let (tracefs, stop) = (tracefs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                remove_stale_instances(&tracefs);
+            }
+        })
+    };
+    let created: Vec<String> = (0..CREATIONS)
+        .map(|i| {
+            let instance = Instance::create_with_suffix(&tracefs, Some(&format!("race-{i}")));
+            instance.err().map_or("created".into(), |e| format!("{e:#}"))
+        })
+        .filter(|outcome| outcome != "created")
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    cleaner.join().unwrap();
+    assert_eq!(created, Vec::<String>::new(), "creations that failed");
+}

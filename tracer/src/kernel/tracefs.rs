@@ -126,6 +126,9 @@ impl std::str::FromStr for EventSpec {
 }
 
 const INSTANCE_PREFIX: &str = "tracer-";
+/// How often creating an instance tries again: under another name when the name is taken,
+/// under the same one when another tracer's clean-up removed it before it was opened.
+const INSTANCE_CREATE_ATTEMPTS: u32 = 16;
 
 /// A private ftrace instance `instances/tracer-<pid>[-<suffix>]`: its own ring buffer, clock and
 /// event switches, so tracer never disturbs the top-level buffer or other tracing users.
@@ -161,13 +164,18 @@ impl Instance {
         // The name is taken only by a live tracer with the same pid number in another pid
         // namespace (a stale one was just removed): then a numbered variant is used.
         let mut attempt = 0;
-        let (name, dir) = loop {
+        let mut removed = 0;
+        loop {
             let name = if attempt == 0 { base.clone() } else { format!("{base}.{attempt}") };
             let dir = tracefs.path("instances").join(&name);
             match fs::create_dir(&dir) {
-                Ok(()) => break (name, dir),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                Ok(()) => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AlreadyExists
+                        && attempt < INSTANCE_CREATE_ATTEMPTS =>
+                {
                     attempt += 1;
+                    continue;
                 }
                 Err(e) => {
                     return Err(e).with_context(|| {
@@ -178,21 +186,42 @@ impl Instance {
                     });
                 }
             }
-        };
-        let liveness = fs::File::open(dir.join("tracing_on"))
-            .with_context(|| format!("opening {}/tracing_on", dir.display()))?;
+            match Self::take_new(tracefs, name, dir) {
+                Err(e) if removed_meanwhile(&e) && removed < INSTANCE_CREATE_ATTEMPTS => {
+                    removed += 1;
+                }
+                taken => return taken,
+            }
+        }
+    }
+
+    /// Makes a just-created directory an `Instance`: opens the file that keeps it from being
+    /// removed, then switches tracing off (a new instance records at once; nothing should land
+    /// before the caller has set the clock, which resets the buffer, and its readers).
+    ///
+    /// Until that file is open the instance looks stale to another tracer starting at the same
+    /// moment, whose clean-up may remove it: the open then fails (`ENODEV`, `ENOENT`), or it
+    /// succeeds and the write, by path, finds no directory (seen with many instances made and
+    /// removed at once: the open reached the removed instance's file). Either way the caller
+    /// makes the directory again ([`removed_meanwhile`]; docs/protocol/ftrace.md §1.2).
+    fn take_new(tracefs: &Tracefs, name: String, dir: PathBuf) -> anyhow::Result<Instance> {
+        let tracing_on = dir.join("tracing_on");
+        let liveness = fs::File::open(&tracing_on)
+            .with_context(|| format!("opening {}", tracing_on.display()))?;
+        if let Err(e) = fs::write(&tracing_on, "0") {
+            drop(liveness);
+            // Never used: removed again, unless it is gone already.
+            let _ = fs::remove_dir(&dir);
+            return Err(e).with_context(|| format!("writing \"0\" to {}", tracing_on.display()));
+        }
         LIVE_INSTANCES.lock().expect("not poisoned").push(dir.clone());
-        let instance = Instance {
+        Ok(Instance {
             tracefs: tracefs.clone(),
             name,
             dir,
             enabled: Default::default(),
             liveness: Some(liveness),
-        };
-        // A new instance records at once; nothing should land before the caller has set the
-        // clock (which resets the buffer) and its readers, so it starts switched off.
-        instance.set_tracing_on(false)?;
-        Ok(instance)
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -453,6 +482,14 @@ pub(crate) fn remove_live_instances() {
             eprintln!("tracer: could not remove ftrace instance {}: {e}", dir.display());
         }
     }
+}
+
+/// Whether `e` (from [`Instance::take_new`]) says the new instance was removed before it was
+/// held: `ENODEV` while a removal is under way, `ENOENT` once it is done.
+fn removed_meanwhile(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+        e.raw_os_error() == Some(libc::ENODEV) || e.kind() == std::io::ErrorKind::NotFound
+    })
 }
 
 /// Removes `tracer-*` instances whose owner is gone (a crash or SIGKILL). A live tracer keeps a

@@ -30,7 +30,7 @@ mod mmap;
 mod read;
 
 use std::fs::OpenOptions;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use std::task::Poll;
@@ -137,6 +137,8 @@ pub struct FtraceReader {
     held: ReorderWindow,
     config: ReaderConfig,
     clock_is_mono: bool,
+    /// One entry per CPU buffer's fd, for the `poll` that arms the next wake-up.
+    pollfds: Vec<libc::pollfd>,
     // Last: the instance outlives the mappings and fds above.
     instance: Arc<Instance>,
 }
@@ -204,8 +206,13 @@ impl FtraceReader {
         }
         let cpu_ids: Vec<u32> = cpus.iter().map(|c| c.cpu).collect();
         let strict = config.integrity == Integrity::Strict;
+        let pollfds = cpus
+            .iter()
+            .map(|c| libc::pollfd { fd: c.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .collect();
         Ok(FtraceReader {
             held: ReorderWindow::new(cpus.len()),
+            pollfds,
             cpus,
             decoder: StreamDecoder::new(layout, tracepoints, &cpu_ids, strict),
             mode,
@@ -262,7 +269,22 @@ impl FtraceReader {
         self.drain_all(&mut |_, record| sink(record))
     }
 
-    async fn wait_for_data(&self) {
+    /// Returns at once when a CPU buffer has reached `buffer_percent`, else waits for a
+    /// wake-up or the poll interval. The check is a `poll` that does not wait, and it is also
+    /// what arms the kernel's next wake-up: the kernel arms it only when a poll finds the
+    /// watermark not reached, and epoll's own poll, when it reports a wake-up, finds it reached
+    /// — without this, only the first wake-up would come and the poll interval would pace every
+    /// later drain (docs/protocol/ftrace.md §9).
+    async fn wait_for_data(&mut self) {
+        for entry in &mut self.pollfds {
+            entry.revents = 0;
+        }
+        let nfds = self.pollfds.len() as libc::nfds_t;
+        // SAFETY: `pollfds` is an array of `nfds` initialised entries, borrowed mutably for the
+        // call; its fds belong to `cpus`, which keeps them open. A timeout of 0 never blocks.
+        if unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, 0) } > 0 {
+            return;
+        }
         let cpus = &self.cpus;
         let ready = std::future::poll_fn(|cx| {
             for c in cpus {
