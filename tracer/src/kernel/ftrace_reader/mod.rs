@@ -282,7 +282,10 @@ impl FtraceReader {
         let nfds = self.pollfds.len() as libc::nfds_t;
         // SAFETY: `pollfds` is an array of `nfds` initialised entries, borrowed mutably for the
         // call; its fds belong to `cpus`, which keeps them open. A timeout of 0 never blocks.
-        if unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, 0) } > 0 {
+        let ready = unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, 0) };
+        // Readable only: an error or hang-up flag that stays set must not turn this into a
+        // busy loop (the epoll wait below reports those as before).
+        if ready > 0 && self.pollfds.iter().any(|entry| entry.revents & libc::POLLIN != 0) {
             return;
         }
         let cpus = &self.cpus;
