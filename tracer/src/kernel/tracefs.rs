@@ -208,6 +208,8 @@ impl Instance {
         let tracing_on = dir.join("tracing_on");
         let liveness = fs::File::open(&tracing_on)
             .with_context(|| format!("opening {}", tracing_on.display()))?;
+        // Written here, not by `set_tracing_on`: an `Instance` that fails here would warn
+        // from its drop about a directory that is gone on purpose.
         if let Err(e) = fs::write(&tracing_on, "0") {
             drop(liveness);
             // Never used: removed again, unless it is gone already.
