@@ -463,3 +463,41 @@ fn an_instance_a_concurrent_clean_up_removes_before_it_is_open_is_made_again() {
     cleaner.join().unwrap();
     assert_eq!(failed, Vec::<String>::new(), "creations that failed");
 }
+
+/// The non-waiting poll before each wait returns "readable" for data at the watermark — with
+/// `buffer_percent` 0, for any data — so it must not find drained buffers readable: an idle
+/// reader wakes once per poll interval, it does not spin.
+#[tokio::test]
+async fn an_idle_reader_waits_for_its_poll_interval() {
+    const INTERVAL: Duration = Duration::from_millis(100);
+    const IDLE: Duration = Duration::from_millis(500);
+    for (mode, percent) in [(ReadMode::Mmap, 0), (ReadMode::Read, 0), (ReadMode::Mmap, 25)] {
+        let inst = instance(&format!("idle-{}-{percent}", mode.name()), 1024);
+        inst.set_buffer_percent(percent).unwrap();
+        let config = ReaderConfig {
+            mode,
+            poll_interval: INTERVAL,
+            reorder_window: Duration::ZERO,
+            ..ReaderConfig::default()
+        };
+        let mut reader =
+            FtraceReader::open(inst.clone(), marker_tracepoints(&inst), config).unwrap();
+        inst.set_tracing_on(true).unwrap();
+        let inst_ = inst.clone();
+        std::thread::spawn(move || {
+            pin_to_cpu(0);
+            write_raw(&inst_, 0..3);
+        })
+        .join()
+        .unwrap();
+        let start = std::time::Instant::now();
+        let (mut waits, mut events) = (0u32, 0);
+        while start.elapsed() < IDLE {
+            events += reader.next_batch().await.unwrap().len();
+            waits += 1;
+        }
+        assert_eq!(events, 3, "{} percent {percent}", mode.name());
+        // 5 intervals, and the drain of the three records; a late timer only makes fewer.
+        assert!(waits <= 7, "{} percent {percent}: {waits} waits in {IDLE:?}", mode.name());
+    }
+}
