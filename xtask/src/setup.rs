@@ -129,12 +129,38 @@ fn apt() -> anyhow::Result<()> {
     eprintln!("setup: installing Debian packages: {}", missing.join(" "));
     crate::util::require_root("installing Debian packages")?;
     run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
-    run_cmd(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    let install = |simulate: bool, packages: &[&str]| {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(["install", "-y", "-q", "--no-install-recommends"]);
+        if simulate {
+            cmd.arg("--simulate");
+        }
+        cmd.args(packages).env("DEBIAN_FRONTEND", "noninteractive");
+        cmd
+    };
+    // An installed package that a new one conflicts with at its installed version (qemu-utils
+    // from the security suite beside qemu-system-x86 from the main one) would be removed:
+    // upgrade it with the others instead.
+    let removed = removed_packages(&output(&mut install(true, &missing))?);
+    let mut packages = missing;
+    if !removed.is_empty() {
+        eprintln!(
+            "setup: also upgrading {} (apt would remove them to install the others)",
+            removed.join(" ")
+        );
+        packages.extend(removed.iter().map(String::as_str));
+    }
+    run_cmd(&mut install(false, &packages))
+}
+
+/// The packages an `apt-get --simulate` run says it would remove (its `Remv <name> [...]` lines).
+fn removed_packages(simulation: &str) -> Vec<String> {
+    simulation
+        .lines()
+        .filter_map(|line| line.strip_prefix("Remv "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn rust_src() -> anyhow::Result<()> {
@@ -177,4 +203,24 @@ fn pip() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removals_are_read_from_apt_s_simulation() {
+        // As apt-get 2.6 (Debian 12) prints a simulated install that removes one package.
+        let simulation = "Reading package lists...\nBuilding dependency tree...\n\
+            The following packages will be REMOVED:\n  qemu-utils\n\
+            Remv qemu-utils [1:7.2+dfsg-7+deb12u15]\n\
+            Inst qemu-system-common (1:7.2+dfsg-7+deb12u18+b3 Debian:12.13/stable [amd64])\n\
+            Conf qemu-system-common (1:7.2+dfsg-7+deb12u18+b3 Debian:12.13/stable [amd64])\n";
+        assert_eq!(removed_packages(simulation), ["qemu-utils"]);
+        assert_eq!(
+            removed_packages("Inst cpio (2.13+dfsg-7.1 Debian:12.13/stable [amd64])\n"),
+            Vec::<String>::new()
+        );
+    }
 }
