@@ -258,11 +258,16 @@ fn second_signal_exits_at_once_and_removes_the_instance() {
 fn instance_of_a_killed_tracer_is_removed_at_the_next_start_and_a_live_one_is_kept() {
     let killed = Tracer::ftrace(&[], Stdio::null());
     let left = killed.instance();
+    // Held by this test (as a tracer holds its own) until `check` starts: a tracer of another
+    // test starting meanwhile would remove the killed one's instance before this test looks.
+    let hold = std::fs::File::open(left.join("tracing_on")).expect("the live tracer's instance");
     killed.signal(libc::SIGKILL);
     let (code, _) = killed.finish();
     assert_eq!(code, None, "killed");
     assert!(left.exists(), "SIGKILL leaves the instance");
     let live = Tracer::ftrace(&[], Stdio::null());
+    assert!(left.exists(), "an instance somebody holds is not removed");
+    drop(hold);
     let check = Tracer::spawn(&["check"], Stdio::null());
     let (_, stderr) = check.finish();
     assert!(!left.exists(), "any subcommand removes a stale instance: {stderr}");
