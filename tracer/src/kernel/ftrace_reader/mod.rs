@@ -286,6 +286,10 @@ impl FtraceReader {
         // Readable only: an error or hang-up flag that stays set must not turn this into a
         // busy loop (the epoll wait below reports those as before).
         if ready > 0 && self.pollfds.iter().any(|entry| entry.revents & libc::POLLIN != 0) {
+            // Without a wait, this task would not yield while a writer outpaces the drains:
+            // spend tokio's cooperative budget as a wait on the fd would, so that timers,
+            // signals and other tasks still get their turn.
+            tokio::task::consume_budget().await;
             return;
         }
         let cpus = &self.cpus;
