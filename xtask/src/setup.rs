@@ -140,17 +140,23 @@ fn apt() -> anyhow::Result<()> {
     };
     // An installed package that a new one conflicts with at its installed version (qemu-utils
     // from the security suite beside qemu-system-x86 from the main one) would be removed:
-    // upgrade it with the others instead.
+    // upgrade it with the others instead, where apt can do that without removing anything.
     let removed = removed_packages(&output(&mut install(true, &missing))?);
-    let mut packages = missing;
-    if !removed.is_empty() {
+    if removed.is_empty() {
+        return run_cmd(&mut install(false, &missing));
+    }
+    let mut upgraded = missing.clone();
+    upgraded.extend(removed.iter().map(String::as_str));
+    let upgrade_removes = output(&mut install(true, &upgraded)).map(|s| removed_packages(&s));
+    if upgrade_removes.is_ok_and(|still| still.is_empty()) {
         eprintln!(
             "setup: also upgrading {} (apt would remove them to install the others)",
             removed.join(" ")
         );
-        packages.extend(removed.iter().map(String::as_str));
+        return run_cmd(&mut install(false, &upgraded));
     }
-    run_cmd(&mut install(false, &packages))
+    eprintln!("setup: apt removes {} to install the others", removed.join(" "));
+    run_cmd(&mut install(false, &missing))
 }
 
 /// The packages an `apt-get --simulate` run says it would remove (its `Remv <name> [...]` lines).
