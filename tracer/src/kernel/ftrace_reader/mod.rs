@@ -137,7 +137,8 @@ pub struct FtraceReader {
     held: ReorderWindow,
     config: ReaderConfig,
     clock_is_mono: bool,
-    /// One entry per CPU buffer's fd, for the `poll` that arms the next wake-up.
+    /// One entry per CPU buffer's fd, for the `poll` that arms the next wake-up; empty when
+    /// the instance's `buffer_percent` is 0, where epoll's own poll arms it.
     pollfds: Vec<libc::pollfd>,
     // Last: the instance outlives the mappings and fds above.
     instance: Arc<Instance>,
@@ -206,8 +207,11 @@ impl FtraceReader {
         }
         let cpu_ids: Vec<u32> = cpus.iter().map(|c| c.cpu).collect();
         let strict = config.integrity == Integrity::Strict;
+        // Unreadable counts as non-zero: the poll is then made, which is right either way.
+        let watermark = instance.read("buffer_percent").map_or(true, |p| p.trim() != "0");
         let pollfds = cpus
             .iter()
+            .filter(|_| watermark)
             .map(|c| libc::pollfd { fd: c.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
             .collect();
         Ok(FtraceReader {
@@ -269,23 +273,14 @@ impl FtraceReader {
         self.drain_all(&mut |_, record| sink(record))
     }
 
-    /// Returns at once when a CPU buffer has reached `buffer_percent`, else waits for a
-    /// wake-up or the poll interval. The check is a `poll` that does not wait, and it is also
-    /// what arms the kernel's next wake-up: the kernel arms it only when a poll finds the
+    /// Returns at once when a CPU buffer has reached a non-zero `buffer_percent`, else waits
+    /// for a wake-up or the poll interval. The check is a `poll` that does not wait, and it is
+    /// also what arms the kernel's next wake-up: the kernel arms it only when a poll finds the
     /// watermark not reached, and epoll's own poll, when it reports a wake-up, finds it reached
     /// — without this, only the first wake-up would come and the poll interval would pace every
-    /// later drain (docs/protocol/ftrace.md §9).
+    /// later drain (docs/protocol/ftrace.md §9). With `buffer_percent` 0 epoll's poll arms it.
     async fn wait_for_data(&mut self) {
-        for entry in &mut self.pollfds {
-            entry.revents = 0;
-        }
-        let nfds = self.pollfds.len() as libc::nfds_t;
-        // SAFETY: `pollfds` is an array of `nfds` initialised entries, borrowed mutably for the
-        // call; its fds belong to `cpus`, which keeps them open. A timeout of 0 never blocks.
-        let ready = unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, 0) };
-        // Readable only: an error or hang-up flag that stays set must not turn this into a
-        // busy loop (the epoll wait below reports those as before).
-        if ready > 0 && self.pollfds.iter().any(|entry| entry.revents & libc::POLLIN != 0) {
+        if self.watermark_reached() {
             // Without a wait, this task would not yield while a writer outpaces the drains:
             // spend tokio's cooperative budget as a wait on the fd would, so that timers,
             // signals and other tasks still get their turn.
@@ -306,6 +301,24 @@ impl FtraceReader {
             () = ready => {}
             () = tokio::time::sleep(self.config.poll_interval) => {}
         }
+    }
+
+    /// The non-waiting `poll` of [`wait_for_data`](Self::wait_for_data): whether a CPU buffer
+    /// is readable (at its watermark). No syscall where `pollfds` is empty.
+    fn watermark_reached(&mut self) -> bool {
+        if self.pollfds.is_empty() {
+            return false;
+        }
+        for entry in &mut self.pollfds {
+            entry.revents = 0;
+        }
+        let nfds = self.pollfds.len() as libc::nfds_t;
+        // SAFETY: `pollfds` is an array of `nfds` initialised entries, borrowed mutably for the
+        // call; its fds belong to `cpus`, which keeps them open. A timeout of 0 never blocks.
+        let ready = unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, 0) };
+        // Readable only: an error or hang-up flag that stays set must not turn this into a
+        // busy loop (the epoll wait reports those as before).
+        ready > 0 && self.pollfds.iter().any(|entry| entry.revents & libc::POLLIN != 0)
     }
 
     /// Drains every CPU now and releases everything held (shutdown, tests).
