@@ -464,9 +464,9 @@ fn an_instance_a_concurrent_clean_up_removes_before_it_is_open_is_made_again() {
     assert_eq!(failed, Vec::<String>::new(), "creations that failed");
 }
 
-/// The non-waiting poll before each wait returns "readable" for data at the watermark — with
-/// `buffer_percent` 0, for any data — so it must not find drained buffers readable: an idle
-/// reader wakes once per poll interval, it does not spin.
+/// An idle reader wakes once per poll interval, it does not spin: with a non-zero
+/// `buffer_percent` the non-waiting poll before each wait must not find drained buffers
+/// readable, and with 0 (where no such poll is made) epoll must not keep reporting them.
 #[tokio::test]
 async fn an_idle_reader_waits_for_its_poll_interval() {
     const INTERVAL: Duration = Duration::from_millis(100);

@@ -209,11 +209,13 @@ impl FtraceReader {
         let strict = config.integrity == Integrity::Strict;
         // Unreadable counts as non-zero: the poll is then made, which is right either way.
         let watermark = instance.read("buffer_percent").map_or(true, |p| p.trim() != "0");
-        let pollfds = cpus
-            .iter()
-            .filter(|_| watermark)
-            .map(|c| libc::pollfd { fd: c.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
-            .collect();
+        let pollfds = match watermark {
+            true => cpus
+                .iter()
+                .map(|c| libc::pollfd { fd: c.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+                .collect(),
+            false => Vec::new(),
+        };
         Ok(FtraceReader {
             held: ReorderWindow::new(cpus.len()),
             pollfds,
