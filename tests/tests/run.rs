@@ -293,9 +293,13 @@ fn hostile_peers_fail_clearly_within_the_timeout_and_other_targets_are_still_tra
     let good_dir = ScratchDir::new("run-hostile-good");
     let mut good = Dotnet10Double::spawn(good_dir.path()).expect("double");
 
-    // The failure, which must follow the process's detection.
+    // The failure, which must follow the process's first detection: the bind of its socket,
+    // where it binds one under its own runtime name (the session starts from that line, and
+    // may fail before the memfd is even mapped), else the memfd mapping.
     let failure = |tracer: &mut Running<RunSummary>, pid: u32| -> Value {
-        let detected = tracer.wait_for("detection", SESSION, |l| is(l, "dotnet_ipc_ready", pid));
+        let detected = tracer.wait_for("detection", SESSION, |l| {
+            is(l, "dotnet_ipc_socket", pid) || is(l, "dotnet_ipc_ready", pid)
+        });
         let failed = tracer.wait_for("session_failed", SESSION, |l| is(l, "session_failed", pid));
         assert!(u64_field(&failed, "mono_ns") >= u64_field(&detected, "mono_ns"), "{failed}");
         failed
