@@ -310,6 +310,31 @@ pub fn refused_mapping_is_reported_without_an_address(hooks: HookChoice) {
     );
 }
 
+/// A `MAP_FIXED` mapping of the marker (no address search in the kernel, which some hooks
+/// would depend on) is reported once, at the address it was given.
+pub fn fixed_mapping_is_reported_at_its_address(hooks: HookChoice) {
+    let mut audit = start_audit(config(hooks));
+    let mut helper = helper(&detect_helper(), &["map-fixed"]);
+    let mapped = json(&mut helper);
+    assert_eq!(mapped["phase"], "mapped");
+    let pid = pid_of(&mapped);
+    let v = audit.wait_for("the fixed mapping", timeout(), |v| is(v, "dotnet_ipc_ready", pid));
+    assert_eq!(v["source"], "kernel");
+    assert_eq!(v["addr"], mapped["addr"]);
+    assert_eq!(v["prot"], "PROT_READ");
+    assert_eq!(v["flags"], "MAP_SHARED|MAP_FIXED");
+    helper.send_line("go").unwrap();
+    finish(helper);
+    audit.wait_for("the helper's exit", timeout(), |v| is(v, "process_exit", pid));
+    let (lines, summary) = audit.stop();
+    assert_hooks(&summary, hooks);
+    let lost = creations_may_be_lost(&summary);
+    assert_eq!(
+        kinds_of(&lines, pid, lost),
+        expected_kinds(&["memfd_create", "dotnet_ipc_ready", "process_exit"], lost)
+    );
+}
+
 /// Whether this kernel's `sched_process_exit` says which thread's exit ends its process
 /// (`group_dead`, not in 6.12): without it tracer takes the leader's exit for the process's.
 fn exit_tells_the_last_thread() -> bool {

@@ -50,6 +50,11 @@ fn refused_mapping_is_reported_without_an_address() {
 }
 
 #[test]
+fn fixed_mapping_is_reported_at_its_address() {
+    audit_scenarios::fixed_mapping_is_reported_at_its_address(HookChoice::Auto);
+}
+
+#[test]
 fn preexisting_mapping_is_reported_from_procfs() {
     let mut helper = helper(HELPER, &["map-and-hold"]);
     let mapped = json(&mut helper);

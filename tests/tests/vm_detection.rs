@@ -9,6 +9,7 @@ use tracer::kernel::detect::{DetectOptions, Detector, HookMechanism, LifecycleMe
 tests::test_with_both_mechanisms! {
     helper_sequence_is_reported_exactly;
     refused_mapping_is_reported_without_an_address;
+    fixed_mapping_is_reported_at_its_address;
     process_exit_comes_with_the_last_thread_not_the_leader;
     diagnostic_socket_binds_are_matched_in_the_kernel_once_per_process;
     coreclr_runtime_is_seen_live;

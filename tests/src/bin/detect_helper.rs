@@ -12,6 +12,9 @@
 //! * `map-fails` — creates the `dotnet_ipc_created` memfd sealed against writing and asks for a
 //!   shared writable mapping of it, which the kernel refuses (`EPERM`), prints
 //!   `{"phase":"refused","pid":…,"fd":…,"errno":…}`, then holds until stdin closes.
+//! * `map-fixed` — reserves two pages, maps the `dotnet_ipc_created` memfd shared and read-only
+//!   with `MAP_FIXED` over the second one, prints `{"phase":"mapped","pid":…,"addr":…}` and holds
+//!   until stdin closes (a fixed mapping takes no address search in the kernel).
 //! * `leader-exits-first` — maps the `dotnet_ipc_created` memfd, prints `mapped`, starts a
 //!   second thread and ends the main (leader) thread alone; the second thread waits for that exit,
 //!   maps a `doublemapper` memfd, prints `leader_gone` with its tid, and on a stdin line exits the
@@ -151,6 +154,24 @@ fn map_and_hold() {
     let addr = map(fd, libc::PROT_NONE);
     // SAFETY: getpid has no preconditions.
     say(json!({"phase": "mapped", "pid": unsafe { libc::getpid() }, "addr": format!("{addr:#x}")}));
+    wait_for_go();
+}
+
+fn map_fixed() {
+    let fd = memfd(c"dotnet_ipc_created");
+    let anonymous = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    // SAFETY: a fresh reservation; nothing else refers to it.
+    let reserved =
+        unsafe { libc::mmap(std::ptr::null_mut(), 2 * PAGE, libc::PROT_NONE, anonymous, -1, 0) };
+    assert_ne!(reserved, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    let want = reserved as usize + PAGE;
+    let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+    // SAFETY: MAP_FIXED over the second page of our own reservation, which nothing uses.
+    let addr =
+        unsafe { libc::mmap(want as *mut libc::c_void, PAGE, libc::PROT_READ, flags, fd, 0) };
+    assert_eq!(addr as usize, want, "mmap: {}", std::io::Error::last_os_error());
+    // SAFETY: getpid has no preconditions.
+    say(json!({"phase": "mapped", "pid": unsafe { libc::getpid() }, "addr": format!("{want:#x}")}));
     wait_for_go();
 }
 
@@ -364,6 +385,7 @@ fn main() {
         Some("sequence") => sequence(),
         Some("map-and-hold") => map_and_hold(),
         Some("map-fails") => map_fails(),
+        Some("map-fixed") => map_fixed(),
         Some("leader-exits-first") => leader_exits_first(),
         Some("mmap-loop") => mmap_loop(count()),
         Some("ioctl-loop") => ioctl_loop(count()),
@@ -375,7 +397,7 @@ fn main() {
         Some("bind") => bind_names(std::env::args().skip(2).collect()),
         _ => {
             eprintln!(
-                "usage: detect_helper sequence|map-and-hold|map-fails|leader-exits-first|mmap-loop N|\
+                "usage: detect_helper sequence|map-and-hold|map-fails|map-fixed|leader-exits-first|mmap-loop N|\
                  getppid-loop N|fork-loop N|map-repeat N|fork-burst N|bind NAME...|\
                  ioctl-loop N|latency N"
             );
