@@ -122,6 +122,12 @@ fn candidate_key(tgid: u32, kind: MemfdKind) -> u64 {
 static MEMFD_HINT: Array<u64> = Array::with_max_entries(MEMFD_HINT_LEN, 0);
 const MEMFD_HINT_LEN: u32 = 1024;
 
+/// The current task's process id (its thread group's).
+#[inline(always)]
+fn current_tgid() -> u32 {
+    (bpf_get_current_pid_tgid() >> 32) as u32
+}
+
 #[inline(always)]
 fn may_have_memfds(tgid: u32) -> bool {
     match MEMFD_HINT.get_ptr(tgid % MEMFD_HINT_LEN) {
@@ -445,7 +451,7 @@ pub fn fexit_memfd_create(ctx: FExitContext) -> u32 {
 
 #[inline(always)]
 fn memfd_created(args: &impl SyscallArgs) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     if excluded(tgid) {
         return 0;
     }
@@ -571,7 +577,7 @@ pub fn fexit_mmap(ctx: FExitContext) -> u32 {
 #[inline(always)]
 fn mapped(args: &impl SyscallArgs, ret: Option<i64>) -> u32 {
     // The per-tgid hint first: it turns away almost every mmap before any argument is read.
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     if !may_have_memfds(tgid) {
         return 0;
     }
@@ -738,7 +744,7 @@ fn bound(args: &impl SyscallArgs) -> u32 {
     if addrlen < (SUN_PATH + MIN_NAME_LEN) as u64 {
         return 0;
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     if reported_kinds(tgid) & REPORTED_IPC_SOCKET != 0 || excluded(tgid) {
         return 0;
     }
@@ -830,7 +836,7 @@ pub fn fexit_ioctl(ctx: FExitContext) -> u32 {
     let args = SavedRegs::of(&ctx);
     let cmd = args.arg(1);
     let Some(kind) = user_events_kind(cmd) else { return 0 };
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     if excluded(tgid) {
         return 0;
     }
@@ -1031,7 +1037,7 @@ pub fn btf_task_newtask(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn new_task(args: &impl LifecycleArgs) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     if !is_tracked(tgid) {
         return 0;
     }
@@ -1058,7 +1064,7 @@ pub fn btf_sched_process_fork(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn forked(args: &impl LifecycleArgs) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     if !is_tracked(tgid) {
         return 0;
     }
@@ -1113,7 +1119,7 @@ pub fn btf_sched_process_exec(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn executed(args: &impl LifecycleArgs) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current_tgid();
     // The new image starts without the old one's memfds of interest or runtime.
     forget_memfds(tgid);
     let _ = REPORTED_KINDS.remove(&tgid);
