@@ -335,16 +335,9 @@ pub fn fixed_mapping_is_reported_at_its_address(hooks: HookChoice) {
     );
 }
 
-/// Whether this kernel's `sched_process_exit` says which thread's exit ends its process
-/// (`group_dead`, not in 6.12): without it tracer takes the leader's exit for the process's.
-fn exit_tells_the_last_thread() -> bool {
-    let tracefs = tracer::kernel::tracefs::Tracefs::find_or_mount().expect("tracefs");
-    let format = tracefs.event_dir("sched", "sched_process_exit").join("format");
-    std::fs::read_to_string(&format).expect("the exit tracepoint's format").contains("group_dead")
-}
-
-/// A process whose leader exits first ends with its last thread (where the kernel tells which
-/// one that is; elsewhere with its leader), and what that thread maps is still the process's.
+/// A process whose leader exits first ends with its last thread — told by the exit tracepoint's
+/// `group_dead` where it has one, else by the thread group's live count — and what that thread
+/// maps is still the process's.
 pub fn process_exit_comes_with_the_last_thread_not_the_leader(hooks: HookChoice) {
     let mut audit = start_audit(config(hooks));
     let mut helper = helper(&detect_helper(), &["leader-exits-first"]);
@@ -365,22 +358,12 @@ pub fn process_exit_comes_with_the_last_thread_not_the_leader(hooks: HookChoice)
     assert_hooks(&summary, hooks);
     let lost = creations_may_be_lost(&summary);
     let kinds = kinds_of(&lines, pid, lost);
-    let mapped = ["memfd_create", "dotnet_ipc_ready", "memfd_create", "dotnet_runtime_seen"];
-    if exit_tells_the_last_thread() {
-        assert_eq!(exit["tid"], tid, "reported when the last thread exits: {exit}");
-        let expected = [&mapped[..], &["process_exit"]].concat();
-        assert_eq!(kinds, expected_kinds(&expected, lost));
-    } else {
-        assert_eq!(exit["tid"], pid, "reported when the leader exits: {exit}");
-        // The leader's exit wakes the thread (its clear_child_tid futex, in exit_mm) before
-        // the exit tracepoint runs: the thread's creation and mapping may come before or after
-        // the exit line, never the leader's own mapping.
-        let others: Vec<&str> = kinds.iter().copied().filter(|k| *k != "process_exit").collect();
-        assert_eq!(others, expected_kinds(&mapped, lost));
-        let exits: Vec<usize> = (0..kinds.len()).filter(|&i| kinds[i] == "process_exit").collect();
-        let ready = kinds.iter().position(|k| *k == "dotnet_ipc_ready");
-        assert!(exits.len() == 1 && ready < Some(exits[0]), "{kinds:?}");
-    }
+    // Where the exit tracepoint says `group_dead` (6.18) and where the programs read the thread
+    // group's live count instead (6.12): reported once, when the last thread exits.
+    assert_eq!(exit["tid"], tid, "reported when the last thread exits: {exit}");
+    let expected =
+        ["memfd_create", "dotnet_ipc_ready", "memfd_create", "dotnet_runtime_seen", "process_exit"];
+    assert_eq!(kinds, expected_kinds(&expected, lost));
 }
 
 /// A real CoreCLR 8.0.4 (W^X on): its one `doublemapper` memfd and its mapping, once.

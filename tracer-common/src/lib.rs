@@ -402,6 +402,11 @@ pub struct Config {
     /// For the BTF-typed lifecycle programs (`tp_btf`, docs/protocol/bpf-detection.md §10):
     /// `linux_binprm.filename`. They use `task_pid_offset` too.
     pub binprm_filename_offset: u32,
+    /// `task_struct.signal` and `signal_struct.live` (an `atomic_t`), from kernel BTF: where
+    /// `sched_process_exit` does not say whether the thread group died, a live count of 0 does
+    /// (docs/protocol/bpf-detection.md §10). 0: not known, the leader's exit is taken instead.
+    pub task_signal_offset: u32,
+    pub signal_live_offset: u32,
 }
 
 #[cfg(feature = "user")]

@@ -934,6 +934,21 @@ fn user_events_ioctl_done(tgid: u32, kind: EventKind, ioctl: &Ioctl, ret: i64) -
 // ---------------------------------------------------------------------------------------------
 // Process lifecycle of tracked processes
 
+/// Whether no thread of the current task's group is left alive: `do_exit` lowers
+/// `current->signal->live` before the exit tracepoint fires, and the thread that takes it to 0
+/// ends the process (docs/protocol/bpf-detection.md §10). None without the offsets.
+#[inline(always)]
+fn no_live_thread_left() -> Option<bool> {
+    let cfg = config()?;
+    if cfg.task_signal_offset == 0 {
+        return None;
+    }
+    // SAFETY: a helper without preconditions; the task is only read through the helper.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let signal = kernel_ptr_at(task, cfg.task_signal_offset)?;
+    Some(kernel_value_at::<i32>(signal, cfg.signal_live_offset)? == 0)
+}
+
 /// Where a process-lifecycle hook finds what its tracepoint says: in the record of the classic
 /// tracepoint (at offsets from its format file) or in the arguments of the BTF-typed one
 /// (`tp_btf`: the kernel's own pointers, read at struct offsets from kernel BTF). Each hook's
@@ -1170,23 +1185,25 @@ pub fn btf_sched_process_exit_group(ctx: BtfTracePointContext) -> u32 {
     exited(Some(ctx.arg::<u64>(1) as u8 != 0))
 }
 
-/// `group_dead`: whether this thread's exit ends its process, where the kernel says. The last
-/// thread to exit need not be the leader (the leader may have exited first); kernels without
-/// it only offer the leader's exit.
+/// `group_dead`: whether this thread's exit ends its process, where the tracepoint says. The
+/// last thread to exit need not be the leader (the leader may have exited first). Where the
+/// tracepoint does not say, the thread group's live count does, and without its offsets only
+/// the leader's exit is taken for the process's.
 #[inline(always)]
 fn exited(group_dead: Option<bool>) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let leader = pid_tgid as u32 == tgid;
-    if !group_dead.unwrap_or(leader) {
+    if !group_dead.or_else(no_live_thread_left).unwrap_or(leader) {
         return 0;
     }
     forget_memfds(tgid);
     let _ = REPORTED_KINDS.remove(&tgid);
-    if !is_tracked(tgid) {
+    // One report per process: threads exiting together may all find no live thread left, and
+    // only one of them removes the entry.
+    if TRACKED.remove(&tgid).is_err() {
         return 0;
     }
-    let _ = TRACKED.remove(&tgid);
     let report = !excluded(tgid);
     let _ = TARGETS.remove(&tgid);
     if !report {

@@ -111,6 +111,14 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
             Ok(())
         })())
     })();
+    // Both exit programs use these where the tracepoint has no `group_dead`; without them
+    // they take the leader's exit for the process's (the offsets stay 0).
+    let live = (|| {
+        Ok::<_, BtfError>((offset("task_struct", "signal")?, offset("signal_struct", "live")?))
+    })();
+    if let Ok((signal, live)) = live {
+        (c.task_signal_offset, c.signal_live_offset) = (signal, live);
+    }
     let enablers = found((|| {
         c.task_pid_offset = offset("task_struct", "pid")?;
         c.task_tgid_offset = offset("task_struct", "tgid")?;

@@ -846,10 +846,20 @@ fn config_offsets(tracefs: &Tracefs, base: Config) -> anyhow::Result<Config> {
     let fork = tracefs.event_format("sched", "sched_process_fork")?;
     let exec = tracefs.event_format("sched", "sched_process_exec")?;
     let exit = tracefs.event_format("sched", "sched_process_exit")?;
-    // Older kernels lack `group_dead`; the programs then take the leader's exit as the process's.
+    // Older kernels lack `group_dead`; the programs then read the thread group's live count
+    // (offsets from kernel BTF), or without it take the leader's exit as the process's.
     let exit_group_dead_offset = match exit.field("group_dead") {
         Some(_) => field_offset(&exit, "group_dead", 1, None)?,
-        None => 0,
+        None => {
+            if base.task_signal_offset == 0 {
+                log::warn!(
+                    "sched_process_exit has no group_dead and kernel BTF gave no \
+                     task_struct.signal/signal_struct.live: a process whose leader exits before \
+                     its other threads is reported gone at the leader's exit"
+                );
+            }
+            0
+        }
     };
     Ok(Config {
         fork_child_pid_offset: field_offset(&fork, "child_pid", 4, None)?,
