@@ -166,5 +166,9 @@ mod tests {
             btf.member_offset("linux_binprm", "filename").unwrap()
         );
         assert!(offsets.exit_group_dead);
+        // What the exit programs read where the tracepoint has no group_dead.
+        assert_eq!(c.task_signal_offset, btf.member_offset("task_struct", "signal").unwrap());
+        assert_eq!(c.signal_live_offset, btf.member_offset("signal_struct", "live").unwrap());
+        assert!(c.task_signal_offset > 0);
     }
 }
