@@ -21,8 +21,8 @@
 //!   process. The process ends with that thread, not with its leader.
 //! * `mmap-loop N`, `ioctl-loop N`, `getppid-loop N`, `fork-loop N` — what every process on the
 //!   machine pays for: N mmap+munmap of an unrelated memfd / N `FIONREAD` ioctls on /dev/null /
-//!   N getppid() (a syscall tracer hooks nothing of) / N fork+exit+wait (the lifecycle hooks);
-//!   prints `{"ns_per_op":…}` (benchmarks).
+//!   N getppid() (a syscall tracer hooks nothing of) / N fork+exit+wait (the lifecycle hooks),
+//!   pinned to the last CPU; prints `{"ns_per_op":…}` (benchmarks).
 //! * `latency N` — N children one after another, each mapping a fresh `dotnet_ipc_created`
 //!   memfd and printing `{"mapped_mono_ns":…,"addr":…,"pid":…}` with CLOCK_MONOTONIC read right after
 //!   mmap returned.
@@ -270,31 +270,39 @@ fn leader_exits_first() {
     unsafe { libc::syscall(libc::SYS_exit, 0) };
 }
 
-fn mmap_loop(n: u64) {
-    let fd = memfd(c"unrelated");
+/// Runs `op` `n` times pinned to the machine's last CPU (a loop that migrates between CPUs
+/// measures the migrations too) and prints `{"ns_per_op":…}`.
+fn timed_loop(n: u64, mut op: impl FnMut()) {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    tests::ftrace::pin_to_cpu(cpus - 1);
     let start = Instant::now();
     for _ in 0..n {
-        let addr = map(fd, libc::PROT_NONE);
-        // SAFETY: unmapping the mapping just created.
-        unsafe { libc::munmap(addr as *mut libc::c_void, PAGE) };
+        op();
     }
     say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
 }
 
+fn mmap_loop(n: u64) {
+    let fd = memfd(c"unrelated");
+    timed_loop(n, || {
+        let addr = map(fd, libc::PROT_NONE);
+        // SAFETY: unmapping the mapping just created.
+        unsafe { libc::munmap(addr as *mut libc::c_void, PAGE) };
+    });
+}
+
 fn getppid_loop(n: u64) {
-    let start = Instant::now();
-    for _ in 0..n {
-        // SAFETY: getppid has no preconditions; the raw syscall (not a cached libc value).
-        unsafe { libc::syscall(libc::SYS_getppid) };
-    }
-    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+    // SAFETY: getppid has no preconditions; the raw syscall (not a cached libc value).
+    timed_loop(n, || unsafe {
+        libc::syscall(libc::SYS_getppid);
+    });
 }
 
 /// fork, the child exits at once, the parent reaps it: what the lifecycle hooks (task_newtask,
 /// sched_process_fork, sched_process_exit) cost a process tracer does not track.
 fn fork_loop(n: u64) {
-    let start = Instant::now();
-    for _ in 0..n {
+    timed_loop(n, || {
         // SAFETY: the child only calls _exit; this helper is single-threaded.
         let child = check(unsafe { libc::fork() }, "fork");
         if child == 0 {
@@ -303,20 +311,17 @@ fn fork_loop(n: u64) {
         }
         // SAFETY: reaps the child just forked.
         check(unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) }, "waitpid");
-    }
-    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+    });
 }
 
 fn ioctl_loop(n: u64) {
     // SAFETY: valid path.
     let fd = check(unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) }, "open");
     let mut pending = 0 as libc::c_int;
-    let start = Instant::now();
-    for _ in 0..n {
-        // SAFETY: FIONREAD writes one int.
-        unsafe { libc::ioctl(fd, libc::FIONREAD, &mut pending) };
-    }
-    say(json!({"ns_per_op": start.elapsed().as_nanos() as f64 / n as f64}));
+    // SAFETY: FIONREAD writes one int.
+    timed_loop(n, || unsafe {
+        libc::ioctl(fd, libc::FIONREAD, &mut pending);
+    });
 }
 
 /// A mapping of each memfd kind is reported once per process: a fresh child per sample.
