@@ -101,6 +101,16 @@ fn check_reports_the_mechanism_auto_would_use() {
              BTF, BPF trampolines and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS costs less)"
         )
     );
+    // 6.18's exit tracepoint says which thread ends a process.
+    let exits = stdout.lines().find(|l| l.contains("process exits:"));
+    assert_eq!(
+        exits,
+        Some(
+            "OK                 process exits: sched_process_exit says which thread's exit ends \
+             its process (group_dead)"
+        ),
+        "{stdout}"
+    );
     let lifecycle = stdout.lines().find(|l| l.contains("lifecycle hooks:"));
     assert_eq!(
         lifecycle,

@@ -39,3 +39,24 @@ async fn auto_uses_trampolines_for_every_syscall_hook() {
         ]
     );
 }
+
+/// 6.12's exit tracepoint has no `group_dead`: `tracer check` says the thread group's live count
+/// tells which exit ends a process (what the exit scenarios above check in the kernel).
+#[test]
+fn check_says_the_live_count_tells_which_exit_ends_a_process() {
+    let output = std::process::Command::new(tests::process::tracer_binary())
+        .arg("check")
+        .output()
+        .expect("running tracer check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().find(|l| l.contains("process exits:"));
+    assert_eq!(
+        line,
+        Some(
+            "OK                 process exits: sched_process_exit has no group_dead: the exit \
+             that leaves no live thread ends the process (signal_struct.live, at its offset from \
+             kernel BTF)"
+        ),
+        "{stdout}"
+    );
+}

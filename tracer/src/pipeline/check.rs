@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::kernel::btf::KernelOffsets;
 use crate::kernel::detect::{HookMechanism, LifecycleMechanism};
 use crate::kernel::ftrace_reader::probe_mmap;
 use crate::kernel::privileges::{Capabilities, Capability};
@@ -63,7 +64,8 @@ pub fn run() -> Vec<Finding> {
     let mut out = vec![privileges(), bpf_syscall()];
     let release = kernel_release();
     out.push(kernel_version(&release));
-    out.push(kernel_btf());
+    let offsets = crate::kernel::btf::kernel_offsets();
+    out.push(kernel_btf(&offsets));
     // Which classic tracepoints tracer would not need: those the BTF-typed programs replace.
     let btf_typed = match crate::kernel::detect::probe_mechanism() {
         Ok((syscalls, lifecycle)) => {
@@ -91,6 +93,11 @@ pub fn run() -> Vec<Finding> {
                 let id = tracefs.event_dir(system, name).join("id");
                 let readable = std::fs::read_to_string(&id).map(drop);
                 out.push(tracepoint(system, name, &id, readable, btf_typed));
+            }
+            // Unreadable: its tracepoint's line above says so.
+            if let Ok(exit) = tracefs.event_format("sched", "sched_process_exit") {
+                let live_count = offsets.config.task_signal_offset != 0;
+                out.push(process_exits(exit.field("group_dead").is_some(), live_count));
             }
             out.push(user_events(&tracefs));
             out.push(mmap_support(&tracefs));
@@ -220,10 +227,9 @@ fn tracepoint(
     finding(Status::Missing, what, detail)
 }
 
-fn kernel_btf() -> Finding {
+fn kernel_btf(offsets: &KernelOffsets) -> Finding {
     let what = "kernel BTF";
-    let offsets = crate::kernel::btf::kernel_offsets();
-    match offsets.memfd.map(|()| offsets.config) {
+    match offsets.memfd.clone().map(|()| offsets.config) {
         Ok(c) => finding(
             Status::Ok,
             what,
@@ -242,6 +248,33 @@ fn kernel_btf() -> Finding {
                 "{e}: the .NET memfd mapping detection is off; runtimes are still found by their \
                  diagnostic socket; rebuild with CONFIG_DEBUG_INFO_BTF=y for it"
             ),
+        ),
+    }
+}
+
+/// How the exit programs tell which thread's exit ends a process (docs/protocol/bpf-detection.md
+/// §10): the exit tracepoint's `group_dead`, else the thread group's live count (offsets from
+/// kernel BTF), else only the leader's exit.
+fn process_exits(group_dead: bool, live_count: bool) -> Finding {
+    let what = "process exits";
+    match (group_dead, live_count) {
+        (true, _) => finding(
+            Status::Ok,
+            what,
+            "sched_process_exit says which thread's exit ends its process (group_dead)",
+        ),
+        (false, true) => finding(
+            Status::Ok,
+            what,
+            "sched_process_exit has no group_dead: the exit that leaves no live thread ends the \
+             process (signal_struct.live, at its offset from kernel BTF)",
+        ),
+        (false, false) => finding(
+            Status::MissingOptional,
+            what,
+            "sched_process_exit has no group_dead and kernel BTF gives no signal_struct.live: a \
+             process whose leader exits before its other threads is reported gone at the \
+             leader's exit",
         ),
     }
 }
@@ -360,6 +393,21 @@ mod tests {
             finding(Status::Ok, "tracefs", "mounted at /sys/kernel/tracing").to_string(),
             "OK                 tracefs: mounted at /sys/kernel/tracing"
         );
+    }
+
+    #[test]
+    fn process_exits_say_how_the_last_thread_is_told() {
+        let line = |group_dead, live| process_exits(group_dead, live).to_string();
+        assert_eq!(
+            line(true, false),
+            "OK                 process exits: sched_process_exit says which thread's exit ends \
+             its process (group_dead)"
+        );
+        assert!(line(false, true).starts_with("OK "), "{}", line(false, true));
+        assert!(line(false, true).contains("signal_struct.live"));
+        let leader = process_exits(false, false);
+        assert_eq!(leader.status, Status::MissingOptional);
+        assert!(leader.detail.ends_with("is reported gone at the leader's exit"), "{leader}");
     }
 
     /// A missing classic tracepoint stops tracer only where its hook needs it.
