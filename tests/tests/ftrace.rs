@@ -238,8 +238,10 @@ fn tracer_check_on_this_host() {
         "{}",
         btf.detail
     );
-    // The detection and lifecycle hooks findings are checked in tests/detection_hooks.rs.
-    assert_eq!(findings.len(), 7 + tracepoints().count() + 2);
+    // The detection hooks, lifecycle hooks and process exits findings are checked in
+    // tests/detection_hooks.rs.
+    assert_eq!(status_of("process exits").status, Status::Ok);
+    assert_eq!(findings.len(), 7 + tracepoints().count() + 3);
     assert!(!required_missing(&findings));
     // The scratch instance is gone.
     let leftover = std::fs::read_dir("/sys/kernel/tracing/instances")
