@@ -113,10 +113,9 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
     })();
     // Both exit programs use these where the tracepoint has no `group_dead`; without them
     // they take the leader's exit for the process's (the offsets stay 0).
-    let live = (|| {
-        Ok::<_, BtfError>((offset("task_struct", "signal")?, offset("signal_struct", "live")?))
-    })();
-    if let Ok((signal, live)) = live {
+    if let (Ok(signal), Ok(live)) =
+        (offset("task_struct", "signal"), offset("signal_struct", "live"))
+    {
         (c.task_signal_offset, c.signal_live_offset) = (signal, live);
     }
     let enablers = found((|| {

@@ -628,14 +628,16 @@ fn attach_classic(
 
 /// What `--hooks auto` runs on with this kernel, found the way `Detector::attach` finds it:
 /// the BTF-typed programs this kernel would get are loaded and attached (with an empty target
-/// set, so nothing is reported), then detached.
-pub fn probe_mechanism() -> anyhow::Result<(HookMechanism, LifecycleMechanism)> {
+/// set, so nothing is reported), then detached. `offsets`: the kernel's BTF offsets, as
+/// `crate::kernel::btf::kernel_offsets` reads them.
+pub fn probe_mechanism(
+    offsets: &KernelOffsets,
+) -> anyhow::Result<(HookMechanism, LifecycleMechanism)> {
     let tracefs = Tracefs::find_or_mount()?;
-    let offsets = crate::kernel::btf::kernel_offsets();
     let config = Config { tracer_tgid: std::process::id(), filter_targets: 1, ..offsets.config };
     let mut ebpf = load_object(config)?;
     let hooks = wanted_hooks(offsets.memfd.is_ok(), user_events_available(&tracefs));
-    let btf = attach_btf_programs(&mut ebpf, &hooks, HookChoice::Auto, &offsets)?;
+    let btf = attach_btf_programs(&mut ebpf, &hooks, HookChoice::Auto, offsets)?;
     let syscalls = match btf.syscalls {
         Ok(_links) => HookMechanism::Trampolines,
         Err(why) => HookMechanism::SyscallTracepoints { why },

@@ -67,7 +67,7 @@ pub fn run() -> Vec<Finding> {
     let offsets = crate::kernel::btf::kernel_offsets();
     out.push(kernel_btf(&offsets));
     // Which classic tracepoints tracer would not need: those the BTF-typed programs replace.
-    let btf_typed = match crate::kernel::detect::probe_mechanism() {
+    let btf_typed = match crate::kernel::detect::probe_mechanism(&offsets) {
         Ok((syscalls, lifecycle)) => {
             let typed = BtfTyped {
                 syscalls: syscalls == HookMechanism::Trampolines,
