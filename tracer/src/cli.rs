@@ -588,7 +588,8 @@ pub struct FtraceArgs {
     #[arg(long, default_value_t = 4096)]
     pub buffer_size_kb: u64,
     /// Sub-buffer size in KiB (Linux ≥ 6.8; the kernel rounds up to a power of two of pages):
-    /// each read() or mmap reader swap then hands over that much. Default: one page.
+    /// each read() or mmap reader swap then hands over that much. Default: one page. Some
+    /// kernels forbid the change even to root (EPERM): tracer then stops with an error.
     #[arg(long, value_name = "KIB")]
     pub subbuf_size_kb: Option<u64>,
     /// Wake the reader when a CPU buffer is this full (0–100; 0 = on every event). A 100 ms poll

@@ -267,7 +267,16 @@ impl Instance {
                  Linux ≥ 6.8): leave it at the page size"
             );
         }
-        self.write(SUBBUF_SIZE_FILE, &kb.to_string())
+        let path = self.path(SUBBUF_SIZE_FILE);
+        match fs::write(&path, kb.to_string()) {
+            // Some kernels forbid it by policy, even to root (seen on a 6.18 host).
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => bail!(
+                "the kernel refused to change the ftrace sub-buffer size to {kb} KiB (writing \
+                 {}: {e}): leave --subbuf-size-kb out to use one-page sub-buffers",
+                path.display()
+            ),
+            result => result.with_context(|| format!("writing {kb} to {}", path.display())),
+        }
     }
 
     /// The sub-buffer size in bytes: the page size on kernels without `buffer_subbuf_size_kb`.

@@ -93,7 +93,6 @@ pub async fn run(
     let reader_config = ReaderConfig { mode: config.read_mode, integrity, ..Default::default() };
     let mut reader = FtraceReader::open(instance.clone(), tracepoints, reader_config)?;
     let mut out = Output { clock: Clock::new(), tgids: HashMap::new(), bad_records: 0 };
-    instance.set_tracing_on(true)?;
     log::info!(
         "recording {} tracepoint(s) in instance {} ({} mode)",
         reader_tracepoints,
