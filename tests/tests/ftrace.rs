@@ -218,6 +218,37 @@ fn tracer_check_on_this_host() {
     let mmap = status_of("trace_pipe_raw mmap");
     assert_eq!(mmap.status, Status::Ok);
     assert!(mmap.detail.starts_with("mapped cpu0 of a scratch instance"), "{}", mmap.detail);
+    // Whether this kernel lets root change the sub-buffer size, asked directly.
+    let probe = instance("check-probe", 1024);
+    let file = probe.path("buffer_subbuf_size_kb");
+    let refused = std::fs::write(&file, "8").is_err_and(|e| e.raw_os_error() == Some(libc::EPERM));
+    drop(probe);
+    let subbuf = status_of("ftrace sub-buffer size");
+    if refused {
+        let dir =
+            format!("/sys/kernel/tracing/instances/tracer-{}-check-subbuf", std::process::id());
+        assert_eq!(
+            (subbuf.status.clone(), subbuf.detail.clone()),
+            (
+                Status::MissingOptional,
+                format!(
+                    "the kernel refused to change the ftrace sub-buffer size to 8 KiB (writing \
+                     {dir}/buffer_subbuf_size_kb: Operation not permitted (os error 1)): leave \
+                     --subbuf-size-kb out to use one-page sub-buffers"
+                )
+            )
+        );
+    } else {
+        assert_eq!(
+            (subbuf.status.clone(), subbuf.detail.clone()),
+            (
+                Status::Ok,
+                "a scratch instance took 8 KiB sub-buffers: `tracer ftrace --subbuf-size-kb` can \
+                 be used"
+                    .to_string()
+            )
+        );
+    }
     // This host has no CONFIG_USER_EVENTS: reported, optional.
     let ue = status_of("user_events");
     assert_eq!(ue.status, Status::MissingOptional);
@@ -241,13 +272,13 @@ fn tracer_check_on_this_host() {
     // The detection hooks, lifecycle hooks and process exits findings are checked in
     // tests/detection_hooks.rs.
     assert_eq!(status_of("process exits").status, Status::Ok);
-    assert_eq!(findings.len(), 7 + tracepoints().count() + 3);
+    assert_eq!(findings.len(), 7 + tracepoints().count() + 4);
     assert!(!required_missing(&findings));
     // The scratch instance is gone.
     let leftover = std::fs::read_dir("/sys/kernel/tracing/instances")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .any(|n| n == format!("tracer-{}-check", std::process::id()));
+        .any(|n| n.starts_with(&format!("tracer-{}-check", std::process::id())));
     assert!(!leftover);
 }
 

@@ -101,6 +101,7 @@ pub fn run() -> Vec<Finding> {
             }
             out.push(user_events(&tracefs));
             out.push(mmap_support(&tracefs));
+            out.push(subbuf_support(&tracefs));
         }
         Err(e) => out.push(finding(
             Status::Missing,
@@ -346,6 +347,39 @@ fn user_events(tracefs: &Tracefs) -> Finding {
                 path.display()
             ),
         )
+    }
+}
+
+/// Sub-buffers of this size are asked of a scratch instance: two pages, the smallest change.
+const SUBBUF_PROBE_KB: u64 = 8;
+
+/// Whether `--subbuf-size-kb` can be used: a scratch instance's sub-buffer size is changed
+/// (kernels before 6.8 have no such setting; some forbid the change by policy), then the
+/// instance is removed.
+fn subbuf_support(tracefs: &Tracefs) -> Finding {
+    let what = "ftrace sub-buffer size";
+    let trial = Instance::create_with_suffix(tracefs, Some("check-subbuf")).and_then(|inst| {
+        inst.set_subbuf_size_kb(SUBBUF_PROBE_KB)?;
+        inst.subbuf_size()
+    });
+    match trial {
+        Ok(Some(size)) if size == SUBBUF_PROBE_KB as usize * 1024 => finding(
+            Status::Ok,
+            what,
+            format!(
+                "a scratch instance took {SUBBUF_PROBE_KB} KiB sub-buffers: `tracer ftrace \
+                 --subbuf-size-kb` can be used"
+            ),
+        ),
+        Ok(size) => finding(
+            Status::MissingOptional,
+            what,
+            format!(
+                "asked for {SUBBUF_PROBE_KB} KiB sub-buffers, the kernel reports {size:?} bytes: \
+                 leave --subbuf-size-kb out"
+            ),
+        ),
+        Err(e) => finding(Status::MissingOptional, what, format!("{e:#}")),
     }
 }
 
