@@ -68,6 +68,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 continue;
             }
         };
+        if let Some(why) = v["refused"].as_str() {
+            println!("{method:<10} {record:>6} {subbuf:>7} {rate:>9} refused: {why}");
+            continue;
+        }
         if let Some(err) = v["error"].as_str() {
             println!("{method:<10} {record:>6} {subbuf:>7} {rate:>9} {err}");
             failed_method = Some(method);

@@ -136,7 +136,11 @@ fn main() {
     pin_to_cpu(1);
     let inst = instance(&format!("bench-{method}"), BUFFER_KB);
     if let Some(kb) = args.get(5) {
-        inst.set_subbuf_size_kb(kb.parse().expect(usage)).unwrap();
+        // A kernel that forbids the size (some do, by policy) makes this row a "refused" one.
+        if let Err(e) = inst.set_subbuf_size_kb(kb.parse().expect(usage)) {
+            println!("{}", serde_json::json!({ "refused": format!("{e:#}") }));
+            return;
+        }
     }
     inst.set_buffer_percent(BUFFER_PERCENT).unwrap();
     let started = Arc::new(AtomicBool::new(false));
