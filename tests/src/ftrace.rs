@@ -125,6 +125,19 @@ pub fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// Whether this kernel refuses root a sub-buffer size of `kb` KiB (`EPERM`, a policy some kernels
+/// have), asked directly by writing a scratch instance's `buffer_subbuf_size_kb`; any other
+/// failure panics.
+pub fn kernel_refuses_subbuf_size(suffix: &str, kb: u64) -> bool {
+    let probe = instance(suffix, 1024);
+    let file = probe.path("buffer_subbuf_size_kb");
+    match std::fs::write(&file, kb.to_string()) {
+        Ok(()) => false,
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => true,
+        Err(e) => panic!("writing {}: {e}", file.display()),
+    }
+}
+
 /// What [`pipeline_streams_json_lines`] records: both marker events, 1 MiB per CPU, a wake-up
 /// for every record, strict integrity.
 pub fn pipeline_config(subbuf_size_kb: Option<u64>) -> tracer::pipeline::ftrace::FtraceConfig {

@@ -219,12 +219,8 @@ fn tracer_check_on_this_host() {
     assert_eq!(mmap.status, Status::Ok);
     assert!(mmap.detail.starts_with("mapped cpu0 of a scratch instance"), "{}", mmap.detail);
     // Whether this kernel lets root change the sub-buffer size, asked directly.
-    let probe = instance("check-probe", 1024);
-    let file = probe.path("buffer_subbuf_size_kb");
-    let refused = std::fs::write(&file, "8").is_err_and(|e| e.raw_os_error() == Some(libc::EPERM));
-    drop(probe);
     let subbuf = status_of("ftrace sub-buffer size");
-    if refused {
+    if kernel_refuses_subbuf_size("check-probe", 8) {
         let dir =
             format!("/sys/kernel/tracing/instances/tracer-{}-check-subbuf", std::process::id());
         assert_eq!(
@@ -294,15 +290,7 @@ fn ftrace_pipeline_streams_json_lines() {
 /// Which of the two the kernel does is found by asking it directly, on a scratch instance.
 #[test]
 fn a_sub_buffer_size_is_applied_or_refused_with_what_to_do() {
-    let probe = instance("subbuf-probe", 1024);
-    let file = probe.path("buffer_subbuf_size_kb");
-    let refused = match std::fs::write(&file, "16") {
-        Ok(()) => false,
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => true,
-        Err(e) => panic!("writing {}: {e}", file.display()),
-    };
-    drop(probe);
-    if !refused {
+    if !kernel_refuses_subbuf_size("subbuf-probe", 16) {
         pipeline_streams_json_lines(Some(16));
         return;
     }
