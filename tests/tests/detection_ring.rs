@@ -75,9 +75,8 @@ async fn a_detection_behind_lazy_events_wakes_the_reader() {
         lazy_drain: Duration::from_secs(24 * 3600),
         ..DetectOptions::for_targets(&[])
     };
+    // The drain timer's first tick is a period away: only a wake-up can end a read.
     let mut detector = Detector::attach(&options).expect("attach");
-    // The interval's first tick is immediate: take it before the helper runs.
-    detector.read(&mut Vec::new()).await.expect("read");
     // `sequence`: memfd_create (lazy) + mmap of the dotnet_ipc_created memfd (a detection).
     let mut target = helper(&["sequence"]);
     let pid = json(&mut target, "started")["pid"].as_u64().unwrap() as u32;

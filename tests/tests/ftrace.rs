@@ -218,6 +218,15 @@ fn tracer_check_on_this_host() {
     let mmap = status_of("trace_pipe_raw mmap");
     assert_eq!(mmap.status, Status::Ok);
     assert!(mmap.detail.starts_with("mapped cpu0 of a scratch instance"), "{}", mmap.detail);
+    assert!(
+        mmap.detail.ends_with(
+            "; tracer reads with read() by default, which costs less than the mapping per record \
+             under a few hundred bytes (.NET's records are smaller); --read-mode mmap for larger \
+             ones"
+        ),
+        "{}",
+        mmap.detail
+    );
     // Whether this kernel lets root change the sub-buffer size, asked directly.
     let subbuf = status_of("ftrace sub-buffer size");
     if kernel_refuses_subbuf_size("check-probe", 8) {

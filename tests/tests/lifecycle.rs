@@ -161,7 +161,8 @@ fn closed_stdout_stops_with_a_summary_and_removes_the_instance() {
     let instance = tracer.instance();
     let (code, stderr) = tracer.finish();
     assert_eq!(code, Some(3), "documented exit status for a failed output: {stderr}");
-    assert!(stderr.contains("tracer ftrace summary"), "{stderr}");
+    // Without --read-mode, whole sub-buffers are read (docs/protocol/ftrace.md §6.7).
+    assert!(stderr.contains("tracer ftrace summary: read mode read()"), "{stderr}");
     assert!(stderr.contains("output failed: Broken pipe"), "{stderr}");
     assert!(!instance.exists(), "instance removed");
 }

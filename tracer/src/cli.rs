@@ -31,7 +31,8 @@ use crate::session::{SessionConfig, SessionMode};
 ///
 /// tracer detects, inside the kernel (eBPF on syscall tracepoints), .NET processes whose
 /// diagnostic IPC is ready and processes registering Linux user_events; it starts .NET tracing
-/// sessions and reads kernel trace data from the memory-mapped ftrace ring buffer.
+/// sessions and reads kernel trace data from the ftrace ring buffer (whole sub-buffers, or
+/// memory-mapped).
 /// Needs root (or CAP_BPF + CAP_PERFMON + tracefs access); `tracer check` tells what is missing.
 #[derive(Parser)]
 #[command(name = "tracer", version, propagate_version = true)]
@@ -571,8 +572,9 @@ pub struct AuditArgs {
 /// Stream kernel tracepoints (ftrace events) as JSON lines.
 ///
 /// Events are recorded in a private ftrace instance (`instances/tracer-<pid>`, removed on exit)
-/// with the `mono` clock, read from the memory-mapped per-CPU ring buffers (or read() when the
-/// kernel cannot map them), checked for integrity, and merged across CPUs in time order.
+/// with the `mono` clock, read from the per-CPU ring buffers (whole sub-buffers with read(), or
+/// memory-mapped with --read-mode mmap), checked for integrity, and merged across CPUs in time
+/// order.
 /// A summary (per-CPU records, overrun, lost events, corrupt pages, read mode) goes to stderr.
 ///
 /// Example: tracer ftrace --event sched:sched_process_exec --event 'syscalls:sys_enter_openat:dfd
@@ -596,8 +598,10 @@ pub struct FtraceArgs {
     /// timer drains quieter CPUs anyway.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub buffer_percent: u32,
-    /// How to read the ring buffer: mmap (Linux ≥ 6.10), read(), or auto (mmap, falling back).
-    #[arg(long, value_enum, default_value = "auto")]
+    /// How to read the ring buffer: read() of whole sub-buffers (the default: cheaper per record
+    /// than the mapping for records under a few hundred bytes), mmap (Linux ≥ 6.10; cheaper for
+    /// ~1 KiB records), or auto (mmap, falling back to read()). docs/protocol/ftrace.md §6.7.
+    #[arg(long, value_enum, default_value = "read")]
     pub read_mode: ReadModeArg,
     /// What a corrupt ring-buffer page does: lenient = report, count and skip; strict = exit 1.
     #[arg(long, value_enum, default_value = "lenient")]
@@ -655,8 +659,8 @@ impl From<IntegrityArg> for Integrity {
 ///
 /// Checks: privileges (root or CAP_BPF + CAP_PERFMON), the bpf() syscall, every tracepoint the
 /// detection programs attach to, the tracefs mount, user_events (optional), memory-mapped
-/// trace_pipe_raw (tried on a scratch instance), and the kernel version. Exit status 1 when a
-/// required feature is missing, 0 otherwise.
+/// trace_pipe_raw (tried on a scratch instance; read() is the default transport either way), and
+/// the kernel version. Exit status 1 when a required feature is missing, 0 otherwise.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {}
 

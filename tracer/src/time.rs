@@ -1,10 +1,85 @@
 //! Clock reads, and the mapping of kernel CLOCK_MONOTONIC nanoseconds (BPF `bpf_ktime_get_ns`,
 //! ftrace `trace_clock=mono`, nettrace timestamps on Linux) to wall-clock time for the `ts` field
-//! of every output line.
+//! of every output line; and [`PeriodicTimer`], the clock the always-attached readers wait on.
 
 use std::cell::Cell;
+use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::time::Duration;
 
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tracer_decode::json;
+
+/// A `CLOCK_MONOTONIC` timerfd that expires every `period`, waited on in tokio's epoll set.
+///
+/// The readers that stay attached (the ftrace consumer's poll interval, the detector's lazy
+/// drain) wake every 100 ms for as long as tracer runs, so what one wake costs is paid ten
+/// times a second on every host. A tokio timer costs about twice a timerfd per wake: its wheel
+/// wakes the runtime at a slot boundary and again for the rest, and each timer wake adds an
+/// eventfd write and one more `epoll_wait` (docs/protocol/ftrace.md §10). A periodic timerfd
+/// is one kernel timer, one readable fd, one 8-byte `read`.
+///
+/// The schedule is fixed: expirations missed while the owner was busy are merged into one
+/// tick, not replayed (the kernel counts them; tracer only needs "at least one passed").
+pub struct PeriodicTimer {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl PeriodicTimer {
+    /// Starts a timer whose first tick comes one `period` from now. Must be called inside a
+    /// tokio runtime; a zero period is refused (a timerfd would never fire).
+    pub fn new(period: Duration) -> io::Result<PeriodicTimer> {
+        if period.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a periodic timer needs a period above zero",
+            ));
+        }
+        // SAFETY: plain syscall with constant flags; the fd it returns is owned below.
+        let raw = unsafe {
+            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new, valid fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let every = libc::timespec {
+            // Periods beyond time_t are "never" in practice: saturate rather than wrap.
+            tv_sec: libc::time_t::try_from(period.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: period.subsec_nanos().into(),
+        };
+        let spec = libc::itimerspec { it_interval: every, it_value: every };
+        // SAFETY: `fd` is a timerfd; `spec` is a valid itimerspec; no old value is asked for.
+        if unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the OwnedFd stays open, unchanged, for the AsyncFd's whole life.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(PeriodicTimer { fd })
+    }
+
+    /// Waits for the next expiration (returns at once if one passed since the last tick).
+    /// Cancel-safe: dropping the future loses no expiration.
+    pub async fn tick(&self) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let read = guard.try_io(|fd| {
+                let mut expirations = [0u8; 8];
+                // SAFETY: reads 8 bytes into a local 8-byte buffer from a timerfd it owns.
+                let n = unsafe { libc::read(fd.as_raw_fd(), expirations.as_mut_ptr().cast(), 8) };
+                if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+            });
+            match read {
+                Ok(result) => return result,
+                // Readiness was stale (EAGAIN): try_io cleared it; wait again.
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
 
 /// Wall-clock = monotonic + offset, with the offset sampled once at start-up so every source
 /// shares one conversion (and lines from different sources sort consistently).
@@ -187,6 +262,33 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_periodic_timer_ticks_once_per_period_and_merges_missed_ones() {
+        const PERIOD: Duration = Duration::from_millis(100);
+        let timer = PeriodicTimer::new(PERIOD).unwrap();
+        let start = std::time::Instant::now();
+        timer.tick().await.unwrap();
+        assert!(start.elapsed() >= PERIOD, "first tick after {:?}", start.elapsed());
+        // Two and a half periods missed while busy come out as one tick, at once...
+        std::thread::sleep(PERIOD * 5 / 2);
+        let pending = |timer: &PeriodicTimer| {
+            let mut tick = std::pin::pin!(timer.tick());
+            let waker = std::task::Waker::noop();
+            tick.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending()
+        };
+        assert!(!pending(&timer), "an expiration passed while busy ticks at once");
+        // ...and no more until the next expiration of the schedule.
+        assert!(pending(&timer), "missed expirations are merged into one tick");
+        timer.tick().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_zero_period_is_refused() {
+        let err = PeriodicTimer::new(Duration::ZERO).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), "a periodic timer needs a period above zero");
+    }
 
     #[test]
     fn formats_epoch_and_known_dates() {

@@ -179,26 +179,35 @@ impl ReorderWindow {
 /// The tracepoints being decoded, sorted by event id: every record is looked up here, and a
 /// binary search over a few (or a few hundred) ids costs less than hashing each one.
 #[derive(Default)]
-struct TracepointsById(Vec<(u16, Arc<Tracepoint>)>);
+struct TracepointsById(Vec<ById>);
+
+/// One tracepoint of [`TracepointsById`], with the record length its format needs worked out
+/// once (every record is checked against it).
+struct ById {
+    id: u16,
+    fixed_size: usize,
+    tracepoint: Arc<Tracepoint>,
+}
 
 impl TracepointsById {
     fn insert(&mut self, tracepoint: Arc<Tracepoint>) {
         let id = tracepoint.format.id;
-        match self.0.binary_search_by_key(&id, |(i, _)| *i) {
-            Ok(at) => self.0[at].1 = tracepoint,
-            Err(at) => self.0.insert(at, (id, tracepoint)),
+        let entry = ById { id, fixed_size: tracepoint.format.fixed_size(), tracepoint };
+        match self.0.binary_search_by_key(&id, |e| e.id) {
+            Ok(at) => self.0[at] = entry,
+            Err(at) => self.0.insert(at, entry),
         }
     }
 
     fn remove(&mut self, id: u16) {
-        if let Ok(at) = self.0.binary_search_by_key(&id, |(i, _)| *i) {
+        if let Ok(at) = self.0.binary_search_by_key(&id, |e| e.id) {
             self.0.remove(at);
         }
     }
 
-    fn get(&self, id: u16) -> Option<&Arc<Tracepoint>> {
-        let at = self.0.binary_search_by_key(&id, |(i, _)| *i).ok()?;
-        Some(&self.0[at].1)
+    fn get(&self, id: u16) -> Option<&ById> {
+        let at = self.0.binary_search_by_key(&id, |e| e.id).ok()?;
+        Some(&self.0[at])
     }
 }
 
@@ -342,7 +351,8 @@ impl StreamDecoder {
 }
 
 /// The record of `raw` when it is of a known tracepoint and long enough for its format;
-/// otherwise counted in `stats`.
+/// otherwise counted in `stats`. Inlined into the page loop: it runs for every record.
+#[inline]
 fn checked_record<'a>(
     stats: &mut CpuStats,
     by_id: &'a TracepointsById,
@@ -353,24 +363,30 @@ fn checked_record<'a>(
         stats.bad_records += 1;
         return None;
     };
-    let Some(tracepoint) = by_id.get(common.common_type) else {
+    let Some(&ById { fixed_size, ref tracepoint, .. }) = by_id.get(common.common_type) else {
         stats.unknown_events += 1;
         return None;
     };
-    if raw.data.len() < tracepoint.format.fixed_size() {
+    if raw.data.len() < fixed_size {
         stats.bad_records += 1;
-        log::warn!(
-            "cpu {cpu} byte {}: {}:{} record of {} bytes is shorter than its format's {}",
-            raw.offset,
-            tracepoint.system,
-            tracepoint.name,
-            raw.data.len(),
-            tracepoint.format.fixed_size()
-        );
+        warn_short_record(cpu, &raw, tracepoint, fixed_size);
         return None;
     }
     stats.records += 1;
     Some(RecordRef { cpu, ts: raw.ts, tracepoint, common, record: raw.data })
+}
+
+/// Out of [`checked_record`]'s line: formatting a warning is not part of every record's cost.
+#[cold]
+#[inline(never)]
+fn warn_short_record(cpu: u32, raw: &RawEvent<'_>, tracepoint: &Tracepoint, fixed_size: usize) {
+    log::warn!(
+        "cpu {cpu} byte {}: {}:{} record of {} bytes is shorter than its format's {fixed_size}",
+        raw.offset,
+        tracepoint.system,
+        tracepoint.name,
+        raw.data.len(),
+    );
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 use crate::kernel::btf::KernelOffsets;
 use crate::kernel::privileges::Capabilities;
 use crate::kernel::tracefs::Tracefs;
+use crate::time::PeriodicTimer;
 use tracer_decode::bpf_event::{self, DetectionEvent, ExistingEnablers};
 use tracer_decode::ftrace::format::{DynamicKind, EventFormat};
 
@@ -227,7 +228,7 @@ pub struct DetectOptions {
     /// Report only these processes (and their descendants); empty = every process.
     pub target_pids: Vec<u32>,
     /// How often the ring is drained of events submitted without a wake-up
-    /// ([`LAZY_DRAIN_INTERVAL`]).
+    /// ([`LAZY_DRAIN_INTERVAL`]); above zero.
     pub lazy_drain: Duration,
     pub hooks: HookChoice,
 }
@@ -255,7 +256,7 @@ pub struct Detector {
     ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
     /// Drains what the programs submitted without waking the reader (lifecycle events).
-    lazy_drain: tokio::time::Interval,
+    lazy_drain: PeriodicTimer,
     links: Vec<(&'static str, Link)>,
     /// The programs attached at start; still loaded (their statistics readable) after `detach`.
     programs: Vec<&'static str>,
@@ -357,8 +358,8 @@ impl Detector {
             hooks.iter().map(|h| h.syscall).collect::<Vec<_>>().join(", ")
         );
         log::info!("process lifecycle hooks: {lifecycle}");
-        let mut lazy_drain = tokio::time::interval(options.lazy_drain);
-        lazy_drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let lazy_drain =
+            PeriodicTimer::new(options.lazy_drain).context("starting the lazy-drain timer")?;
         Ok(Detector {
             ebpf,
             ring,
@@ -426,11 +427,11 @@ impl Detector {
 
     /// Waits until the kernel wakes the reader (a detection, or a burst of lazy events) or
     /// [`LAZY_DRAIN_INTERVAL`] passed, then decodes every record in the ring into `out`.
-    /// Cancel-safe: the interval keeps its schedule across calls.
+    /// Cancel-safe: the timer keeps its schedule across calls.
     pub async fn read(&mut self, out: &mut Vec<DetectionEvent>) -> io::Result<()> {
         tokio::select! {
             guard = self.ring.readable_mut() => guard?.clear_ready(),
-            _ = self.lazy_drain.tick() => {}
+            tick = self.lazy_drain.tick() => tick?,
         }
         drain_ring(self.ring.get_mut(), &mut self.seq, &mut self.decode_errors, out);
         Ok(())

@@ -383,6 +383,11 @@ fn subbuf_support(tracefs: &Tracefs) -> Finding {
     }
 }
 
+/// What the transport line adds whatever the mapping does (docs/protocol/ftrace.md §6.7).
+const READ_MODE_DEFAULT: &str = "tracer reads with read() by default, which costs less than the \
+     mapping per record under a few hundred bytes (.NET's records are smaller); --read-mode mmap \
+     for larger ones";
+
 /// Maps CPU 0's buffer of an idle scratch instance, then removes the instance.
 fn mmap_support(tracefs: &Tracefs) -> Finding {
     let what = "trace_pipe_raw mmap";
@@ -397,17 +402,14 @@ fn mmap_support(tracefs: &Tracefs) -> Finding {
             what,
             format!(
                 "mapped cpu{cpu} of a scratch instance (meta page {} bytes, {} sub-buffers of {} \
-                 bytes)",
+                 bytes); {READ_MODE_DEFAULT}",
                 p.meta_page_size, p.nr_subbufs, p.subbuf_size
             ),
         ),
         Err(e) => finding(
             Status::MissingOptional,
             what,
-            format!(
-                "{e:#}: tracer reads the ring buffer with read() instead (needs Linux ≥ 6.10 for \
-                 mmap)"
-            ),
+            format!("{e:#}: --read-mode mmap needs Linux ≥ 6.10; {READ_MODE_DEFAULT}"),
         ),
     }
 }

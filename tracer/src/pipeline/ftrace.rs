@@ -93,13 +93,14 @@ pub async fn run(
     let reader_config = ReaderConfig { mode: config.read_mode, integrity, ..Default::default() };
     let mut reader = FtraceReader::open(instance.clone(), tracepoints, reader_config)?;
     let mut out = Output { clock: Clock::new(), tgids: HashMap::new(), bad_records: 0 };
+    instance.set_tracing_on(true)?;
+    // Logged once recording: a marker written after this line is recorded (tests wait for it).
     log::info!(
         "recording {} tracepoint(s) in instance {} ({} mode)",
         reader_tracepoints,
         instance.name(),
         reader.mode().name()
     );
-    instance.set_tracing_on(true)?;
     let metrics = config.metrics.clone().unwrap_or_default();
     metrics.set_health(crate::metrics::Health::Running);
     super::signal_ready(ready);

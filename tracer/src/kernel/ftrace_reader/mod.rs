@@ -47,7 +47,7 @@ use self::mmap::Mapping;
 pub(crate) use self::mmap::release_all_mappings;
 pub use self::mmap::{MmapProbe, probe_mmap};
 use crate::kernel::tracefs::Instance;
-use crate::time::monotonic_ns;
+use crate::time::{PeriodicTimer, monotonic_ns};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadMode {
@@ -79,9 +79,12 @@ pub enum Integrity {
 
 #[derive(Clone, Debug)]
 pub struct ReaderConfig {
+    /// Default [`ReadMode::Read`]: cheaper than the mapping per record below a few hundred
+    /// bytes, as .NET's and most kernel tracepoints' records are (docs/protocol/ftrace.md §6.7).
     pub mode: ReadMode,
     pub integrity: Integrity,
-    /// Upper bound between drains when no wake-up comes (buffer_percent not reached).
+    /// Upper bound between drains when no wake-up comes (buffer_percent not reached): a fixed
+    /// schedule, so a reader that also wakes on its watermark drains on this beat too. Above zero.
     pub poll_interval: Duration,
     /// Events are held this long (by their CLOCK_MONOTONIC timestamp) so that events of other
     /// CPUs read later can be merged before them.
@@ -93,7 +96,7 @@ pub struct ReaderConfig {
 impl Default for ReaderConfig {
     fn default() -> Self {
         ReaderConfig {
-            mode: ReadMode::Auto,
+            mode: ReadMode::Read,
             integrity: Integrity::Lenient,
             poll_interval: Duration::from_millis(100),
             reorder_window: Duration::from_millis(200),
@@ -140,8 +143,21 @@ pub struct FtraceReader {
     /// One entry per CPU buffer's fd, for the `poll` that arms the next wake-up; empty when
     /// the instance's `buffer_percent` is 0, where epoll's own poll arms it.
     pollfds: Vec<libc::pollfd>,
+    /// Paces drains when no watermark wake-up comes ([`ReaderConfig::poll_interval`]).
+    poll_timer: PeriodicTimer,
     // Last: the instance outlives the mappings and fds above.
     instance: Arc<Instance>,
+}
+
+/// How far a drain of the `read()` transport goes (the mapped one always stops at the writer,
+/// which it can see: docs/protocol/ftrace.md §6.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DrainTo {
+    /// Until the reader has caught up with the writer (a wake-up: the writer's page, which the
+    /// kernel hands out a few records at a time, waits for the next one).
+    Writer,
+    /// Until `EAGAIN` (a flush: nothing may stay behind).
+    Empty,
 }
 
 struct CpuBuffer {
@@ -216,9 +232,12 @@ impl FtraceReader {
                 .collect(),
             false => Vec::new(),
         };
+        let poll_timer = PeriodicTimer::new(config.poll_interval)
+            .context("starting the ftrace reader's poll-interval timer")?;
         Ok(FtraceReader {
             held: ReorderWindow::new(cpus.len()),
             pollfds,
+            poll_timer,
             cpus,
             decoder: StreamDecoder::new(layout, tracepoints, &cpu_ids, strict),
             mode,
@@ -252,8 +271,8 @@ impl FtraceReader {
     /// Waits for a wake-up (buffer_percent reached) or the poll interval, drains every CPU and
     /// returns the events that left the reorder window, oldest first (possibly none).
     pub async fn next_batch(&mut self) -> anyhow::Result<Vec<Event>> {
-        self.wait_for_data().await;
-        self.drain_into_window()?;
+        self.wait_for_data().await?;
+        self.drain_into_window(DrainTo::Writer)?;
         let horizon = if self.clock_is_mono {
             monotonic_ns().saturating_sub(self.config.reorder_window.as_nanos() as u64)
         } else {
@@ -271,8 +290,8 @@ impl FtraceReader {
         &mut self,
         mut sink: impl FnMut(RecordRef<'_>),
     ) -> anyhow::Result<()> {
-        self.wait_for_data().await;
-        self.drain_all(&mut |_, record| sink(record))
+        self.wait_for_data().await?;
+        self.drain_all(DrainTo::Writer, &mut |_, record| sink(record))
     }
 
     /// Returns at once when a CPU buffer has reached a non-zero `buffer_percent`, else waits
@@ -281,13 +300,13 @@ impl FtraceReader {
     /// watermark not reached, and epoll's own poll, when it reports a wake-up, finds it reached
     /// — without this, only the first wake-up would come and the poll interval would pace every
     /// later drain (docs/protocol/ftrace.md §9). With `buffer_percent` 0 epoll's poll arms it.
-    async fn wait_for_data(&mut self) {
+    async fn wait_for_data(&mut self) -> anyhow::Result<()> {
         if self.watermark_reached() {
             // Without a wait, this task would not yield while a writer outpaces the drains:
             // spend tokio's cooperative budget as a wait on the fd would, so that timers,
             // signals and other tasks still get their turn.
             tokio::task::consume_budget().await;
-            return;
+            return Ok(());
         }
         let cpus = &self.cpus;
         let ready = std::future::poll_fn(|cx| {
@@ -300,8 +319,8 @@ impl FtraceReader {
             Poll::Pending
         });
         tokio::select! {
-            () = ready => {}
-            () = tokio::time::sleep(self.config.poll_interval) => {}
+            () = ready => Ok(()),
+            tick = self.poll_timer.tick() => tick.context("waiting on the poll-interval timer"),
         }
     }
 
@@ -325,7 +344,7 @@ impl FtraceReader {
 
     /// Drains every CPU now and releases everything held (shutdown, tests).
     pub fn flush(&mut self) -> anyhow::Result<Vec<Event>> {
-        self.drain_into_window()?;
+        self.drain_into_window(DrainTo::Empty)?;
         Ok(self.held.release(u64::MAX, self.config.max_held_events))
     }
 
@@ -348,21 +367,25 @@ impl FtraceReader {
     }
 
     /// Hands every record now in the buffers to `sink` with the index of its CPU.
-    fn drain_all(&mut self, sink: &mut impl FnMut(usize, RecordRef<'_>)) -> anyhow::Result<()> {
+    fn drain_all(
+        &mut self,
+        to: DrainTo,
+        sink: &mut impl FnMut(usize, RecordRef<'_>),
+    ) -> anyhow::Result<()> {
         for (idx, c) in self.cpus.iter_mut().enumerate() {
             match &mut c.transport {
                 Transport::Mapped(m) => m.drain(&c.fd, c.cpu, idx, &mut self.decoder, sink)?,
                 Transport::Read { buf, pages } => {
-                    read::drain(&c.fd, c.cpu, idx, buf, pages, &mut self.decoder, sink)?
+                    read::drain(&c.fd, c.cpu, idx, buf, pages, to, &mut self.decoder, sink)?
                 }
             }
         }
         Ok(())
     }
 
-    fn drain_into_window(&mut self) -> anyhow::Result<()> {
+    fn drain_into_window(&mut self, to: DrainTo) -> anyhow::Result<()> {
         let mut held = std::mem::take(&mut self.held);
-        let result = self.drain_all(&mut |idx, r| held.push(idx, r));
+        let result = self.drain_all(to, &mut |idx, r| held.push(idx, r));
         self.held = held;
         result
     }

@@ -4,18 +4,33 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use anyhow::Context as _;
 use tokio::io::unix::AsyncFd;
+use tracer_decode::ftrace::page::parse_header;
 use tracer_decode::ftrace::stream::{RecordRef, StreamDecoder};
 
-/// Reads and decodes pages of one CPU until the file has none (`EAGAIN`).
+use super::DrainTo;
+
+/// Reads and decodes pages of one CPU until the file has none (`EAGAIN`) or, for
+/// [`DrainTo::Writer`], until two pages in a row came back less than half full.
+///
+/// A `read()` of the page the writer is on copies out only the records committed so far, one by
+/// one under the buffer's lock; a reader that keeps up with a fast writer would read that page
+/// over and over, a few records per syscall (at one producer CPU's full speed, ~23 records of
+/// 16 bytes per `read()` against 127 on a full page). Two short pages in a row are that chase —
+/// one short page alone may be the rest of a page read part-way at the last wake-up — and what
+/// stays behind is the writer's page, read at the next wake-up or poll interval
+/// (docs/protocol/ftrace.md §6.1).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn drain(
     fd: &AsyncFd<OwnedFd>,
     cpu: u32,
     idx: usize,
     buf: &mut [u8],
     pages: &mut u64,
+    to: DrainTo,
     decoder: &mut StreamDecoder,
     sink: &mut impl FnMut(usize, RecordRef<'_>),
 ) -> anyhow::Result<()> {
+    let mut short_in_a_row = 0;
     loop {
         // SAFETY: buf is a valid writable buffer of buf.len() bytes.
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -32,6 +47,14 @@ pub(super) fn drain(
         }
         let id = *pages;
         *pages += 1;
-        decoder.whole_page(idx, cpu, id, &buf[..n as usize], sink)?;
+        let page = &buf[..n as usize];
+        decoder.whole_page(idx, cpu, id, page, sink)?;
+        let layout = decoder.layout();
+        // A page whose header does not parse was counted as corrupt above: not short.
+        let short = parse_header(page, layout).is_ok_and(|h| h.commit_len < layout.data_size / 2);
+        short_in_a_row = if short { short_in_a_row + 1 } else { 0 };
+        if to == DrainTo::Writer && short_in_a_row == 2 {
+            return Ok(());
+        }
     }
 }
