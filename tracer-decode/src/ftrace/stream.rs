@@ -297,7 +297,9 @@ impl StreamDecoder {
         Ok(())
     }
 
-    /// Decodes a complete page (the read() transport, saved captures).
+    /// Decodes a complete page (the read() transport, saved captures). Returns the length of
+    /// its committed data (how full the writer left it), or `None` for a page whose header is
+    /// corrupt (counted as such).
     pub fn whole_page(
         &mut self,
         idx: usize,
@@ -305,10 +307,10 @@ impl StreamDecoder {
         subbuf_id: u64,
         page: &[u8],
         sink: &mut impl FnMut(usize, RecordRef<'_>),
-    ) -> Result<(), StreamError> {
+    ) -> Result<Option<usize>, StreamError> {
         let header = match parse_header(page, &self.layout) {
             Ok(h) => h,
-            Err(c) => return self.corrupt(idx, cpu, subbuf_id, c),
+            Err(c) => return self.corrupt(idx, cpu, subbuf_id, c).map(|()| None),
         };
         self.missed(idx, header.missed);
         let mut cursor = PageCursor::new(&self.layout, &header);
@@ -320,7 +322,8 @@ impl StreamDecoder {
             &mut cursor,
             self.layout.data_offset + header.commit_len,
             sink,
-        )
+        )?;
+        Ok(Some(header.commit_len))
     }
 
     /// Parses `page[cursor.pos..end]`. Events before a corruption are kept (each passed every
@@ -459,6 +462,21 @@ mod tests {
         let cpu0 = decoder.stats()[0];
         assert_eq!((cpu0.records, cpu0.corrupt_pages, cpu0.lost_on_pages), (3, 1, 3));
         assert_eq!(decoder.stats()[1], CpuStats { cpu: 1, ..Default::default() });
+    }
+
+    #[test]
+    fn a_whole_page_reports_how_much_data_it_held() {
+        let layout = PageLayout::for_subbuf_size(4096);
+        let mut decoder = StreamDecoder::new(layout, vec![raw_data()], &[0], false);
+        let mut b = PageBuilder::new(layout, 1);
+        b.data(0, &record(1)).data(0, &record(2));
+        // Two 12-byte records, each after a 4-byte event header.
+        let page = b.finish(Missed::None);
+        assert_eq!(decoder.whole_page(0, 0, 1, &page, &mut |_, _| {}), Ok(Some(32)));
+        let mut bad = vec![0u8; 4096];
+        bad[8..16].copy_from_slice(&5000u64.to_le_bytes());
+        assert_eq!(decoder.whole_page(0, 0, 2, &bad, &mut |_, _| {}), Ok(None), "corrupt header");
+        assert_eq!(decoder.stats()[0].corrupt_pages, 1);
     }
 
     #[test]

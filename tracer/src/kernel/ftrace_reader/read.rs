@@ -4,7 +4,6 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use anyhow::Context as _;
 use tokio::io::unix::AsyncFd;
-use tracer_decode::ftrace::page::parse_header;
 use tracer_decode::ftrace::stream::{RecordRef, StreamDecoder};
 
 use super::DrainTo;
@@ -47,11 +46,9 @@ pub(super) fn drain(
         }
         let id = *pages;
         *pages += 1;
-        let page = &buf[..n as usize];
-        decoder.whole_page(idx, cpu, id, page, sink)?;
-        let layout = decoder.layout();
-        // A page whose header does not parse was counted as corrupt above: not short.
-        let short = parse_header(page, layout).is_ok_and(|h| h.commit_len < layout.data_size / 2);
+        let committed = decoder.whole_page(idx, cpu, id, &buf[..n as usize], sink)?;
+        // A page whose header does not parse was counted as corrupt: not short.
+        let short = committed.is_some_and(|len| len < decoder.layout().data_size / 2);
         short_in_a_row = if short { short_in_a_row + 1 } else { 0 };
         if to == DrainTo::Writer && short_in_a_row == 2 {
             return Ok(());
