@@ -29,7 +29,7 @@ fuzz_target!(|input: &[u8]| {
     let text = String::from_utf8_lossy(text);
 
     if let Ok(format) = EventFormat::parse(&text) {
-        for field in &format.fields {
+        for field in format.fields() {
             assert!(field.offset.checked_add(field.size).is_some());
             assert!(format.fixed_size() >= field.end());
         }

@@ -39,8 +39,11 @@ impl FieldFormat {
 pub struct EventFormat {
     pub name: String,
     pub id: u16,
-    /// Common fields first, then the event's own fields, in file order.
-    pub fields: Vec<FieldFormat>,
+    /// Common fields first, then the event's own fields, in file order. Read-only
+    /// ([`fields`](Self::fields)): `fixed_size` is derived from them once.
+    fields: Vec<FieldFormat>,
+    /// The largest field end, worked out at parse: every record is checked against it.
+    fixed_size: usize,
     pub print_fmt: String,
 }
 
@@ -91,9 +94,15 @@ impl EventFormat {
         Ok(EventFormat {
             name: name.ok_or(FormatError::MissingName)?,
             id: id.ok_or(FormatError::MissingId)?,
+            fixed_size: fields.iter().map(FieldFormat::end).max().unwrap_or(0),
             fields,
             print_fmt,
         })
+    }
+
+    /// Common fields first, then the event's own fields, in file order.
+    pub fn fields(&self) -> &[FieldFormat] {
+        &self.fields
     }
 
     pub fn field(&self, name: &str) -> Option<&FieldFormat> {
@@ -107,7 +116,7 @@ impl EventFormat {
 
     /// Size of the fixed part of a record (largest field end).
     pub fn fixed_size(&self) -> usize {
-        self.fields.iter().map(FieldFormat::end).max().unwrap_or(0)
+        self.fixed_size
     }
 }
 

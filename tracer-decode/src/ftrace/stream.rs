@@ -179,35 +179,26 @@ impl ReorderWindow {
 /// The tracepoints being decoded, sorted by event id: every record is looked up here, and a
 /// binary search over a few (or a few hundred) ids costs less than hashing each one.
 #[derive(Default)]
-struct TracepointsById(Vec<ById>);
-
-/// One tracepoint of [`TracepointsById`], with the record length its format needs worked out
-/// once (every record is checked against it).
-struct ById {
-    id: u16,
-    fixed_size: usize,
-    tracepoint: Arc<Tracepoint>,
-}
+struct TracepointsById(Vec<(u16, Arc<Tracepoint>)>);
 
 impl TracepointsById {
     fn insert(&mut self, tracepoint: Arc<Tracepoint>) {
         let id = tracepoint.format.id;
-        let entry = ById { id, fixed_size: tracepoint.format.fixed_size(), tracepoint };
-        match self.0.binary_search_by_key(&id, |e| e.id) {
-            Ok(at) => self.0[at] = entry,
-            Err(at) => self.0.insert(at, entry),
+        match self.0.binary_search_by_key(&id, |(i, _)| *i) {
+            Ok(at) => self.0[at].1 = tracepoint,
+            Err(at) => self.0.insert(at, (id, tracepoint)),
         }
     }
 
     fn remove(&mut self, id: u16) {
-        if let Ok(at) = self.0.binary_search_by_key(&id, |e| e.id) {
+        if let Ok(at) = self.0.binary_search_by_key(&id, |(i, _)| *i) {
             self.0.remove(at);
         }
     }
 
-    fn get(&self, id: u16) -> Option<&ById> {
-        let at = self.0.binary_search_by_key(&id, |e| e.id).ok()?;
-        Some(&self.0[at])
+    fn get(&self, id: u16) -> Option<&Arc<Tracepoint>> {
+        let at = self.0.binary_search_by_key(&id, |(i, _)| *i).ok()?;
+        Some(&self.0[at].1)
     }
 }
 
@@ -366,10 +357,11 @@ fn checked_record<'a>(
         stats.bad_records += 1;
         return None;
     };
-    let Some(&ById { fixed_size, ref tracepoint, .. }) = by_id.get(common.common_type) else {
+    let Some(tracepoint) = by_id.get(common.common_type) else {
         stats.unknown_events += 1;
         return None;
     };
+    let fixed_size = tracepoint.format.fixed_size();
     if raw.data.len() < fixed_size {
         stats.bad_records += 1;
         warn_short_record(cpu, &raw, tracepoint, fixed_size);
