@@ -29,7 +29,7 @@ pub(super) fn drain(
     decoder: &mut StreamDecoder,
     sink: &mut impl FnMut(usize, RecordRef<'_>),
 ) -> anyhow::Result<()> {
-    let mut short_in_a_row = 0;
+    let mut chase = WriterChase::default();
     loop {
         // SAFETY: buf is a valid writable buffer of buf.len() bytes.
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -47,11 +47,57 @@ pub(super) fn drain(
         let id = *pages;
         *pages += 1;
         let committed = decoder.whole_page(idx, cpu, id, &buf[..n as usize], sink)?;
-        // A page whose header does not parse was counted as corrupt: not short.
-        let short = committed.is_some_and(|len| len < decoder.layout().data_size / 2);
-        short_in_a_row = if short { short_in_a_row + 1 } else { 0 };
-        if to == DrainTo::Writer && short_in_a_row == 2 {
+        let caught_up = chase.caught_up(committed, decoder.layout().data_size);
+        if to == DrainTo::Writer && caught_up {
             return Ok(());
         }
+    }
+}
+
+/// The stop rule of a [`DrainTo::Writer`] drain, fed each page's committed length as read.
+#[derive(Default)]
+struct WriterChase {
+    short_in_a_row: u8,
+}
+
+impl WriterChase {
+    /// Whether this page is the second short one (under half of `data_size`) in a row.
+    /// `None` (a page whose header does not parse, counted as corrupt) is not short.
+    fn caught_up(&mut self, committed: Option<usize>, data_size: usize) -> bool {
+        let short = committed.is_some_and(|len| len < data_size / 2);
+        self.short_in_a_row = if short { self.short_in_a_row.saturating_add(1) } else { 0 };
+        self.short_in_a_row >= 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WriterChase;
+
+    const DATA: usize = 4080;
+
+    /// The pages' committed lengths → the index of the page the drain stops after.
+    fn stop_after(pages: &[Option<usize>]) -> Option<usize> {
+        let mut chase = WriterChase::default();
+        pages.iter().position(|&committed| chase.caught_up(committed, DATA))
+    }
+
+    #[test]
+    fn two_short_pages_in_a_row_stop_the_drain() {
+        assert_eq!(stop_after(&[Some(DATA), Some(368), Some(368)]), Some(2));
+        assert_eq!(stop_after(&[Some(0), Some(DATA / 2 - 1)]), Some(1));
+    }
+
+    #[test]
+    fn one_short_page_between_full_ones_does_not() {
+        // The rest of a page read part-way at the last wake-up, then full pages again.
+        let pages = [Some(200), Some(DATA), Some(300), Some(DATA / 2), Some(DATA)];
+        assert_eq!(stop_after(&pages), None);
+    }
+
+    #[test]
+    fn a_corrupt_page_breaks_the_run() {
+        assert_eq!(stop_after(&[Some(16), None, Some(16)]), None);
+        assert_eq!(stop_after(&[Some(16), None, Some(16), Some(16)]), Some(3));
     }
 }
