@@ -11,7 +11,7 @@ use tracer::kernel::detect::HookChoice;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
 use tracer_common::{EventKind, LossReason};
 
-use crate::pipeline::Running;
+use crate::pipeline::{Running, is};
 use crate::process::LineProcess;
 use crate::user_events::kernel_has_user_events;
 
@@ -100,10 +100,6 @@ pub fn finish(mut helper: LineProcess) {
 
 pub fn pid_of(v: &Value) -> u64 {
     v["pid"].as_u64().unwrap()
-}
-
-pub fn is(v: &Value, kind: &str, pid: u64) -> bool {
-    v["kind"] == kind && v["pid"] == pid
 }
 
 /// What `detect_helper sequence` reported about itself.

@@ -206,6 +206,21 @@ fn parse(line: &str) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("invalid JSON line {line:?}: {e}"))
 }
 
+/// Whether `line` is a `kind` line about process `pid`.
+pub fn is(line: &Value, kind: &str, pid: impl Into<u64>) -> bool {
+    line["kind"] == kind && line["pid"] == pid.into()
+}
+
+/// Whether `line` is the runtime event `event` of process `pid`.
+pub fn is_event(line: &Value, pid: impl Into<u64>, event: &str) -> bool {
+    is(line, "dotnet_event", pid) && line["event"] == event
+}
+
+/// How many of `lines` satisfy `pred`.
+pub fn count(lines: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
+    lines.iter().filter(|l| pred(l)).count()
+}
+
 /// `line[key]` as u64 (panics with the line when absent: tests want exact fields).
 pub fn u64_field(line: &Value, key: &str) -> u64 {
     line[key].as_u64().unwrap_or_else(|| panic!("no numeric {key:?} in {line}"))

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tests::audit_scenarios::{
-    self, assert_sequence_reported, drive_sequence, finish, helper, is, json, pid_of, start_audit,
+    self, assert_sequence_reported, drive_sequence, finish, helper, json, pid_of, start_audit,
 };
+use tests::pipeline::is;
 use tests::process::{line_channel, tracer_binary, wait_child_exit};
 use tracer::kernel::detect::HookChoice;
 use tracer::output::JsonLines;

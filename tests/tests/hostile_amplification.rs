@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{run_config, start_run};
+use tests::pipeline::{is, is_event, run_config, start_run};
 use tests::scratch::ScratchDir;
 use tracer::session::SessionMode;
 use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE};
@@ -22,14 +22,6 @@ const SESSION: Duration = Duration::from_secs(120);
 const EVENTS: Duration = Duration::from_secs(30);
 const EMPTY_EVENTS: u32 = 20;
 const NAMED_EVENTS: u32 = 3000;
-
-fn is(line: &Value, kind: &str, pid: u32) -> bool {
-    line["kind"] == kind && line["pid"] == pid
-}
-
-fn is_event(line: &Value, pid: u32, event: &str) -> bool {
-    is(line, "dotnet_event", pid) && line["event"] == event
-}
 
 #[test]
 fn amplifying_stream_ends_with_budget_exceeded_and_a_good_runtime_gets_every_event() {

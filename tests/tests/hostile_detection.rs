@@ -4,7 +4,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use tests::pipeline::Running;
+use tests::pipeline::{Running, is};
 use tests::process::LineProcess;
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
 
@@ -13,10 +13,6 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn start_audit(config: AuditConfig) -> Running<AuditSummary> {
     Running::start(TIMEOUT, move |sink, stop, ready| audit::run(config, sink, stop, Some(ready)))
-}
-
-fn is(v: &Value, kind: &str, pid: u64) -> bool {
-    v["kind"] == kind && v["pid"] == pid
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, run_config, start_run};
+use tests::pipeline::{Running, is, run_config, start_run};
 use tests::scratch::ScratchDir;
 use tracer::pipeline::run::RunSummary;
 use tracer::session::SessionMode;
@@ -23,10 +23,6 @@ fn trace_only(pid: u32, providers: &str, drain: Duration) -> (Running<RunSummary
     let mut tracer = start_run(READY, config);
     let started = tracer.wait_for("session_started", WAIT, |l| is(l, "session_started", pid));
     (tracer, started["session_id"].as_str().unwrap().to_string())
-}
-
-fn is(line: &Value, kind: &str, pid: u32) -> bool {
-    line["kind"] == kind && line["pid"] == pid
 }
 
 fn events(lines: &[Value], pid: u32, event: &str) -> usize {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, run_config, start_run, u64_field};
+use tests::pipeline::{Running, count, is, is_event, run_config, start_run, u64_field};
 use tests::scratch::ScratchDir;
 use tracer::pipeline::run::{RunConfig, RunSummary};
 use tracer::session::SessionMode;
@@ -26,18 +26,6 @@ fn config(providers: &str, locate_for: Duration) -> RunConfig {
 
 fn start(config: RunConfig) -> Running<RunSummary> {
     start_run(READY, config)
-}
-
-fn is(line: &Value, kind: &str, pid: u32) -> bool {
-    line["kind"] == kind && line["pid"] == pid
-}
-
-fn is_event(line: &Value, pid: u32, event: &str) -> bool {
-    is(line, "dotnet_event", pid) && line["event"] == event
-}
-
-fn count(lines: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
-    lines.iter().filter(|l| pred(l)).count()
 }
 
 /// The double's session: started once, `n` GCs traced exactly, stopped once.

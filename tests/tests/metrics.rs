@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tests::audit_scenarios::{drive_sequence, helper};
 use tests::cgroups::{CgroupTree, container_id};
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
 use tests::http::{free_port, get};
 use tests::pipeline::{Running, run_config, with_providers};
-use tests::process::LineProcess;
 use tests::scratch::ScratchDir;
 use tracer::metrics::runtime::MAX_SERIES_PER_PROCESS;
 use tracer::metrics::{Health, Publisher, Shared};
@@ -42,28 +42,6 @@ fn start_audit() -> (Running<AuditSummary>, SocketAddr, Arc<Shared>) {
         audit::run(config, sink, stop, Some(ready)).await
     });
     (audit, addr, shared)
-}
-
-/// `detect_helper sequence` to its end, with tracer's report of its exit.
-fn helper_sequence(audit: &mut Running<AuditSummary>) {
-    let mut helper = LineProcess::spawn(HELPER, {
-        let mut c = Command::new(HELPER);
-        c.arg("sequence");
-        c
-    })
-    .unwrap();
-    for phase in ["started", "registered", "done"] {
-        let v: Value = serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap();
-        assert_eq!(v["phase"], phase);
-        if phase != "done" {
-            helper.send_line("go").unwrap();
-        }
-    }
-    let pid = helper.pid();
-    helper.close_stdin();
-    helper.wait_exit(TIMEOUT).unwrap();
-    audit
-        .wait_for("the helper's exit", TIMEOUT, |v| v["kind"] == "process_exit" && v["pid"] == pid);
 }
 
 /// `name{labels} value` lines of an exposition, by `name{labels}`.
@@ -107,7 +85,7 @@ fn scrape_matches_the_summary_and_promtool_accepts_it() {
     let (mut audit, addr, shared) = start_audit();
     let health = get(addr, "/healthz", &[]).unwrap();
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
-    helper_sequence(&mut audit);
+    drive_sequence(Some(&mut audit), helper(HELPER, &["sequence"]));
 
     let classic = get(addr, "/metrics", &[]).unwrap();
     assert_eq!(classic.status, 200);
@@ -259,7 +237,7 @@ fn start_prometheus(tracer_addr: SocketAddr) -> (SocketAddr, (Killed, ScratchDir
 fn a_prometheus_server_scrapes_tracer() {
     let (mut audit, tracer_addr, _) = start_audit();
     let (prometheus, _server) = start_prometheus(tracer_addr);
-    helper_sequence(&mut audit);
+    drive_sequence(Some(&mut audit), helper(HELPER, &["sequence"]));
     // Every kernel loss reason is a series from the start (0 until it happens).
     let lost =
         await_query(prometheus, r#"tracer_lost_events_total{source="kernel"}"#, |r| r.len() == 6);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{run_config, start_run, u64_field};
+use tests::pipeline::{is, is_event, run_config, start_run, u64_field};
 use tests::scratch::ScratchDir;
 use tracer::session::SessionMode;
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
@@ -20,14 +20,6 @@ const READY: Duration = Duration::from_secs(60);
 const SESSION: Duration = Duration::from_secs(120);
 const EVENTS: Duration = Duration::from_secs(30);
 const PROVIDERS: &str = "Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble";
-
-fn is(line: &Value, kind: &str, pid: u32) -> bool {
-    line["kind"] == kind && line["pid"] == pid
-}
-
-fn is_event(line: &Value, pid: u32, event: &str) -> bool {
-    is(line, "dotnet_event", pid) && line["event"] == event
-}
 
 /// `tracer run --nettrace-dir dir --pid pid` (other tests' runtimes are not traced, so the
 /// summary is about `pid` alone).

@@ -6,10 +6,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
+use tests::audit_scenarios::{drive_sequence, helper};
 use tests::pipeline::Running;
 use tests::process::LineProcess;
 use tracer::export::otlp::{ExportStats, OtlpConfig};
-use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
+use tracer::pipeline::audit::{self, AuditConfig};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_detect_helper");
 const RECEIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/otlp_receiver.py");
@@ -46,29 +47,6 @@ impl Receiver {
             }
         }
     }
-}
-
-/// `detect_helper sequence` to its end; its pid once tracer reported its exit.
-fn helper_sequence(audit: &mut Running<AuditSummary>) -> u32 {
-    let mut helper = LineProcess::spawn(HELPER, {
-        let mut c = Command::new(HELPER);
-        c.arg("sequence");
-        c
-    })
-    .unwrap();
-    for phase in ["started", "registered", "done"] {
-        let v: Value = serde_json::from_str(&helper.next_line(TIMEOUT).unwrap()).unwrap();
-        assert_eq!(v["phase"], phase);
-        if phase != "done" {
-            helper.send_line("go").unwrap();
-        }
-    }
-    let pid = helper.pid();
-    helper.close_stdin();
-    helper.wait_exit(TIMEOUT).unwrap();
-    audit
-        .wait_for("the helper's exit", TIMEOUT, |v| v["kind"] == "process_exit" && v["pid"] == pid);
-    pid
 }
 
 /// `2026-12-01T11:33:16.123456789Z` → nanoseconds since the epoch.
@@ -126,7 +104,7 @@ fn audit_lines_arrive_as_log_records_and_a_stopped_collector_costs_counted_recor
     });
 
     // Collector up: the helper's lines arrive as records.
-    let pid = helper_sequence(&mut audit);
+    let pid = drive_sequence(Some(&mut audit), helper(HELPER, &["sequence"])).pid;
     let is_exit =
         |r: &Value| r["event_name"] == "process_exit" && r["attributes"]["process.pid"] == pid;
     let mut received = receiver.until(is_exit);
@@ -172,7 +150,7 @@ fn audit_lines_arrive_as_log_records_and_a_stopped_collector_costs_counted_recor
         }
         received.push(r);
     }
-    let after = helper_sequence(&mut audit);
+    let after = drive_sequence(Some(&mut audit), helper(HELPER, &["sequence"])).pid;
     let (lines, summary) = audit.stop();
     receiver.0.wait_exit(TIMEOUT).unwrap();
 

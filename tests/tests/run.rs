@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tests::coreclr::CoreclrHost;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, run_config, start_run, u64_field, with_providers};
+use tests::pipeline::{
+    Running, count, is, is_event, run_config, start_run, u64_field, with_providers,
+};
 use tests::process::{line_channel, tracer_binary, wait_child_exit};
 use tests::scratch::ScratchDir;
 use tracer::ipc::client::Timeouts;
@@ -29,18 +31,6 @@ fn config(providers: &str) -> RunConfig {
 
 fn start(config: RunConfig) -> Running<RunSummary> {
     start_run(READY, config)
-}
-
-fn is(line: &Value, kind: &str, pid: u32) -> bool {
-    line["kind"] == kind && line["pid"] == pid
-}
-
-fn is_event(line: &Value, pid: u32, event: &str) -> bool {
-    is(line, "dotnet_event", pid) && line["event"] == event
-}
-
-fn count(lines: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
-    lines.iter().filter(|l| pred(l)).count()
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tests::double::Dotnet10Double;
-use tests::pipeline::{Running, run_config, start_run, u64_field};
+use tests::pipeline::{Running, is, is_event, run_config, start_run, u64_field};
 use tests::scratch::ScratchDir;
 use tests::user_events::tracefs_with_user_events;
 use tracer::pipeline::run::{RunConfig, RunSummary};
@@ -30,14 +30,6 @@ fn config(providers: &str, mode: SessionMode) -> RunConfig {
 
 fn start(providers: &str, mode: SessionMode) -> Running<RunSummary> {
     start_run(TIMEOUT, config(providers, mode))
-}
-
-fn is(line: &Value, kind: &str, pid: u32) -> bool {
-    line["kind"] == kind && line["pid"] == pid
-}
-
-fn is_event(line: &Value, pid: u32, event: &str) -> bool {
-    is(line, "dotnet_event", pid) && line["event"] == event
 }
 
 /// `tracer_<16 hex>_<pid>_<provider>`: a tracepoint tracer registered for `pid`.

@@ -330,17 +330,20 @@ mod tests {
         }
     }
 
-    fn line(mono_ns: u64) -> RenderedLine {
-        let clock = Clock::with_offset(0);
+    /// An empty summary line stamped `mono_ns`: lines that differ only in their time.
+    fn summary(clock: &Clock, mono_ns: u64) -> Line<FieldMap> {
         Line::new(
-            &clock,
+            clock,
             mono_ns,
             Kind::Summary,
             Source::Tracer,
             Pid::NotApplicable,
             FieldMap::default(),
         )
-        .render()
+    }
+
+    fn line(mono_ns: u64) -> RenderedLine {
+        summary(&Clock::with_offset(0), mono_ns).render()
     }
 
     #[test]
@@ -364,16 +367,7 @@ mod tests {
     #[test]
     fn a_line_batch_leaves_in_one_write_and_a_refused_line_leaves_no_trace() {
         let clock = Clock::with_offset(0);
-        let summary = |mono_ns| {
-            Line::new(
-                &clock,
-                mono_ns,
-                Kind::Summary,
-                Source::Tracer,
-                Pid::NotApplicable,
-                FieldMap::default(),
-            )
-        };
+        let summary = |mono_ns| summary(&clock, mono_ns);
         let mut batch = LineBatch::with_capacity(0);
         assert!(batch.push_if(&summary(1), |_| true));
         let mut offered = 0;

@@ -216,15 +216,18 @@ pub async fn run(
         lifecycle_hooks: Some(detector.lifecycle().clone()),
         ..AuditSummary::default()
     };
-    let mut table = RegistrationTable::new();
-    let mut tracker = ProcessTracker::new(config.filter.clone());
+    let mut state = EventState {
+        table: RegistrationTable::new(),
+        tracker: ProcessTracker::new(config.filter.clone()),
+        confirmer: MappingConfirmer::default(),
+    };
     if config.registrations {
         // What processes registered before tracer started, where the kernel can tell: the
         // processes the filters select.
         match detector.existing_registrations() {
             Ok(mut found) => {
-                found.enablers.retain(|e| tracker.lookup(e.pid, None).included);
-                table.seed(&found);
+                found.enablers.retain(|e| state.tracker.lookup(e.pid, None).included);
+                state.table.seed(&found);
                 summary.registrations_at_start = found.enablers.len() as u64;
                 summary.registration_lists_cut = found.cuts();
                 log::info!(
@@ -243,7 +246,7 @@ pub async fn run(
     let scan = procfs::scan_targets(&config.target_pids)
         .context("scanning /proc for existing .NET mappings and diagnostic sockets")?;
     for (pid, _, line) in super::scan_lines(&scan, &clock) {
-        let tracked = tracker.lookup(pid, None);
+        let tracked = state.tracker.lookup(pid, None);
         if !tracked.included {
             summary.filtered_out += 1;
             continue;
@@ -263,7 +266,6 @@ pub async fn run(
     super::signal_ready(ready);
 
     let mut batch = Vec::new();
-    let mut confirmer = MappingConfirmer::default();
     let mut publish = crate::metrics::publish_interval(config.metrics.is_some());
     tokio::pin!(stop);
     // Until stopped, or until the output takes no more lines.
@@ -278,35 +280,18 @@ pub async fn run(
                 continue;
             }
         }
-        // The records of one ring-buffer read, one write.
-        emit_events(
-            &mut batch,
-            &clock,
-            &mut sink.batch(),
-            &mut table,
-            &mut tracker,
-            &mut confirmer,
-            &mut summary,
-        );
+        state.emit(&mut batch, &clock, &mut sink.batch(), &mut summary);
     }
 
     metrics.set_health(Health::Stopping);
     detector.detach();
     detector.drain(&mut batch);
-    emit_events(
-        &mut batch,
-        &clock,
-        &mut sink.batch(),
-        &mut table,
-        &mut tracker,
-        &mut confirmer,
-        &mut summary,
-    );
+    state.emit(&mut batch, &clock, &mut sink.batch(), &mut summary);
 
     read_losses(&detector, &mut summary)?;
     if config.registrations {
-        sink.emit(&registration_table_line(&table, &clock));
-        summary.registrations = Some(table);
+        sink.emit(&registration_table_line(&state.table, &clock));
+        summary.registrations = Some(state.table);
     }
     let events = summary.kernel_events.values().chain(summary.procfs_events.values()).sum();
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
@@ -338,41 +323,51 @@ fn read_losses(detector: &Detector, summary: &mut AuditSummary) -> anyhow::Resul
     Ok(())
 }
 
-fn emit_events(
-    batch: &mut Vec<DetectionEvent>,
-    clock: &Clock,
-    sink: &mut JsonLines,
-    table: &mut RegistrationTable,
-    tracker: &mut ProcessTracker,
-    confirmer: &mut MappingConfirmer,
-    summary: &mut AuditSummary,
-) {
-    for event in batch.drain(..) {
-        let (pid, cgroup_id) = (event.meta.pid, Some(event.meta.cgroup_id));
-        let tracked = match event.body {
-            // A new program image: a new environment for --require-env.
-            EventBody::ProcessExec { .. } => tracker.refresh(pid, cgroup_id),
-            _ => tracker.lookup(pid, cgroup_id),
-        };
-        match event.body {
-            // A new thread is not a process (its exit is never reported).
-            EventBody::ProcessFork { child_pid, clone_flags }
-                if clone_flags & libc::CLONE_THREAD as u64 == 0 =>
-            {
-                tracker.inherit(pid, child_pid)
+/// What the detection events update as they become lines: who is selected, the user_events
+/// registrations, and the mappings awaiting confirmation in `/proc`.
+struct EventState {
+    table: RegistrationTable,
+    tracker: ProcessTracker,
+    confirmer: MappingConfirmer,
+}
+
+impl EventState {
+    /// The records of one ring-buffer read, as one write to `sink`.
+    fn emit(
+        &mut self,
+        batch: &mut Vec<DetectionEvent>,
+        clock: &Clock,
+        sink: &mut JsonLines,
+        summary: &mut AuditSummary,
+    ) {
+        let EventState { table, tracker, confirmer } = self;
+        for event in batch.drain(..) {
+            let (pid, cgroup_id) = (event.meta.pid, Some(event.meta.cgroup_id));
+            let tracked = match event.body {
+                // A new program image: a new environment for --require-env.
+                EventBody::ProcessExec { .. } => tracker.refresh(pid, cgroup_id),
+                _ => tracker.lookup(pid, cgroup_id),
+            };
+            match event.body {
+                // A new thread is not a process (its exit is never reported).
+                EventBody::ProcessFork { child_pid, clone_flags }
+                    if clone_flags & libc::CLONE_THREAD as u64 == 0 =>
+                {
+                    tracker.inherit(pid, child_pid)
+                }
+                EventBody::ProcessExit => tracker.forget(pid),
+                _ => {}
             }
-            EventBody::ProcessExit => tracker.forget(pid),
-            _ => {}
+            if !tracked.included {
+                summary.filtered_out += 1;
+                continue;
+            }
+            let checks = DetectionChecks::of(&event, confirmer);
+            table.apply(&event);
+            let line = output::detection_line(&event, clock, checks).with_labels(tracked.labels);
+            *summary.kernel_events.entry(line.kind().name()).or_default() += 1;
+            sink.emit(&line);
         }
-        if !tracked.included {
-            summary.filtered_out += 1;
-            continue;
-        }
-        let checks = DetectionChecks::of(&event, confirmer);
-        table.apply(&event);
-        let line = output::detection_line(&event, clock, checks).with_labels(tracked.labels);
-        *summary.kernel_events.entry(line.kind().name()).or_default() += 1;
-        sink.emit(&line);
     }
 }
 

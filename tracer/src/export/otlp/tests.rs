@@ -2,6 +2,12 @@ use super::*;
 
 const CLOCK_OFFSET: i128 = 1_800_000_000_000_000_000;
 
+/// A configuration for `endpoint` without the node and host names `OtlpConfig::new` reads
+/// from this machine.
+fn unlabelled(endpoint: &str, queue_capacity: usize) -> OtlpConfig {
+    OtlpConfig { endpoint: endpoint.into(), node_name: None, host_name: None, queue_capacity }
+}
+
 fn attrs(record: &LogRecord) -> Vec<(&str, &Value)> {
     record
         .attributes
@@ -104,12 +110,7 @@ fn a_full_queue_drops_and_counts_without_waiting() {
 
 #[test]
 fn endpoints_must_be_plain_http() {
-    let config = |e: &str| OtlpConfig {
-        endpoint: e.into(),
-        node_name: None,
-        host_name: None,
-        queue_capacity: 1,
-    };
+    let config = |endpoint| unlabelled(endpoint, 1);
     assert_eq!(
         config("http://127.0.0.1:4318").logs_uri().unwrap(),
         "http://127.0.0.1:4318/v1/logs"
@@ -128,12 +129,7 @@ fn an_unreachable_collector_costs_counted_records_not_the_pipeline() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // A port nobody listens on: bound, then closed.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let config = OtlpConfig {
-        endpoint: format!("http://127.0.0.1:{port}"),
-        node_name: None,
-        host_name: None,
-        queue_capacity: 4,
-    };
+    let config = unlabelled(&format!("http://127.0.0.1:{port}"), 4);
     let stats = runtime.block_on(async {
         let exporter = Exporter::start(&config, Clock::with_offset(0)).unwrap();
         let lines = exporter.lines();
@@ -153,12 +149,7 @@ fn a_collector_that_never_answers_costs_at_most_the_shutdown_deadline() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // Listening but never accepting: connections complete in the backlog, no answer comes.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let config = OtlpConfig {
-        endpoint: format!("http://{}", silent.local_addr().unwrap()),
-        node_name: None,
-        host_name: None,
-        queue_capacity: 4,
-    };
+    let config = unlabelled(&format!("http://{}", silent.local_addr().unwrap()), 4);
     let stats = runtime.block_on(async {
         let exporter = Exporter::start(&config, Clock::with_offset(0)).unwrap();
         let lines = exporter.lines();
