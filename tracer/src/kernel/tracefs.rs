@@ -1,6 +1,7 @@
 //! Locating (and if needed mounting) tracefs, and reading event descriptions from it.
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
@@ -126,9 +127,10 @@ impl std::str::FromStr for EventSpec {
 }
 
 const INSTANCE_PREFIX: &str = "tracer-";
-/// How often creating an instance tries again: under another name when the name is taken,
-/// under the same one when another tracer's clean-up removed it before it was opened.
-const INSTANCE_CREATE_ATTEMPTS: u32 = 16;
+/// How many names creating an instance tries: `tracer-<pid>[-<suffix>]`, then numbered variants
+/// of it while the name is taken (by a live tracer with the same pid number in another pid
+/// namespace).
+const INSTANCE_NAME_ATTEMPTS: u32 = 16;
 
 /// A private ftrace instance `instances/tracer-<pid>[-<suffix>]`: its own ring buffer, clock and
 /// event switches, so tracer never disturbs the top-level buffer or other tracing users.
@@ -154,28 +156,31 @@ impl Instance {
 
     /// Like [`Instance::create`], named `tracer-<pid>-<suffix>` (several instances per process:
     /// `tracer check`'s scratch instance, parallel tests).
+    ///
+    /// The directory is made and its liveness file opened under the `InstancesLock`: until
+    /// that file is open the instance looks stale, and another tracer's clean-up, which removes
+    /// only under the same lock, cannot remove it in that state (docs/protocol/ftrace.md §1.2).
     pub fn create_with_suffix(tracefs: &Tracefs, suffix: Option<&str>) -> anyhow::Result<Instance> {
-        remove_stale_instances(tracefs);
+        remove_stale(tracefs).context("removing stale ftrace instances before creating one")?;
         let pid = std::process::id();
         let base = match suffix {
             Some(s) => format!("{INSTANCE_PREFIX}{pid}-{s}"),
             None => format!("{INSTANCE_PREFIX}{pid}"),
         };
+        let lock = InstancesLock::acquire(tracefs)?;
         // The name is taken only by a live tracer with the same pid number in another pid
         // namespace (a stale one was just removed): then a numbered variant is used.
         let mut attempt = 0;
-        let mut removed = 0;
-        loop {
+        let (name, dir) = loop {
             let name = if attempt == 0 { base.clone() } else { format!("{base}.{attempt}") };
             let dir = tracefs.path("instances").join(&name);
             match fs::create_dir(&dir) {
-                Ok(()) => {}
+                Ok(()) => break (name, dir),
                 Err(e)
                     if e.kind() == std::io::ErrorKind::AlreadyExists
-                        && attempt < INSTANCE_CREATE_ATTEMPTS =>
+                        && attempt + 1 < INSTANCE_NAME_ATTEMPTS =>
                 {
                     attempt += 1;
-                    continue;
                 }
                 Err(e) => {
                     return Err(e).with_context(|| {
@@ -186,33 +191,23 @@ impl Instance {
                     });
                 }
             }
-            match Self::take_new(tracefs, name, dir) {
-                Err(e) if removed_meanwhile(&e) && removed < INSTANCE_CREATE_ATTEMPTS => {
-                    removed += 1;
-                }
-                taken => return taken,
-            }
-        }
-    }
-
-    /// Makes a just-created directory an `Instance`: opens the file that keeps it from being
-    /// removed, then switches tracing off (a new instance records at once; nothing should land
-    /// before the caller has set the clock, which resets the buffer, and its readers).
-    ///
-    /// Until that file is open the instance looks stale to another tracer starting at the same
-    /// moment, whose clean-up may remove it: the open then fails (`ENODEV`, `ENOENT`), or it
-    /// succeeds and the write, by path, finds no directory (seen with many instances made and
-    /// removed at once: the open reached the removed instance's file). Either way the caller
-    /// makes the directory again ([`removed_meanwhile`]; docs/protocol/ftrace.md §1.2).
-    fn take_new(tracefs: &Tracefs, name: String, dir: PathBuf) -> anyhow::Result<Instance> {
+        };
         let tracing_on = dir.join("tracing_on");
-        let liveness = fs::File::open(&tracing_on)
-            .with_context(|| format!("opening {}", tracing_on.display()))?;
-        // Written here, not by `set_tracing_on`: an `Instance` that fails here would warn
-        // from its drop about a directory that is gone on purpose.
+        let liveness = match fs::File::open(&tracing_on) {
+            Ok(file) => file,
+            Err(e) => {
+                // Ours and not held: removed now rather than left to the next clean-up.
+                let _ = fs::remove_dir(&dir);
+                return Err(e).with_context(|| format!("opening {}", tracing_on.display()));
+            }
+        };
+        // Held from here on: other tracers' clean-ups get EBUSY.
+        drop(lock);
+        // A new instance records at once; nothing should land before the caller has set the
+        // clock (which resets the buffer) and its readers. Written before the `Instance`
+        // exists: one that failed here would warn from its drop, whose writes fail too.
         if let Err(e) = fs::write(&tracing_on, "0") {
             drop(liveness);
-            // Never used: removed again, unless it is gone already.
             let _ = fs::remove_dir(&dir);
             return Err(e).with_context(|| format!("writing \"0\" to {}", tracing_on.display()));
         }
@@ -495,29 +490,112 @@ pub(crate) fn remove_live_instances() {
     }
 }
 
-/// Whether `e` (from [`Instance::take_new`]) says the new instance was removed before it was
-/// held: `ENODEV` while a removal is under way, `ENOENT` once it is done.
-fn removed_meanwhile(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
-        e.raw_os_error() == Some(libc::ENODEV) || e.kind() == std::io::ErrorKind::NotFound
-    })
+/// How long creating an instance, or removing a stale one, waits for the [`InstancesLock`].
+/// A holder keeps it for one `mkdir` and `open`, or one `rmdir` (milliseconds; tens of them for
+/// an `rmdir`, which waits for the kernel to retire the instance's buffers), so a wait this long
+/// means a holder is stuck.
+const INSTANCES_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Pause between two tries of the [`InstancesLock`] while another process holds it.
+const INSTANCES_LOCK_RETRY: Duration = Duration::from_millis(1);
+
+/// An exclusive advisory lock (`flock`) on the tracefs `instances` directory, released on drop
+/// (and by the kernel when its holder dies). Tracers take it around the two steps that must not
+/// interleave: making an instance and opening its liveness file (until then it looks stale),
+/// and removing an instance that looks stale. Every tracer on the host, in any mount or pid
+/// namespace, locks the same inode (tracefs has one superblock, wherever it is mounted).
+struct InstancesLock {
+    dir: fs::File,
+}
+
+impl InstancesLock {
+    /// Takes the lock, waiting at most [`INSTANCES_LOCK_WAIT`].
+    fn acquire(tracefs: &Tracefs) -> anyhow::Result<InstancesLock> {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        let path = tracefs.path("instances");
+        // Read-only and close-on-exec: only the lock matters, and no child may keep it.
+        let dir = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&path)
+            .with_context(|| {
+                format!("opening {} (needs root and tracefs instances)", path.display())
+            })?;
+        let deadline = Instant::now() + INSTANCES_LOCK_WAIT;
+        loop {
+            // SAFETY: flock on a descriptor this function owns; no memory is passed.
+            if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(InstancesLock { dir });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(e).with_context(|| format!("locking {} (flock)", path.display()));
+            }
+            if Instant::now() >= deadline {
+                // How /proc/locks names the inode: hex major and minor, decimal inode number.
+                let inode = dir.metadata().map_or_else(
+                    |_| "?".to_string(),
+                    |m| {
+                        format!(
+                            "{:02x}:{:02x}:{}",
+                            libc::major(m.dev()),
+                            libc::minor(m.dev()),
+                            m.ino()
+                        )
+                    },
+                );
+                bail!(
+                    "waited {INSTANCES_LOCK_WAIT:?} for the lock of {}, which tracers hold only \
+                     while they create an ftrace instance or remove a stale one: its holder seems \
+                     stuck; find its pid on the FLOCK line of `grep {inode} /proc/locks` (on the \
+                     host) and end it",
+                    path.display()
+                );
+            }
+            std::thread::sleep(INSTANCES_LOCK_RETRY);
+        }
+    }
+}
+
+impl Drop for InstancesLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd as _;
+        // Explicit, so a copy of the descriptor in a child forked meanwhile (before its exec
+        // closes it) does not keep the lock.
+        // SAFETY: flock on a descriptor this lock owns; no memory is passed.
+        unsafe { libc::flock(self.dir.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 /// Removes `tracer-*` instances whose owner is gone (a crash or SIGKILL). A live tracer keeps a
 /// file of its instance open, so the kernel refuses to remove it (EBUSY): unlike a pid in the
-/// name, this cannot be fooled by pid reuse or pid namespaces.
+/// name, this cannot be fooled by pid reuse or pid namespaces. Each `rmdir` is made under the
+/// `InstancesLock`, so it never meets an instance whose creator has not opened that file yet.
 pub fn remove_stale_instances(tracefs: &Tracefs) {
-    let Ok(entries) = fs::read_dir(tracefs.path("instances")) else { return };
+    if let Err(e) = remove_stale(tracefs) {
+        log::warn!("not removing stale ftrace instances: {e:#}");
+    }
+}
+
+/// [`remove_stale_instances`], failing when the [`InstancesLock`] cannot be taken.
+fn remove_stale(tracefs: &Tracefs) -> anyhow::Result<()> {
+    // Unreadable without root: nothing this process could remove either.
+    let Ok(entries) = fs::read_dir(tracefs.path("instances")) else { return Ok(()) };
     for entry in entries.flatten() {
         if !entry.file_name().to_str().is_some_and(|n| n.starts_with(INSTANCE_PREFIX)) {
             continue;
         }
+        let _lock = InstancesLock::acquire(tracefs)?;
         match fs::remove_dir(entry.path()) {
             Ok(()) => log::info!("removed stale ftrace instance {}", entry.path().display()),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            // Held by a live tracer (EBUSY); being removed by its owner, which needs no lock
+            // for that (ENODEV); or gone already (ENOENT).
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::ENODEV | libc::ENOENT)) => {}
             Err(e) => log::warn!("cannot remove stale instance {}: {e}", entry.path().display()),
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
