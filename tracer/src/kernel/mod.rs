@@ -11,10 +11,12 @@ pub mod user_events;
 
 /// Ends the process at once (a second Ctrl-C) yet leaves no ftrace instance behind. The kernel
 /// refuses to remove an instance while a file of it is open or mapped, and other threads are
-/// still running: so every descriptor of an instance file is pointed at `/dev/null` (it stays a
-/// valid descriptor for whoever owns it) and every ring-buffer mapping is replaced by anonymous
-/// memory; then this process's instances are removed and it exits with `status`.
+/// still running: so this process's instances are switched off (while their liveness files are
+/// still held, see [`tracefs::Instance`]), every descriptor of an instance file is pointed at
+/// `/dev/null` (it stays a valid descriptor for whoever owns it) and every ring-buffer mapping is
+/// replaced by anonymous memory; then the instances are removed and it exits with `status`.
 pub fn exit_now(status: i32) -> ! {
+    tracefs::stop_live_instances();
     let instances = tracefs::live_instance_dirs();
     if let Ok(null) = std::fs::File::open("/dev/null") {
         use std::os::fd::AsRawFd as _;

@@ -134,7 +134,8 @@ const INSTANCE_NAME_ATTEMPTS: u32 = 16;
 
 /// A private ftrace instance `instances/tracer-<pid>[-<suffix>]`: its own ring buffer, clock and
 /// event switches, so tracer never disturbs the top-level buffer or other tracing users.
-/// Dropping it disables what it enabled and removes the directory (unmap readers first).
+/// Dropping it switches it off and disables what it enabled while still holding its liveness
+/// file, then releases that file and removes the directory (unmap readers first).
 #[derive(Debug)]
 pub struct Instance {
     tracefs: Tracefs,
@@ -143,7 +144,7 @@ pub struct Instance {
     enabled: std::sync::Mutex<Vec<PathBuf>>,
     /// An open file of the instance: while it is open the kernel refuses to remove the
     /// instance (EBUSY), which is how other tracers tell a live instance from a stale one.
-    /// `None` once clean-up started.
+    /// `None` once released, right before the `rmdir` at drop.
     liveness: Option<fs::File>,
 }
 
@@ -427,26 +428,39 @@ impl Instance {
         })
     }
 
-    fn cleanup(&self) -> anyhow::Result<()> {
+    /// Switches the instance off and disables what it enabled while the liveness file is still
+    /// held, so no other tracer's clean-up can remove the instance under these writes; then
+    /// releases that file (the kernel refuses to remove an instance with an open file) and
+    /// removes the instance.
+    fn cleanup(&mut self) -> anyhow::Result<()> {
         self.set_tracing_on(false)?;
-        for target in self.enabled.lock().expect("not poisoned").drain(..) {
+        for target in self.enabled.get_mut().expect("not poisoned").drain(..) {
             let _ = fs::write(target.join("enable"), "0");
             if target.join("filter").is_file() {
                 let _ = fs::write(target.join("filter"), "0");
             }
         }
-        fs::remove_dir(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
+        self.liveness = None;
+        remove_released(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
     }
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
         LIVE_INSTANCES.lock().expect("not poisoned").retain(|d| *d != self.dir);
-        // The kernel refuses to remove an instance with open files: release the pin first.
-        self.liveness = None;
         if let Err(e) = self.cleanup() {
             log::warn!("ftrace instance clean-up: {e:#}");
         }
+    }
+}
+
+/// `rmdir` of an instance of this process whose files it has released. From the release on,
+/// another tracer's clean-up may remove the instance first, which is as good: the directory
+/// being gone already (ENOENT), or its removal under way (ENODEV), counts as removed.
+fn remove_released(dir: &Path) -> std::io::Result<()> {
+    match fs::remove_dir(dir) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) => Ok(()),
+        result => result,
     }
 }
 
@@ -480,11 +494,18 @@ pub(crate) fn live_instance_dirs() -> Vec<PathBuf> {
     LIVE_INSTANCES.lock().map(|d| d.clone()).unwrap_or_default()
 }
 
+/// Switches this process's instances off, before their files are released: until then no
+/// other tracer's clean-up can remove them under the write.
+pub(crate) fn stop_live_instances() {
+    for dir in live_instance_dirs() {
+        let _ = fs::write(dir.join("tracing_on"), "0");
+    }
+}
+
 /// Removes this process's instances; the caller has released every file and mapping of them.
 pub(crate) fn remove_live_instances() {
     for dir in live_instance_dirs() {
-        let _ = fs::write(dir.join("tracing_on"), "0");
-        if let Err(e) = fs::remove_dir(&dir) {
+        if let Err(e) = remove_released(&dir) {
             eprintln!("tracer: could not remove ftrace instance {}: {e}", dir.display());
         }
     }
