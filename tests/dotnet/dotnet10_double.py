@@ -19,6 +19,9 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
   `gc N`    one GCStart (reason Induced) + GCEnd per GC into every session → `GC_DONE N <total>`
   `emit N`  N `TestDouble/Tick` EventSource events (fields: Int32 Sequence, String Message)
             → `EMITTED N <written> <skipped_disabled>`
+  `threads K N`  K new threads (a thread pool's workers) each write N `Tick` events (Message
+            `thread <i> tick <k>`) and end; once all have ended
+            → `THREADS_EMITTED <written> <tid of each thread>...`
   `counters N` N `TestDouble/EventCounters` events shaped like the runtime's (one object field
             `Payload` {String Name, Double Mean, String DisplayUnits}) for N distinct counters
             `c0`..`c<N-1>` with Mean k and no units — as many series as a hostile peer likes
@@ -51,6 +54,12 @@ Environment: DOUBLE_IPC_MEMFD=0 skips the dotnet_ipc_created mapping (socket onl
                            D/<session id in hex>.sent (what a tee of the socket would see).
   DOUBLE_LISTEN_ON_LINE=1  after bind(), prints `BOUND <pid> <path>` and listens only once a
                            stdin line arrives (a runtime between bind and listen).
+  DOUBLE_HAND_OFF=1        HOSTILE: once listening, forks a child that takes over the listener
+                           as uid/gid 65534 and serves every session (this process serves none),
+                           writing a `Tick` (Message `forged <k>`) into each every 20 ms for as
+                           long as it runs; prints `HANDED_OFF <child pid>` after READY. This
+                           process then only reads stdin (`exit` ends it; the child lives on
+                           until killed).
 Hostile modes (for tracer's hostile-peer tests; a real runtime does neither):
   DOUBLE_IGNORE_STOP=1         StopTracing is read but never answered, the stream never ended;
   DOUBLE_ALL_PROVIDERS=1       streaming sessions get every event, asked for or not;
@@ -768,6 +777,26 @@ class Server:
 server = Server()
 
 
+def serve_handed_off(listener):
+    """DOUBLE_HAND_OFF's child: the listener's new holder, another user, serving forever."""
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    # Codecs load on first use, from where uid 65534 may not read.
+    utf16z("")
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+    def tick():
+        while True:
+            server.tick_seq += 1
+            seq = server.tick_seq
+            server.broadcast([(TICK, tick_payload(seq, f"forged {seq}"))])
+            time.sleep(0.02)
+
+    threading.Thread(target=tick, daemon=True).start()
+    server.serve(listener)
+
+
 def main():
     tmpdir = os.environ.get("TMPDIR") or "/tmp"
     path = os.path.join(tmpdir, f"dotnet-diagnostic-{os.getpid()}-{disambiguation_key()}-socket")
@@ -787,8 +816,17 @@ def main():
         globals()["_marker"] = marker  # keep the mapping alive
     # READY first: the socket already listens (clients queue in the backlog), and a client's
     # COMMAND line must not come out before it.
-    say("READY", os.getpid(), path)
-    threading.Thread(target=server.serve, args=(listener,), daemon=True).start()
+    if os.environ.get("DOUBLE_HAND_OFF") == "1":
+        # Forked before any thread starts; the child never returns.
+        handler = os.fork()
+        if handler == 0:
+            serve_handed_off(listener)
+        listener.close()
+        say("READY", os.getpid(), path)
+        say("HANDED_OFF", handler)
+    else:
+        say("READY", os.getpid(), path)
+        threading.Thread(target=server.serve, args=(listener,), daemon=True).start()
     try:
         for line in sys.stdin:
             cmd = line.split()
@@ -811,6 +849,22 @@ def main():
                     items.append((TICK, tick_payload(server.tick_seq)))
                 written, skipped = server.broadcast(items)
                 say("EMITTED", n, written, skipped)
+            elif cmd[0] == "threads":
+                k, n = int(cmd[1]), int(cmd[2])
+                tids, written = [0] * k, [0] * k
+
+                def write(i):
+                    tids[i] = threading.get_native_id()
+                    items = [(TICK, tick_payload(j + 1, f"thread {i} tick {j + 1}"))
+                             for j in range(n)]
+                    written[i] = server.broadcast(items)[0]
+
+                workers = [threading.Thread(target=write, args=(i,)) for i in range(k)]
+                for w in workers:
+                    w.start()
+                for w in workers:
+                    w.join()
+                say("THREADS_EMITTED", sum(written), *tids)
             elif cmd[0] == "counters":
                 n = int(cmd[1])
                 items = [(COUNTERS, counter_payload(f"c{k}", float(k))) for k in range(n)]

@@ -41,6 +41,18 @@ impl CoreclrHost {
         Ok(CoreclrHost { process, host_pid, ns_pid, version })
     }
 
+    /// [`spawn`](Self::spawn) as the process with pid `pid` (free now: an earlier holder has
+    /// exited), through `helper` (`env!("CARGO_BIN_EXE_spawn_at_pid")`): a pid reused by a
+    /// real runtime.
+    pub fn spawn_at_pid(tmpdir: &Path, pid: u32, helper: &str) -> Result<CoreclrHost> {
+        let mut command = Command::new(helper);
+        command.arg(pid.to_string()).args(["python3", SCRIPT]).env("TMPDIR", tmpdir);
+        let mut process = LineProcess::spawn("coreclr_host at a chosen pid", command)?;
+        let (ns_pid, version) = wait_ready(&mut process)?;
+        ensure!(ns_pid == pid, "READY pid {ns_pid} is not the pid {pid} asked for");
+        Ok(CoreclrHost { process, host_pid: pid, ns_pid, version })
+    }
+
     /// [`spawn`](Self::spawn) inside `cgroup` of `tree`: the process is moved there before the
     /// runtime loads (so tracer sees it in its container from the first detection).
     pub fn spawn_in_cgroup(

@@ -78,6 +78,11 @@ impl Dotnet10Double {
         self.process.pid()
     }
 
+    /// With `DOUBLE_HAND_OFF=1`: the pid of the child that took over the listener.
+    pub fn handed_off(&mut self) -> Result<u32> {
+        self.process.wait_line("HANDED_OFF", TIMEOUT)?.parse().context("HANDED_OFF <pid>")
+    }
+
     /// Waits for `SESSION_STARTED <id> <type>` of session `id` (as tracer printed it, e.g.
     /// `0x7f0000001100`; other tracers may hold sessions too); returns its type.
     pub fn expect_session_started(&mut self, id: &str) -> Result<String> {
@@ -120,6 +125,18 @@ impl Dotnet10Double {
         let f: Vec<u64> = reply.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
         ensure!(f.len() == 3 && f[0] == u64::from(n), "unexpected reply EMITTED {reply}");
         Ok((f[1], f[2]))
+    }
+
+    /// `threads k n`: k threads each write n Tick events and end; returns (events written,
+    /// the threads' ids) once every one has ended.
+    pub fn threads(&mut self, k: u32, n: u32) -> Result<(u64, Vec<u32>)> {
+        self.process.send_line(&format!("threads {k} {n}"))?;
+        let reply = self.process.wait_line("THREADS_EMITTED", TIMEOUT)?;
+        let mut fields = reply.split_whitespace().map(str::parse::<u64>);
+        let written = fields.next().context("THREADS_EMITTED <written> <tids>")??;
+        let tids = fields.map(|t| Ok(u32::try_from(t?)?)).collect::<Result<Vec<u32>>>()?;
+        ensure!(tids.len() == k as usize, "unexpected reply THREADS_EMITTED {reply}");
+        Ok((written, tids))
     }
 
     /// `counters n` (hostile): `EventCounters` events for n distinct counters `c0`..; returns

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracer::kernel::ftrace_reader::{Event, FtraceReader, ReadMode, ReaderConfig, Tracepoint};
+use tracer::kernel::procfs::process_start_ns;
 use tracer::kernel::tracefs::{Instance, Tracefs};
 
 /// A record's fields as tracer writes them, parsed.
@@ -191,7 +192,24 @@ pub fn pipeline_streams_json_lines(subbuf_size_kb: Option<u64>) {
     let keys: Vec<&str> = print.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        ["ts", "mono_ns", "kind", "source", "pid", "system", "event", "cpu", "tid", "fields"]
+        [
+            "ts",
+            "mono_ns",
+            "kind",
+            "source",
+            "pid",
+            "process_start_ns",
+            "system",
+            "event",
+            "cpu",
+            "tid",
+            "fields"
+        ]
+    );
+    let me = std::process::id();
+    assert_eq!(
+        (&print["pid"], &print["process_start_ns"]),
+        (&me.into(), &process_start_ns(me).into())
     );
     assert_eq!(print["kind"], "ftrace");
     assert_eq!(print["source"], "ftrace");

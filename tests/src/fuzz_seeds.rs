@@ -148,6 +148,7 @@ fn header(kind: EventKind, seq: u64) -> EventHeader {
         gid: 0,
         cgroup_id: 4_242,
         comm: c_array::<TASK_COMM_LEN>(b"dotnet"),
+        process_start_ns: 1_487_400_000_000,
     }
 }
 

@@ -334,9 +334,13 @@ fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
     let series = await_query(prometheus, &promql, |r| r.len() == 1);
     let (labels, stored) = &series[0];
     let names: Vec<&str> = labels.keys().map(String::as_str).collect();
-    assert_eq!(names, ["__name__", "container_id", "instance", "job", "pid"], "{labels:?}");
+    let want = ["__name__", "container_id", "instance", "job", "pid", "process_start_ns"];
+    assert_eq!(names, want, "{labels:?}");
     assert_eq!(labels["container_id"], id);
     assert_eq!(labels["pid"], pid.to_string());
+    let start = tracer::kernel::procfs::process_start_ns(pid).expect("the runtime's start");
+    assert_eq!(labels["process_start_ns"], start.to_string());
+    assert_eq!(heap["process_start_ns"], start, "the same start as its lines: {heap}");
 
     // The classic text with runtime series parses. promtool's naming lints object to exactly
     // what dotnet-monitor's names do (`…_count` gauges, `…_ms`); tracer's own families pass.
@@ -352,7 +356,7 @@ fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
             "{problem}"
         );
     }
-    let of_pid = format!(r#"{{pid="{pid}",container_id="{id}"}}"#);
+    let of_pid = format!(r#"{{pid="{pid}",process_start_ns="{start}",container_id="{id}"}}"#);
     let exposed: Vec<&str> =
         classic.lines().filter_map(|l| l.split_once(' ')?.0.strip_suffix(&of_pid)).collect();
     assert!(exposed.contains(&"systemruntime_cpu_usage_ratio"), "{exposed:?}");
@@ -403,8 +407,10 @@ fn a_real_applications_meter_instruments_are_series_with_their_tags() {
         l["pid"] == pid && l["event"] == "CounterRateValuePublished" && l["fields"]["rate"] == "5"
     });
     assert_eq!(rate["fields"]["tags"], "route=/a");
-    let gauge = format!(r#"tracertestapp_queue_length_items{{pid="{pid}"}}"#);
-    let requests = format!(r#"tracertestapp_requests{{pid="{pid}",route="/a"}}"#);
+    let start = rate["process_start_ns"].as_u64().expect("the runtime's start");
+    let process = format!(r#"pid="{pid}",process_start_ns="{start}""#);
+    let gauge = format!(r#"tracertestapp_queue_length_items{{{process}}}"#);
+    let requests = format!(r#"tracertestapp_requests{{{process},route="/a"}}"#);
     let body = await_exposition(addr, |b| {
         let s = samples(b);
         s.get(&gauge) == Some(&42.5) && s.contains_key(&requests)

@@ -64,12 +64,13 @@ fn epoch_ns(ts: &str) -> u64 {
 }
 
 /// What the record of `line` must be: every field but `ts` as an attribute (identity fields
-/// under their OpenTelemetry names, nulls left out), the line as the body.
+/// under their OpenTelemetry names, nulls left out; the process start apart, see
+/// [`creation_time_ns`]), the line as the body.
 fn expected_attributes(line: &Value) -> Value {
     let mut attrs = Map::new();
     for (k, v) in line.as_object().unwrap() {
         let key = match k.as_str() {
-            "ts" => continue,
+            "ts" | "process_start_ns" => continue,
             "pid" => "process.pid",
             "container_id" => "container.id",
             "pod_uid" => "k8s.pod.uid",
@@ -80,6 +81,24 @@ fn expected_attributes(line: &Value) -> Value {
         }
     }
     Value::Object(attrs)
+}
+
+/// A record's `process.creation.time` (ISO-8601, the semantic conventions' form) as epoch
+/// nanoseconds.
+fn creation_time_ns(attributes: &mut Value) -> u64 {
+    let time = attributes.as_object_mut().unwrap().remove("process.creation.time");
+    epoch_ns(time.as_ref().and_then(Value::as_str).expect("process.creation.time"))
+}
+
+/// The wall-clock time of a CLOCK_BOOTTIME time, by this process's own reading of both clocks.
+fn boottime_as_epoch_ns(boot_ns: u64) -> u64 {
+    let now = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid clock id and out-pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+    };
+    (boot_ns as i128 + now(libc::CLOCK_REALTIME) - now(libc::CLOCK_BOOTTIME)) as u64
 }
 
 fn otlp_losses(summary_line: &Value) -> Vec<(String, u64)> {
@@ -136,7 +155,13 @@ fn audit_lines_arrive_as_log_records_and_a_stopped_collector_costs_counted_recor
             (&record["severity_number"], &record["severity_text"]),
             (&json!(9), &json!("INFO"))
         );
-        assert_eq!(record["attributes"], expected_attributes(&line), "{line}");
+        let mut attributes = record["attributes"].clone();
+        // The start, converted by tracer's clock offsets sampled at its start and by this
+        // test's now: the same instant up to the two samplings.
+        let created = creation_time_ns(&mut attributes);
+        let want = boottime_as_epoch_ns(line["process_start_ns"].as_u64().expect("a start"));
+        assert!(created.abs_diff(want) < 1_000_000, "{created} vs {want}: {line}");
+        assert_eq!(attributes, expected_attributes(&line), "{line}");
         let body: Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
         assert_eq!(body, line);
     }

@@ -72,7 +72,7 @@ fn message(line: &Value) -> &str {
     line["fields"]["Message"].as_str().unwrap_or("")
 }
 
-/// Issue 9 §2: the `user_events_data` fd is private to its session. A hostile runtime writing
+/// The `user_events_data` fd is private to its session. A hostile runtime writing
 /// every write index of its fd reaches only its own tracepoints (with one shared fd it wrote
 /// into the other target's), and records written into its tracepoints by another process (its
 /// forked child, through the inherited fd) are dropped and counted as `foreign_writer`.
@@ -122,7 +122,7 @@ fn a_runtime_cannot_write_into_another_targets_session() {
     hostile.exit().expect("hostile exits (and kills its child)");
 }
 
-/// Issue 9 §2: tracepoint names are unpredictable (two tracers of one process get different
+/// Tracepoint names are unpredictable (two tracers of one process get different
 /// names, none derived from tracer's pid), and once a target's sessions end, tracefs is back to
 /// where it was — while the tracers keep running (a shared `user_events_data` kept every event
 /// referenced until tracer exited).
@@ -236,6 +236,55 @@ fn ct5_user_events_session_delivers_exactly_the_events_the_runtime_wrote() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(double.emit(1).expect("emit after the session"), (0, 0), "no session left");
+}
+
+/// Records written by threads that have exited before tracer reads them — a thread pool's
+/// workers, created, writing and ended between two reads, so tracer never saw them alive — are
+/// the process's (the kernel recorded each thread as it was created): every one is delivered
+/// with its writer's thread id and the session's identity, none is counted foreign.
+#[test]
+fn records_of_writer_threads_that_have_exited_are_all_delivered() {
+    let _serial = ONE_TRACER.lock().unwrap_or_else(|e| e.into_inner());
+    const THREADS: u32 = 2;
+    const EACH: u32 = 250;
+    tracefs_with_user_events();
+    let mut tracer = start("Microsoft-Windows-DotNETRuntime:0x1:4,TestDouble", SessionMode::Auto);
+    let tmp = ScratchDir::new("vm-run-ue-threads");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    let started = tracer.wait_for("session_started", TIMEOUT, |l| is(l, "session_started", pid));
+    assert_eq!(started["session"], "user_events", "{started}");
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    double.expect_session_started(&id).expect("CT5");
+
+    let (written, tids) = double.threads(THREADS, EACH).expect("threads");
+    assert_eq!(written, u64::from(THREADS * EACH));
+    for tid in &tids {
+        let task = format!("/proc/{pid}/task/{tid}");
+        assert!(!std::path::Path::new(&task).exists(), "writer {tid} has ended");
+    }
+    let total = (THREADS * EACH) as usize;
+    tracer.wait_for_count("the threads' Ticks", TIMEOUT, total, |l| is_event(l, pid, "Tick"));
+    let (lines, summary) = tracer.stop();
+    let ticks: Vec<&Value> = lines.iter().filter(|l| is_event(l, pid, "Tick")).collect();
+    assert_eq!(ticks.len(), total, "every record of the ended threads");
+    for (i, tid) in tids.iter().enumerate() {
+        let mine: Vec<&str> =
+            ticks.iter().filter(|t| t["thread"] == *tid).map(|t| message(t)).collect();
+        let want: Vec<String> = (1..=EACH).map(|k| format!("thread {i} tick {k}")).collect();
+        assert_eq!(mine, want, "thread {i} ({tid})");
+    }
+    for t in &ticks {
+        assert_eq!(
+            (&t["session_id"], &t["process_start_ns"]),
+            (&started["session_id"], &started["process_start_ns"]),
+            "{t}"
+        );
+    }
+    assert_eq!(summary.user_events_foreign_writer, 0);
+    assert_eq!(summary.losses(), vec![], "nothing lost anywhere");
+    let ended = lines.iter().find(|l| is(l, "session_ended", pid)).expect("session_ended");
+    assert_eq!(ended["foreign_writer"], 0, "{ended}");
 }
 
 #[test]

@@ -184,7 +184,7 @@ impl MemfdKind {
     }
 }
 
-/// Common prefix of every ring-buffer record (64 bytes).
+/// Common prefix of every ring-buffer record (72 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct EventHeader {
@@ -201,6 +201,36 @@ pub struct EventHeader {
     pub gid: u32,
     pub cgroup_id: u64,
     pub comm: [u8; TASK_COMM_LEN],
+    /// The process's start (its thread group leader's `start_boottime`): CLOCK_BOOTTIME
+    /// nanoseconds; 0 where the offsets are not known (no kernel BTF). With `pid` it names one
+    /// process across pid reuse (docs/protocol/bpf-detection.md §11).
+    pub process_start_ns: u64,
+}
+
+/// Processes with a user_events session at once whose threads the kernel records
+/// (`SESSION_PROCESSES`): one more session is refused.
+pub const MAX_SESSION_PROCESSES: u32 = 4096;
+/// Threads of processes with user_events sessions recorded at once (`THREADS`, allocated as
+/// used): a thread created beyond it is counted (`map_full`) and its records are dropped.
+pub const THREAD_TABLE_ENTRIES: u32 = 65536;
+
+/// The thread → process relation of one thread of a process with a user_events session
+/// (`THREADS`, keyed by thread id): the session's records carry only the writing thread's id,
+/// which must still be attributed to its process after the thread has exited
+/// (docs/protocol/bpf-detection.md §12).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadTenure {
+    /// The process (thread group) the thread belongs to.
+    pub tgid: u32,
+    /// The session generation (`SESSION_PROCESSES` value) current when the thread was recorded:
+    /// an entry of an earlier session of a reused pid never matches a later one.
+    pub generation: u32,
+    /// CLOCK_MONOTONIC nanoseconds the thread was created at; 0: it already ran when the session
+    /// started (recorded by user space from `/proc/<pid>/task`).
+    pub born_ns: u64,
+    /// CLOCK_MONOTONIC nanoseconds the thread exited at; 0 while it runs.
+    pub exited_ns: u64,
 }
 
 /// `memfd_create` of a name of interest, at syscall entry: its result is not known
@@ -407,10 +437,16 @@ pub struct Config {
     /// (docs/protocol/bpf-detection.md §10). 0: not known, the leader's exit is taken instead.
     pub task_signal_offset: u32,
     pub signal_live_offset: u32,
+    /// `task_struct.group_leader` and `task_struct.start_boottime`, from kernel BTF: every
+    /// event's `process_start_ns` (docs/protocol/bpf-detection.md §11). 0: not known.
+    pub task_group_leader_offset: u32,
+    pub task_start_boottime_offset: u32,
 }
 
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain-old-data structs without references, with explicit padding.
     unsafe impl aya::Pod for super::Config {}
+    // SAFETY: as above: two u32 then two u64, no padding.
+    unsafe impl aya::Pod for super::ThreadTenure {}
 }

@@ -28,6 +28,9 @@ pub struct EventMeta {
     pub gid: u32,
     pub cgroup_id: u64,
     pub comm: String,
+    /// When the process started (its leader's `start_boottime`, CLOCK_BOOTTIME nanoseconds,
+    /// exact); `None` where the programs could not read it (no kernel BTF).
+    pub process_start_ns: Option<u64>,
 }
 
 /// A string read from user (or kernel) memory by the BPF program: its bytes, or the negative
@@ -235,6 +238,7 @@ pub fn decode(bytes: &[u8]) -> Result<DetectionEvent, DecodeError> {
         gid: header.gid,
         cgroup_id: header.cgroup_id,
         comm: c_string(&header.comm),
+        process_start_ns: (header.process_start_ns != 0).then_some(header.process_start_ns),
     };
     let body = match kind {
         EventKind::MemfdCreate => {
@@ -480,6 +484,7 @@ mod tests {
             gid: 1001,
             cgroup_id: 99,
             comm,
+            process_start_ns: 1_234_567_890,
         }
     }
 
@@ -542,9 +547,13 @@ mod tests {
                 gid: 1001,
                 cgroup_id: 99,
                 comm: "helper".into(),
+                process_start_ns: Some(1_234_567_890),
             }
         );
         assert_eq!(decoded.body, EventBody::ProcessExit);
+        let mut unknown = ev;
+        unknown.header.process_start_ns = 0;
+        assert_eq!(decode(&bytes_of(&unknown)).unwrap().meta.process_start_ns, None);
     }
 
     #[test]

@@ -39,14 +39,16 @@ use tracer_common::{
     DIAGNOSTIC_SOCKET_MAX_DIGITS, DIAGNOSTIC_SOCKET_PREFIX, DIAGNOSTIC_SOCKET_SUFFIX,
     DOTNET_IPC_MEMFD_NAME, DOUBLEMAPPER_MEMFD_NAME, ENABLER_NAME_LEN, EnablerRecord,
     EnablerRecordKind, EventHeader, EventKind, IpcBindEvent, LossReason, MAX_ENABLERS_PER_PROCESS,
-    MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent, ProcessExitEvent, ProcessForkEvent,
-    SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, SYSCALL_ARG_OFFSETS, UNIX_PATH_MAX, UserEventsIoctlEvent,
-    UserReg, UserUnreg,
+    MAX_SESSION_PROCESSES, MemfdCreateEvent, MemfdKind, MmapEvent, ProcessExecEvent,
+    ProcessExitEvent, ProcessForkEvent, SOCKADDR_BUF_LEN, SOCKADDR_UN_LEN, SYSCALL_ARG_OFFSETS,
+    THREAD_TABLE_ENTRIES, ThreadTenure, UNIX_PATH_MAX, UserEventsIoctlEvent, UserReg, UserUnreg,
 };
 
 const MAP_ANONYMOUS: u64 = 0x20;
 /// `bpf_map_update_elem` flag: create only.
 const BPF_NOEXIST: u64 = 1;
+/// Map flag: allocate entries as they are inserted (`THREADS` is large and mostly empty).
+const BPF_F_NO_PREALLOC: u32 = 1;
 const CLONE_THREAD: u64 = 0x0001_0000;
 /// Syscall tracepoint context: argument i at 16 + 8*i, the return value at 16
 /// (docs/protocol/bpf-detection.md §2).
@@ -101,6 +103,26 @@ static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
 /// Processes that did something of interest; their fork/exec/exit are reported.
 #[map]
 static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+
+/// Processes with a user_events session (tgid → session generation), written by user space:
+/// their threads' lives are recorded in `THREADS` (docs/protocol/bpf-detection.md §12).
+#[map]
+static SESSION_PROCESSES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_SESSION_PROCESSES, 0);
+
+/// Thread id → the process and session it belongs to and when it was created and exited, for
+/// every thread of a process in `SESSION_PROCESSES`: the records it wrote are attributed to its
+/// process after it has exited. User space removes entries once their records are read; full =
+/// counted loss (the thread's records are then dropped as another process's).
+#[map]
+static THREADS: HashMap<u32, ThreadTenure> =
+    HashMap::with_max_entries(THREAD_TABLE_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// The session generation of `tgid`, when it has a user_events session.
+#[inline(always)]
+fn session_generation(tgid: u32) -> Option<u32> {
+    // SAFETY: read-only lookup of a plain u32 value.
+    unsafe { SESSION_PROCESSES.get(&tgid) }.copied()
+}
 
 /// (tgid << 8 | memfd kind) → `1 << kind` for every memfd of interest a process created since
 /// its exec: the processes whose file `mmap`s are worth resolving to a name. The entry goes
@@ -342,6 +364,22 @@ fn fill_header(h: &mut EventHeader, kind: EventKind, seq: u64) {
     h.uid = uid_gid as u32;
     h.gid = (uid_gid >> 32) as u32;
     h.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    h.process_start_ns = current_process_start().unwrap_or(0);
+}
+
+/// `current->group_leader->start_boottime`: when the current process started (CLOCK_BOOTTIME
+/// nanoseconds; kept by exec, which makes the execing thread the leader with the old leader's
+/// start). `None` without the offsets from kernel BTF.
+#[inline(always)]
+fn current_process_start() -> Option<u64> {
+    let cfg = config()?;
+    if cfg.task_group_leader_offset == 0 {
+        return None;
+    }
+    // SAFETY: a helper without preconditions; the task is only read through the helper.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let leader = kernel_ptr_at(task, cfg.task_group_leader_offset)?;
+    kernel_value_at::<u64>(leader, cfg.task_start_boottime_offset)
 }
 
 /// Reserves an event of type `T`, or counts the loss. The sequence number is taken first so a
@@ -1050,10 +1088,14 @@ pub fn btf_task_newtask(ctx: BtfTracePointContext) -> u32 {
     new_task(&ctx)
 }
 
+/// Also records each new thread of a process with a user_events session in `THREADS`, before
+/// the thread first runs (so before it can write a record).
 #[inline(always)]
 fn new_task(args: &impl LifecycleArgs) -> u32 {
     let tgid = current_tgid();
-    if !is_tracked(tgid) {
+    let generation = session_generation(tgid);
+    let tracked = is_tracked(tgid);
+    if generation.is_none() && !tracked {
         return 0;
     }
     let Some(cfg) = config() else { return 0 };
@@ -1061,10 +1103,42 @@ fn new_task(args: &impl LifecycleArgs) -> u32 {
         count_loss(EventKind::ProcessFork, LossReason::ReadFailed);
         return 0;
     };
-    if NEW_TASKS.insert(&child, &flags, 0).is_err() {
+    if let Some(generation) = generation
+        && flags & CLONE_THREAD != 0
+    {
+        // SAFETY: a helper without preconditions.
+        let born_ns = unsafe { bpf_ktime_get_ns() };
+        let tenure = ThreadTenure { tgid, generation, born_ns, exited_ns: 0 };
+        // A stale entry of an earlier holder of the tid is replaced.
+        if THREADS.insert(&child, &tenure, 0).is_err() {
+            count_loss(EventKind::ProcessFork, LossReason::MapFull);
+        }
+    }
+    if tracked && NEW_TASKS.insert(&child, &flags, 0).is_err() {
         count_loss(EventKind::ProcessFork, LossReason::MapFull);
     }
     0
+}
+
+/// Stamps the exit of a thread of a process with a user_events session (`generation`) in
+/// `THREADS`; a thread that ran before the session and has no entry yet gets one.
+#[inline(always)]
+fn thread_exited(tid: u32, tgid: u32, generation: u32) {
+    // SAFETY: a helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(entry) = THREADS.get_ptr_mut(&tid) {
+        // SAFETY: the map value stays valid for this run; its fields are plain integers.
+        unsafe {
+            if (*entry).tgid == tgid && (*entry).generation == generation {
+                (*entry).exited_ns = now;
+                return;
+            }
+        }
+    }
+    let tenure = ThreadTenure { tgid, generation, born_ns: 0, exited_ns: now };
+    if THREADS.insert(&tid, &tenure, 0).is_err() {
+        count_loss(EventKind::ProcessExit, LossReason::MapFull);
+    }
 }
 
 #[tracepoint(category = "sched", name = "sched_process_fork")]
@@ -1193,6 +1267,9 @@ pub fn btf_sched_process_exit_group(ctx: BtfTracePointContext) -> u32 {
 fn exited(group_dead: Option<bool>) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
+    if let Some(generation) = session_generation(tgid) {
+        thread_exited(pid_tgid as u32, tgid, generation);
+    }
     let leader = pid_tgid as u32 == tgid;
     if !group_dead.or_else(no_live_thread_left).unwrap_or(leader) {
         return 0;

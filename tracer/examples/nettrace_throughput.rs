@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracer::output::{JsonLines, ProcessLabels, Source};
-use tracer::session::{EVENT_LINES_BATCH_BYTES, EventLines};
+use tracer::output::{Incarnation, JsonLines, ProcessLabels, Source};
+use tracer::session::{EVENT_LINES_BATCH_BYTES, EventLines, EventOrigin};
 use tracer::time::Clock;
 use tracer_decode::nettrace::NettraceParser;
 
@@ -101,11 +101,11 @@ fn main() {
                         Mode::Parse => {}
                         Mode::Decode => drop(std::hint::black_box(e.decode())),
                         Mode::Json => {
-                            let pid = 4242;
+                            let process = Incarnation::new(4242, Some(1_230_000_000));
                             lines.push_if(
                                 &clock,
                                 Source::Nettrace,
-                                pid,
+                                EventOrigin { process, session_id: 0x7f00_0000_1100 },
                                 labels.as_ref(),
                                 e.output(),
                                 |_| true,

@@ -201,6 +201,7 @@ mod tests {
             gid: 0,
             cgroup_id: 0,
             comm: "p".into(),
+            process_start_ns: None,
         }
     }
 

@@ -82,11 +82,14 @@ impl PeriodicTimer {
 }
 
 /// Wall-clock = monotonic + offset, with the offset sampled once at start-up so every source
-/// shares one conversion (and lines from different sources sort consistently).
+/// shares one conversion (and lines from different sources sort consistently). Process starts
+/// (`process_start_ns`) are CLOCK_BOOTTIME, converted with an offset of their own.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     /// realtime_ns − monotonic_ns at start-up.
     offset_ns: i128,
+    /// realtime_ns − boottime_ns at start-up.
+    boot_offset_ns: i128,
 }
 
 impl Clock {
@@ -97,12 +100,19 @@ impl Clock {
         let r = realtime_ns();
         let m2 = monotonic_ns();
         let mid = (m1 as i128 + m2 as i128) / 2;
-        Clock { offset_ns: r as i128 - mid }
+        let (b1, boot_r, b2) = (boottime_ns(), realtime_ns(), boottime_ns());
+        let boot_mid = (b1 as i128 + b2 as i128) / 2;
+        Clock { offset_ns: r as i128 - mid, boot_offset_ns: boot_r as i128 - boot_mid }
     }
 
-    /// A clock with a fixed offset (tests).
+    /// A clock with a fixed offset, the same for both clocks (tests).
     pub fn with_offset(offset_ns: i128) -> Clock {
-        Clock { offset_ns }
+        Clock { offset_ns, boot_offset_ns: offset_ns }
+    }
+
+    /// Wall-clock nanoseconds since the Unix epoch for a CLOCK_BOOTTIME time.
+    pub fn wall_of_boottime_ns(&self, boot_ns: u64) -> i128 {
+        boot_ns as i128 + self.boot_offset_ns
     }
 
     /// Wall-clock nanoseconds since the Unix epoch for a monotonic timestamp.
@@ -124,6 +134,11 @@ impl Default for Clock {
 
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
+/// CLOCK_BOOTTIME nanoseconds (the clock processes' starts are kept in), now.
+pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME) as u64
 }
 
 /// Wall-clock nanoseconds since the Unix epoch, now.

@@ -14,8 +14,9 @@
 //! A record: `Timestamp` = the line's `mono_ns` in wall-clock time (the same instant as `ts`),
 //! `ObservedTimestamp` = when the exporter converted it, severity from the EventPipe level of a
 //! `dotnet_event` ([`severity`]), `EventName` = `provider/event` of a `dotnet_event`, else the
-//! `kind`; every field but `ts` as an attribute (`pid` as `process.pid`, `container_id` as
-//! `container.id`, `pod_uid` as `k8s.pod.uid`; objects and arrays as OTLP maps and arrays); the
+//! `kind`; every field but `ts` as an attribute (`pid` as `process.pid`, `process_start_ns` as
+//! `process.creation.time` in ISO-8601, `container_id` as `container.id`, `pod_uid` as
+//! `k8s.pod.uid`; objects and arrays as OTLP maps and arrays); the
 //! body is the JSON line itself. Resource: `service.name` = [`SERVICE_NAME`], `service.version`,
 //! `host.name`, and `k8s.node.name` from the environment variable [`NODE_NAME_ENV`] (the
 //! DaemonSet sets it from the downward API).
@@ -43,7 +44,7 @@ use super::proto::{
     Value,
 };
 use crate::output::{JsonLines, LossCount};
-use crate::time::Clock;
+use crate::time::{Clock, format_iso8601};
 
 /// Lines waiting for the exporter; a line offered to a full queue is dropped (`queue_full`).
 pub const QUEUE_CAPACITY: usize = 8192;
@@ -492,7 +493,14 @@ fn log_record(line: &[u8], clock: &Clock, observed_unix_nano: u64) -> LogRecord 
     let attributes = fields
         .iter()
         .filter(|(k, _)| *k != "ts")
-        .filter_map(|(k, v)| Some(KeyValue::new(attribute_name(k), any_value(v)?)))
+        .filter_map(|(k, v)| match (k.as_str(), v.as_u64()) {
+            // Semantic conventions give a process's start as an ISO-8601 time.
+            ("process_start_ns", Some(boot_ns)) => Some(KeyValue::new(
+                "process.creation.time",
+                AnyValue::string(format_iso8601(clock.wall_of_boottime_ns(boot_ns))),
+            )),
+            _ => Some(KeyValue::new(attribute_name(k), any_value(v)?)),
+        })
         .collect();
     LogRecord {
         time_unix_nano,

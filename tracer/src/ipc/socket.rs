@@ -38,6 +38,8 @@ use tracer_decode::procfs::{
     parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
 };
 
+use crate::output::Incarnation;
+
 /// A detected process, pinned when it was detected: a pidfd (which always refers to that
 /// process, never to a later one with the same pid) and its start time. Every connection is
 /// verified against it.
@@ -73,6 +75,38 @@ impl Target {
     /// What identifies the process across pid reuse: (pid, start time).
     pub fn key(&self) -> (u32, u64) {
         (self.pid, self.start_time)
+    }
+
+    /// The process as its lines name it: pid and start (docs/protocol/bpf-detection.md §11).
+    pub fn incarnation(&self) -> Incarnation {
+        Incarnation {
+            pid: self.pid,
+            start_ns: Some(crate::kernel::procfs::start_ns_of_ticks(self.start_time)),
+        }
+    }
+
+    /// Resolves once the pinned process has exited (its pidfd turns readable), whoever still
+    /// holds its sockets; never on kernels without pidfds (< 5.3).
+    pub async fn exited(&self) {
+        let Some(pidfd) = &self.pidfd else { return std::future::pending().await };
+        // Registered on a duplicate: each waiter owns the fd it hands to the reactor.
+        let registered = pidfd.try_clone().and_then(|fd| {
+            // SAFETY: the duplicate stays open, unchanged, for the AsyncFd's whole life.
+            unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            }
+            .map_err(|e| e.into_parts().1)
+        });
+        match registered {
+            Ok(fd) => drop(fd.readable().await),
+            Err(e) => {
+                log::warn!(
+                    "pid {}: cannot wait on its pidfd ({e}): its exit ends no session",
+                    self.pid
+                );
+                std::future::pending().await
+            }
+        }
     }
 }
 
@@ -577,14 +611,10 @@ fn socket_keys(target: &Target) -> Result<Vec<u64>, SocketError> {
     let pid = target.pid;
     let theirs = offsets(pid, format!("/proc/{pid}/timens_offsets"))?;
     let ours = offsets(std::process::id(), "/proc/self/timens_offsets".to_owned())?;
-    // SAFETY: sysconf only reads a constant.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let ns_per_tick =
-        u64::try_from(ticks_per_s).ok().filter(|t| *t > 0).map_or(0, |t| 1_000_000_000 / t);
     Ok(start_time_in_namespace(
         target.start_time,
         theirs.boottime_ns - ours.boottime_ns,
-        ns_per_tick,
+        crate::kernel::procfs::ns_per_tick(),
     ))
 }
 

@@ -1,7 +1,7 @@
 //! The kernel's own BTF (`/sys/kernel/btf/vmlinux`): the struct offsets the memfd programs
 //! follow to name the file an `mmap` maps (docs/protocol/bpf-detection.md §7), where the
 //! trampoline programs find syscall arguments (§8), what the task iterator walks (§9) and what
-//! the BTF-typed lifecycle programs read (§10).
+//! the BTF-typed lifecycle programs read (§10) and where every event's process start is (§11).
 use anyhow::Context as _;
 use tracer_common::{Config, SYSCALL_ARG_OFFSETS};
 use tracer_decode::btf::{Btf, BtfError};
@@ -118,6 +118,12 @@ fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
     {
         (c.task_signal_offset, c.signal_live_offset) = (signal, live);
     }
+    // Every event's process start (§11); without them user space reads `/proc/<pid>/stat`.
+    if let (Ok(leader), Ok(start)) =
+        (offset("task_struct", "group_leader"), offset("task_struct", "start_boottime"))
+    {
+        (c.task_group_leader_offset, c.task_start_boottime_offset) = (leader, start);
+    }
     let enablers = found((|| {
         c.task_pid_offset = offset("task_struct", "pid")?;
         c.task_tgid_offset = offset("task_struct", "tgid")?;
@@ -169,5 +175,13 @@ mod tests {
         assert_eq!(c.task_signal_offset, btf.member_offset("task_struct", "signal").unwrap());
         assert_eq!(c.signal_live_offset, btf.member_offset("signal_struct", "live").unwrap());
         assert!(c.task_signal_offset > 0);
+        assert_eq!(
+            (c.task_group_leader_offset, c.task_start_boottime_offset),
+            (
+                btf.member_offset("task_struct", "group_leader").unwrap(),
+                btf.member_offset("task_struct", "start_boottime").unwrap()
+            )
+        );
+        assert!(c.task_group_leader_offset > 0 && c.task_start_boottime_offset > 0);
     }
 }

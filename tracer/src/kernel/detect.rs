@@ -21,6 +21,7 @@ use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 
 use crate::kernel::btf::KernelOffsets;
 use crate::kernel::privileges::Capabilities;
+use crate::kernel::threads::ThreadTable;
 use crate::kernel::tracefs::Tracefs;
 use crate::time::PeriodicTimer;
 use tracer_decode::bpf_event::{self, DetectionEvent, ExistingEnablers};
@@ -435,6 +436,14 @@ impl Detector {
         }
         drain_ring(self.ring.get_mut(), &mut self.seq, &mut self.decode_errors, out);
         Ok(())
+    }
+
+    /// The kernel's record of the threads of processes with user_events sessions (the
+    /// lifecycle programs keep it); `None` once taken.
+    pub fn take_thread_table(&mut self) -> Option<anyhow::Result<ThreadTable>> {
+        let sessions = self.ebpf.take_map("SESSION_PROCESSES")?;
+        let threads = self.ebpf.take_map("THREADS")?;
+        Some(ThreadTable::new(sessions, threads))
     }
 
     /// Decodes every record already in the ring without waiting.

@@ -247,24 +247,28 @@ pub struct DetectionChecks {
     pub user_events_data: Option<bool>,
     /// For a memfd mapping: the address it got.
     pub mapped_addr: Option<u64>,
+    /// When the process started (`process_start_ns`): the kernel's, else read now.
+    pub process_start_ns: Option<u64>,
 }
 
 impl DetectionChecks {
     pub fn of(event: &DetectionEvent, confirmer: &mut MappingConfirmer) -> DetectionChecks {
         let pid = event.meta.pid;
+        let process_start_ns =
+            event.meta.process_start_ns.map(start_ns_of_boottime).or_else(|| process_start_ns(pid));
+        let checks = DetectionChecks { process_start_ns, ..DetectionChecks::default() };
         match &event.body {
-            EventBody::UserEvents(ioctl) => DetectionChecks {
-                user_events_data: is_user_events_data(pid, ioctl.fd),
-                mapped_addr: None,
-            },
+            EventBody::UserEvents(ioctl) => {
+                DetectionChecks { user_events_data: is_user_events_data(pid, ioctl.fd), ..checks }
+            }
             EventBody::DotnetIpcReady(m) | EventBody::DotnetRuntimeSeen(m) => DetectionChecks {
-                user_events_data: None,
                 mapped_addr: match m.ret {
                     Some(ret) => mapped_result(ret),
                     None => confirmer.mapped_address(pid, m),
                 },
+                ..checks
             },
-            _ => DetectionChecks::default(),
+            _ => checks,
         }
     }
 }
@@ -293,6 +297,8 @@ pub struct ProcessIdentity {
     pub uid: u32,
     /// cgroup v2 id (the inode of the cgroup directory), as `bpf_get_current_cgroup_id`.
     pub cgroup_id: Option<u64>,
+    /// When it started ([`process_start_ns`]).
+    pub start_ns: Option<u64>,
 }
 
 /// comm, uid and cgroup id of `pid`; `None` if it is gone.
@@ -307,7 +313,38 @@ pub fn process_identity(pid: u32) -> Option<ProcessIdentity> {
         .and_then(|p| cgroup_v2_mount().map(|root| root.join(p.trim_start_matches('/'))))
         .and_then(|dir| fs::metadata(dir).ok())
         .map(|m| m.ino());
-    Some(ProcessIdentity { comm, uid, cgroup_id })
+    Some(ProcessIdentity { comm, uid, cgroup_id, start_ns: process_start_ns(pid) })
+}
+
+/// Nanoseconds per clock tick (`sysconf(_SC_CLK_TCK)`, the unit of `/proc/<pid>/stat`'s
+/// `starttime`; 10 ms on every Linux architecture, where USER_HZ is 100).
+pub fn ns_per_tick() -> u64 {
+    static NS_PER_TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS_PER_TICK.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        u64::try_from(ticks_per_s).ok().filter(|t| *t > 0).map_or(10_000_000, |t| 1_000_000_000 / t)
+    })
+}
+
+/// A process's start as every line carries it (`process_start_ns`, docs/protocol/bpf-detection.md
+/// §11): CLOCK_BOOTTIME nanoseconds rounded down to a clock tick, the precision `/proc` gives
+/// it, so the kernel's exact `start_boottime` and `/proc/<pid>/stat` name one process alike.
+pub fn start_ns_of_boottime(boottime_ns: u64) -> u64 {
+    boottime_ns - boottime_ns % ns_per_tick()
+}
+
+/// [`start_ns_of_boottime`] of a `/proc/<pid>/stat` `starttime` (clock ticks since boot).
+pub fn start_ns_of_ticks(ticks: u64) -> u64 {
+    ticks.saturating_mul(ns_per_tick())
+}
+
+/// When `pid` started ([`start_ns_of_ticks`] of its `/proc/<pid>/stat`); `None` when it is gone.
+/// Read now: for a pid that may have been reused since, the kernel's value (an event's
+/// `process_start_ns`) or a pinned process's is the one to use.
+pub fn process_start_ns(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(Path::new(PROC).join(pid.to_string()).join("stat")).ok()?;
+    tracer_decode::procfs::parse_start_time(&stat).map(start_ns_of_ticks)
 }
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
@@ -375,5 +412,19 @@ mod tests {
         assert_eq!(is_user_events_data(me, fd), Some(false));
         assert_eq!(is_user_events_data(me, 999_999), None);
         assert!(pids().unwrap().contains(&me));
+    }
+
+    /// The kernel's start and `/proc`'s agree once rounded to a tick: the same process, named
+    /// alike by both sources.
+    #[test]
+    fn process_start_from_the_kernel_and_from_proc_agree() {
+        let tick = ns_per_tick();
+        assert_eq!(tick, 10_000_000, "USER_HZ 100");
+        assert_eq!(start_ns_of_boottime(1_234_567_890), 1_230_000_000);
+        assert_eq!(start_ns_of_ticks(123), 1_230_000_000);
+        let stat = fs::read_to_string("/proc/self/stat").unwrap();
+        let ticks = tracer_decode::procfs::parse_start_time(&stat).unwrap();
+        assert_eq!(process_start_ns(std::process::id()), Some(ticks * tick));
+        assert_eq!(process_start_ns(u32::MAX), None);
     }
 }

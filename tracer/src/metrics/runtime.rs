@@ -1,13 +1,13 @@
 //! Runtime counters as metrics: the latest value of every counter (and, for the Meter API, of
-//! every tag set) of every traced process, labelled with the process (`pid`, and
-//! `container_id`, `pod_uid` where known) and the tags. A process's series go when its session
+//! every tag set) of every traced process, labelled with the process (`pid`,
+//! `process_start_ns`, and `container_id`, `pod_uid` where known) and the tags. A process's series go when its session
 //! ends. Counter names come from the traced processes, so the
 //! number of series is capped per process and in all; what the caps refuse is counted.
 use std::collections::{BTreeMap, HashMap};
 
 use tracer_decode::counters::{CounterError, CounterSample};
 
-use crate::output::ProcessLabels;
+use crate::output::{Incarnation, ProcessLabels};
 
 /// Series one process may have (the runtime's own `System.Runtime` counters are ~20).
 pub const MAX_SERIES_PER_PROCESS: usize = 128;
@@ -43,7 +43,7 @@ pub struct RuntimeFamily {
 /// The counters of the traced processes, updated as their `EventCounters` events are written.
 #[derive(Debug, Default)]
 pub struct RuntimeCounters {
-    processes: HashMap<u32, ProcessSeries>,
+    processes: HashMap<Incarnation, ProcessSeries>,
     series: usize,
     /// New series the caps refused.
     pub refused: u64,
@@ -52,13 +52,14 @@ pub struct RuntimeCounters {
 }
 
 impl RuntimeCounters {
-    /// Records what one `EventCounters` event of `pid` said.
+    /// Records what one `EventCounters` event of `process` said.
     pub fn record(
         &mut self,
-        pid: u32,
+        process: Incarnation,
         labels: Option<&ProcessLabels>,
         sample: Result<CounterSample, CounterError>,
     ) {
+        let pid = process.pid;
         let sample = match sample {
             Ok(s) => s,
             Err(e) => {
@@ -69,8 +70,8 @@ impl RuntimeCounters {
                 return;
             }
         };
-        let process = self.processes.entry(pid).or_insert_with(|| ProcessSeries {
-            labels: series_labels(pid, labels),
+        let process = self.processes.entry(process).or_insert_with(|| ProcessSeries {
+            labels: series_labels(process, labels),
             latest: BTreeMap::new(),
         });
         let latest = Latest { help: sample.help, value: sample.value };
@@ -94,9 +95,9 @@ impl RuntimeCounters {
         self.series += 1;
     }
 
-    /// Drops the series of `pid` (its session ended).
-    pub fn remove(&mut self, pid: u32) {
-        if let Some(process) = self.processes.remove(&pid) {
+    /// Drops the series of `process` (its session ended).
+    pub fn remove(&mut self, process: Incarnation) {
+        if let Some(process) = self.processes.remove(&process) {
             self.series -= process.latest.len();
         }
     }
@@ -134,8 +135,10 @@ impl RuntimeCounters {
     }
 }
 
-fn series_labels(pid: u32, labels: Option<&ProcessLabels>) -> Vec<(String, String)> {
-    let mut out = vec![("pid".to_string(), pid.to_string())];
+/// `pid` and `process_start_ns` (where known), then where the process runs.
+fn series_labels(process: Incarnation, labels: Option<&ProcessLabels>) -> Vec<(String, String)> {
+    let mut out = vec![("pid".to_string(), process.pid.to_string())];
+    out.extend(process.start_ns.map(|ns| ("process_start_ns".to_string(), ns.to_string())));
     if let Some(l) = labels {
         out.extend(l.container_id.clone().map(|id| ("container_id".to_string(), id)));
         out.extend(l.pod_uid.clone().map(|uid| ("pod_uid".to_string(), uid)));
@@ -164,6 +167,11 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
+    /// Process `pid`, started at `pid` seconds.
+    fn p(pid: u32) -> Incarnation {
+        Incarnation::new(pid, Some(u64::from(pid) * 1_000_000_000))
+    }
+
     fn labels(container: &str) -> ProcessLabels {
         ProcessLabels {
             cgroup: Some("/system.slice/x.scope".into()),
@@ -176,10 +184,10 @@ mod tests {
     #[test]
     fn latest_value_per_process_with_its_labels() {
         let mut c = RuntimeCounters::default();
-        c.record(7, Some(&labels("c7")), sample("m_a", 1.0));
-        c.record(7, Some(&labels("c7")), sample("m_a", 2.0));
-        c.record(3, None, sample("m_a", 5.0));
-        c.record(3, None, sample("m_b", 6.0));
+        c.record(p(7), Some(&labels("c7")), sample("m_a", 1.0));
+        c.record(p(7), Some(&labels("c7")), sample("m_a", 2.0));
+        c.record(p(3), None, sample("m_a", 5.0));
+        c.record(p(3), None, sample("m_b", 6.0));
         let families = c.families();
         assert_eq!(families.keys().collect::<Vec<_>>(), ["m_a", "m_b"]);
         assert_eq!(
@@ -187,31 +195,53 @@ mod tests {
             RuntimeFamily {
                 help: "m_a help".into(),
                 series: vec![
-                    (l(&[("pid", "3")]), 5.0),
-                    (l(&[("pid", "7"), ("container_id", "c7")]), 2.0),
+                    (l(&[("pid", "3"), ("process_start_ns", "3000000000")]), 5.0),
+                    (
+                        l(&[
+                            ("pid", "7"),
+                            ("process_start_ns", "7000000000"),
+                            ("container_id", "c7")
+                        ]),
+                        2.0
+                    ),
                 ],
             }
         );
         assert_eq!(c.len(), 3);
-        c.remove(7);
+        c.remove(p(7));
         assert_eq!(c.len(), 2);
-        assert_eq!(c.families()["m_a"].series, vec![(l(&[("pid", "3")]), 5.0)]);
-        c.remove(3);
+        assert_eq!(
+            c.families()["m_a"].series,
+            vec![(l(&[("pid", "3"), ("process_start_ns", "3000000000")]), 5.0)]
+        );
+        c.remove(p(3));
         assert!(c.is_empty() && c.families().is_empty());
+        // A pid reused by another process has series of its own; one not known has no start.
+        c.record(p(3), None, sample("m_a", 1.0));
+        c.record(Incarnation::new(3, Some(9)), None, sample("m_a", 2.0));
+        c.record(Incarnation::new(4, None), None, sample("m_a", 3.0));
+        assert_eq!(
+            c.families()["m_a"].series,
+            vec![
+                (l(&[("pid", "3"), ("process_start_ns", "3000000000")]), 1.0),
+                (l(&[("pid", "3"), ("process_start_ns", "9")]), 2.0),
+                (l(&[("pid", "4")]), 3.0),
+            ]
+        );
     }
 
     #[test]
     fn each_tag_set_is_a_series() {
         let mut c = RuntimeCounters::default();
-        c.record(1, None, tagged("m", &[("route", "/a")], 1.0));
-        c.record(1, None, tagged("m", &[("route", "/b")], 2.0));
-        c.record(1, None, tagged("m", &[("route", "/a")], 3.0));
+        c.record(p(1), None, tagged("m", &[("route", "/a")], 1.0));
+        c.record(p(1), None, tagged("m", &[("route", "/b")], 2.0));
+        c.record(p(1), None, tagged("m", &[("route", "/a")], 3.0));
         assert_eq!(c.len(), 2);
         assert_eq!(
             c.families()["m"].series,
             vec![
-                (l(&[("pid", "1"), ("route", "/a")]), 3.0),
-                (l(&[("pid", "1"), ("route", "/b")]), 2.0),
+                (l(&[("pid", "1"), ("process_start_ns", "1000000000"), ("route", "/a")]), 3.0),
+                (l(&[("pid", "1"), ("process_start_ns", "1000000000"), ("route", "/b")]), 2.0),
             ]
         );
     }
@@ -220,23 +250,23 @@ mod tests {
     fn caps_refuse_new_series_and_count_them() {
         let mut c = RuntimeCounters::default();
         for i in 0..MAX_SERIES_PER_PROCESS + 10 {
-            c.record(1, None, sample(&format!("m_{i}"), 1.0));
+            c.record(p(1), None, sample(&format!("m_{i}"), 1.0));
         }
         assert_eq!((c.len(), c.refused), (MAX_SERIES_PER_PROCESS, 10));
         // Known series still update at the cap.
-        c.record(1, None, sample("m_0", 9.0));
+        c.record(p(1), None, sample("m_0", 9.0));
         assert_eq!(c.families()["m_0"].series[0].1, 9.0);
         assert_eq!(c.refused, 10);
         // The total cap holds across processes.
         let processes = MAX_SERIES / MAX_SERIES_PER_PROCESS;
         for pid in 2..=processes as u32 + 1 {
             for i in 0..MAX_SERIES_PER_PROCESS {
-                c.record(pid, None, sample(&format!("m_{i}"), 1.0));
+                c.record(p(pid), None, sample(&format!("m_{i}"), 1.0));
             }
         }
         assert_eq!(c.len(), MAX_SERIES);
         assert_eq!(c.refused, 10 + MAX_SERIES_PER_PROCESS as u64);
-        c.record(1, None, Err(CounterError::NoPayload));
+        c.record(p(1), None, Err(CounterError::NoPayload));
         assert_eq!(c.bad_samples, 1);
     }
 }

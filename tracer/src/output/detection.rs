@@ -7,7 +7,7 @@ use tracer_decode::names;
 use tracer_decode::procfs::MemfdMapping;
 use tracer_decode::unix_socket::{DiagnosticSocketName, ListeningDiagnosticSocket};
 
-use super::{Kind, Line, Pid, Source};
+use super::{Incarnation, Kind, Line, Pid, Source};
 use crate::kernel::procfs::{DetectionChecks, ProcessIdentity};
 use crate::time::{Clock, monotonic_ns};
 
@@ -46,8 +46,9 @@ pub fn detection_line(
     checks: DetectionChecks,
 ) -> Line<FieldMap> {
     let m = &event.meta;
+    let process = Pid::Known(Incarnation::new(m.pid, checks.process_start_ns));
     let body = detection_body(event, checks);
-    Line::new(clock, m.ktime_ns, Kind::Detection(m.kind), Source::Kernel, Pid::Known(m.pid), body)
+    Line::new(clock, m.ktime_ns, Kind::Detection(m.kind), Source::Kernel, process, body)
 }
 
 /// The body of a live detection line: the process, the CPU and sequence, the kind's fields.
@@ -162,6 +163,7 @@ pub fn procfs_socket_line(
     clock: &Clock,
     id: Option<ProcessIdentity>,
 ) -> Line<FieldMap> {
+    let process = Pid::Known(Incarnation::new(pid, id.as_ref().and_then(|id| id.start_ns)));
     let mut line = procfs_header(id);
     line.push("fd", Value::Null);
     // procfs shows an abstract name's leading NUL as `@`.
@@ -172,7 +174,7 @@ pub fn procfs_socket_line(
     push_socket(&mut line, path, abstract_name, socket.name);
     line.push("inode", socket.inode);
     let kind = Kind::Detection(EventKind::DotnetIpcSocket);
-    Line::new(clock, monotonic_ns(), kind, Source::Procfs, Pid::Known(pid), line)
+    Line::new(clock, monotonic_ns(), kind, Source::Procfs, process, line)
 }
 
 /// `addr` is where the mapping went (the syscall's result from a hook at its return, else read
@@ -198,8 +200,9 @@ pub fn procfs_mapping_line(
         MemfdKind::DotnetIpcCreated => EventKind::DotnetIpcReady,
         MemfdKind::DoubleMapper => EventKind::DotnetRuntimeSeen,
     };
+    let process = Pid::Known(Incarnation::new(m.pid, id.as_ref().and_then(|id| id.start_ns)));
     let body = procfs_mapping_body(m, id);
-    Line::new(clock, monotonic_ns(), Kind::Detection(kind), Source::Procfs, Pid::Known(m.pid), body)
+    Line::new(clock, monotonic_ns(), Kind::Detection(kind), Source::Procfs, process, body)
 }
 
 /// The body of a procfs mapping line.

@@ -93,10 +93,27 @@ impl Source {
     }
 }
 
-/// The process a line is about (`"pid"`, as the host's pid namespace numbers it).
+/// One process across pid reuse: its pid (as the host's pid namespace numbers it) and when it
+/// started (`process_start_ns`: CLOCK_BOOTTIME nanoseconds rounded down to a clock tick, from
+/// the kernel's task or `/proc/<pid>/stat`; docs/protocol/bpf-detection.md §11). A pid names
+/// another process once reused; the pair does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Incarnation {
+    pub pid: u32,
+    /// `None` when tracer could not tell (the process was gone before it was read).
+    pub start_ns: Option<u64>,
+}
+
+impl Incarnation {
+    pub fn new(pid: u32, start_ns: Option<u64>) -> Incarnation {
+        Incarnation { pid, start_ns }
+    }
+}
+
+/// The process a line is about (`"pid"` and `"process_start_ns"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pid {
-    Known(u32),
+    Known(Incarnation),
     /// The line is about a process tracer could not identify (`null`), e.g. a thread that exited
     /// before `tracer ftrace` looked up its thread group.
     Unknown,
@@ -281,11 +298,16 @@ fn write_identity(
     out.extend_from_slice(source.name().as_bytes());
     out.push(b'"');
     match pid {
-        Pid::Known(pid) => {
+        Pid::Known(Incarnation { pid, start_ns }) => {
             out.extend_from_slice(br#","pid":"#);
             json::push_u64(out, pid.into());
+            out.extend_from_slice(br#","process_start_ns":"#);
+            match start_ns {
+                Some(ns) => json::push_u64(out, ns),
+                None => out.extend_from_slice(b"null"),
+            }
         }
-        Pid::Unknown => out.extend_from_slice(br#","pid":null"#),
+        Pid::Unknown => out.extend_from_slice(br#","pid":null,"process_start_ns":null"#),
         Pid::NotApplicable => {}
     }
     if let Some(labels) = labels {
@@ -297,20 +319,35 @@ fn write_identity(
 /// of one process from one source repeats, rendered once and copied into each of its lines (a
 /// streaming session keeps one for all its batches): a session writes a line per runtime event,
 /// and copying these bytes costs less than writing them.
+///
+/// `dotnet_event` lines also repeat their session's id (`session_id`, the body's first member).
 #[derive(Debug)]
 pub struct LineIdentity {
     kind: Kind,
     source: Source,
     pid: Pid,
     labels: Option<Arc<ProcessLabels>>,
+    session_id: Option<u64>,
     rendered: Vec<u8>,
 }
 
 impl LineIdentity {
-    pub fn new(kind: Kind, source: Source, pid: Pid, labels: Option<Arc<ProcessLabels>>) -> Self {
+    /// `session_id`: of a session's lines, followed by `"session_id"`.
+    pub fn new(
+        kind: Kind,
+        source: Source,
+        pid: Pid,
+        labels: Option<Arc<ProcessLabels>>,
+        session_id: Option<u64>,
+    ) -> Self {
         let mut rendered = Vec::new();
         write_identity(&mut rendered, kind, source, pid, labels.as_deref());
-        LineIdentity { kind, source, pid, labels, rendered }
+        if let Some(id) = session_id {
+            rendered.extend_from_slice(br#","session_id":""#);
+            rendered.extend_from_slice(format!("{id:#x}").as_bytes());
+            rendered.push(b'"');
+        }
+        LineIdentity { kind, source, pid, labels, session_id, rendered }
     }
 
     /// Whether this renders the envelope of these (the very same labels, not equal ones: the
@@ -322,12 +359,14 @@ impl LineIdentity {
         source: Source,
         pid: Pid,
         labels: Option<&Arc<ProcessLabels>>,
+        session_id: Option<u64>,
     ) -> bool {
         let same_labels = match (&self.labels, labels) {
             (Some(mine), Some(theirs)) => Arc::ptr_eq(mine, theirs),
             (mine, theirs) => mine.is_none() && theirs.is_none(),
         };
-        (self.kind, self.source, self.pid) == (kind, source, pid) && same_labels
+        (self.kind, self.source, self.pid, self.session_id) == (kind, source, pid, session_id)
+            && same_labels
     }
 
     /// The line of this process and source with `body`, at `mono_ns`: the same bytes as the
@@ -416,6 +455,10 @@ pub struct StreamTotals {
     pub unrequested_events: u64,
     /// Bytes still queued on the socket when the drain timeout ended the session.
     pub unread_bytes: u64,
+    /// Bytes queued on the socket, not decoded, when the process exited while another process
+    /// held the session's connection open (written only then).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub bytes_after_exit: u64,
     /// Events decoded but not written: the session passed a byte budget.
     pub unwritten_events: u64,
     /// Why the runtime did not acknowledge StopTracing, when it did not.
@@ -450,12 +493,20 @@ pub struct RecordTotals {
     pub undecodable: u64,
     /// Records decoded but not written: the session passed its output budget (then ended).
     pub unwritten_events: u64,
+    /// Records dropped because the session's start was never confirmed, or more than
+    /// `MAX_RECORDS_BEFORE_START` came before it was (written only when not 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_started: u64,
     /// `--nettrace-dir`: the records written as a NetTrace stream.
     #[serde(flatten)]
     pub file: Option<NettraceFileTotals>,
     /// Records the shared ftrace buffer lost while the session ran; the buffer serves every
     /// user_events session, so these may be any session's.
     pub buffer_lost: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Serialize)]
@@ -634,9 +685,14 @@ pub fn nonzero(losses: impl IntoIterator<Item = LossCount>) -> Vec<LossCount> {
     losses.into_iter().filter(|l| l.count != 0).collect()
 }
 
-/// A session lifecycle line about `pid`, stamped now.
-pub fn session_line<B: LineBody>(clock: &Clock, kind: Kind, pid: u32, body: B) -> Line<B> {
-    Line::new(clock, monotonic_ns(), kind, Source::Tracer, Pid::Known(pid), body)
+/// A session lifecycle line about `process`, stamped now.
+pub fn session_line<B: LineBody>(
+    clock: &Clock,
+    kind: Kind,
+    process: Incarnation,
+    body: B,
+) -> Line<B> {
+    Line::new(clock, monotonic_ns(), kind, Source::Tracer, Pid::Known(process), body)
 }
 
 #[cfg(test)]

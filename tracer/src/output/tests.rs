@@ -28,8 +28,12 @@ fn meta(kind: EventKind) -> EventMeta {
         gid: 0,
         cgroup_id: 55,
         comm: "helper".into(),
+        process_start_ns: Some(1_234_567_890),
     }
 }
+
+/// The process of the session lines built here.
+const PROCESS: Incarnation = Incarnation { pid: 5, start_ns: Some(1_230_000_000) };
 
 /// A `struct user_reg` as a process passes it to `DIAG_IOCSREG`.
 fn user_reg() -> UserReg {
@@ -77,22 +81,28 @@ fn json_of(line: &impl WriteLine) -> Value {
 fn a_line_identity_is_reused_only_for_the_very_same_process_source_and_labels() {
     let labels = Arc::new(ProcessLabels { cgroup: Some("/a".into()), ..Default::default() });
     let equal_labels = Arc::new((*labels).clone());
-    let (kind, source, pid) = (Kind::DotnetEvent, Source::Nettrace, Pid::Known(7));
-    let identity = LineIdentity::new(kind, source, pid, Some(labels.clone()));
-    assert!(identity.is_of(kind, source, pid, Some(&labels)));
+    let process = Incarnation::new(7, Some(20_000_000));
+    let (kind, source, pid) = (Kind::DotnetEvent, Source::Nettrace, Pid::Known(process));
+    let session = Some(0x1f);
+    let identity = LineIdentity::new(kind, source, pid, Some(labels.clone()), session);
+    assert!(identity.is_of(kind, source, pid, Some(&labels), session));
     // Equal labels of another process record (another Arc) render again: compared per line,
     // by pointer.
-    assert!(!identity.is_of(kind, source, pid, Some(&equal_labels)));
-    assert!(!identity.is_of(kind, source, pid, None));
-    assert!(!identity.is_of(kind, Source::UserEvents, pid, Some(&labels)));
-    assert!(!identity.is_of(kind, source, Pid::Known(8), Some(&labels)));
-    assert!(!identity.is_of(Kind::Ftrace, source, pid, Some(&labels)));
-    let unlabelled = LineIdentity::new(kind, source, pid, None);
-    assert!(unlabelled.is_of(kind, source, pid, None));
-    assert!(!unlabelled.is_of(kind, source, pid, Some(&labels)));
+    assert!(!identity.is_of(kind, source, pid, Some(&equal_labels), session));
+    assert!(!identity.is_of(kind, source, pid, None, session));
+    assert!(!identity.is_of(kind, Source::UserEvents, pid, Some(&labels), session));
+    let other = |pid, start_ns| Pid::Known(Incarnation { pid, start_ns });
+    assert!(!identity.is_of(kind, source, other(8, Some(20_000_000)), Some(&labels), session));
+    // The same pid, another process (the pid reused), or another session of the process.
+    assert!(!identity.is_of(kind, source, other(7, Some(30_000_000)), Some(&labels), session));
+    assert!(!identity.is_of(kind, source, pid, Some(&labels), Some(0x20)));
+    assert!(!identity.is_of(Kind::Ftrace, source, pid, Some(&labels), session));
+    let unlabelled = LineIdentity::new(kind, source, pid, None, session);
+    assert!(unlabelled.is_of(kind, source, pid, None, session));
+    assert!(!unlabelled.is_of(kind, source, pid, Some(&labels), session));
     assert_eq!(
         text_of(&identity.line(&Clock::with_offset(0), 1, FieldMap::default())),
-        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"dotnet_event","source":"nettrace","pid":7,"cgroup":"/a"}"#
+        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"dotnet_event","source":"nettrace","pid":7,"process_start_ns":20000000,"cgroup":"/a","session_id":"0x1f"}"#
     );
 }
 
@@ -135,11 +145,15 @@ fn envelope_order_and_fields() {
         meta: meta(EventKind::DotnetIpcReady),
         body: EventBody::DotnetIpcReady(ipc_mapping()),
     };
-    let checks = DetectionChecks { user_events_data: None, mapped_addr: Some(0x7f00_0000_1000) };
+    let checks = DetectionChecks {
+        user_events_data: None,
+        mapped_addr: Some(0x7f00_0000_1000),
+        process_start_ns: Some(1_230_000_000),
+    };
     let line = detection_line(&ev, &clock, checks);
     let text = text_of(&line);
     assert!(
-            text.starts_with(r#"{"ts":"1970-01-01T00:00:01.000000000Z","mono_ns":1000000000,"kind":"dotnet_ipc_ready","source":"kernel","pid":100,"tid":101,"comm":"helper","uid":0,"cgroup_id":55,"cpu":1,"seq":3,"#),
+            text.starts_with(r#"{"ts":"1970-01-01T00:00:01.000000000Z","mono_ns":1000000000,"kind":"dotnet_ipc_ready","source":"kernel","pid":100,"process_start_ns":1230000000,"tid":101,"comm":"helper","uid":0,"cgroup_id":55,"cpu":1,"seq":3,"#),
             "{text}"
         );
     let v = json_of(&line);
@@ -170,7 +184,7 @@ fn register_line() {
     let v = json_of(&detection_line(
         &ev(&ioctl),
         &clock,
-        DetectionChecks { user_events_data: Some(false), mapped_addr: None },
+        DetectionChecks { user_events_data: Some(false), ..DetectionChecks::default() },
     ));
     assert_eq!(v["kind"], "user_events_register");
     assert_eq!(v["ret"], -25);
@@ -251,9 +265,10 @@ fn readme_kinds() -> BTreeMap<String, Vec<String>> {
 /// The README's envelope fields, in order.
 fn readme_envelope() -> Vec<String> {
     let readme = include_str!("../../../README.md");
-    let line =
-        readme.lines().find(|l| l.starts_with("Envelope:")).expect("README names the envelope");
-    line.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    let start = readme.find("\nEnvelope:").expect("README names the envelope");
+    // The names run up to the dash that starts their description.
+    let names = readme[start..].split(" —").next().unwrap();
+    names.split('`').skip(1).step_by(2).map(str::to_string).collect()
 }
 
 /// One line of every kind, several where fields depend on the event.
@@ -263,7 +278,11 @@ fn one_of_each_kind() -> Vec<Value> {
         json_of(&detection_line(
             &DetectionEvent { meta: meta(kind), body },
             &clock,
-            DetectionChecks { user_events_data: Some(true), mapped_addr: Some(0x1000) },
+            DetectionChecks {
+                user_events_data: Some(true),
+                mapped_addr: Some(0x1000),
+                ..DetectionChecks::default()
+            },
         ))
     };
     let mapping = ipc_mapping();
@@ -397,7 +416,8 @@ fn one_of_each_kind() -> Vec<Value> {
         stack_id: 6,
     };
     let event = OutputEvent { metadata: &meta, payload: &[1], pointer_size: 8, context };
-    let identity = LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(5), None);
+    let identity =
+        LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(PROCESS), None, Some(6));
     lines.push(json_of(&identity.line(&clock, 1, event)));
     let session = |kind, body: &dyn ErasedSerialize| session_line(&clock, kind, body);
     lines.push(session(
@@ -422,6 +442,7 @@ fn one_of_each_kind() -> Vec<Value> {
                 lost_by_thread: vec![ThreadLoss { thread: 2, lost: 1 }],
                 unrequested_events: 4,
                 unread_bytes: 0,
+                bytes_after_exit: 7,
                 unwritten_events: 0,
                 stop_error: Some("timed out".into()),
                 file: Some(NettraceFileTotals {
@@ -447,6 +468,7 @@ fn one_of_each_kind() -> Vec<Value> {
                 foreign_writer: 1,
                 undecodable: 2,
                 unwritten_events: 3,
+                not_started: 5,
                 file: Some(NettraceFileTotals {
                     nettrace_file: "/d/1_app_20261201_000000_11.nettrace".into(),
                     nettrace_file_bytes: 100,
@@ -478,7 +500,7 @@ fn one_of_each_kind() -> Vec<Value> {
         1,
         Kind::DotnetProcess,
         Source::Procfs,
-        Pid::Known(5),
+        Pid::Known(PROCESS),
         process,
     )));
     let ftrace = FtraceRecord {
@@ -511,7 +533,7 @@ impl<T: Serialize> ErasedSerialize for T {
 }
 
 fn session_line(clock: &Clock, kind: Kind, body: &dyn ErasedSerialize) -> Value {
-    json_of(&Line::new(clock, 1, kind, Source::Tracer, Pid::Known(5), body.to_value()))
+    json_of(&Line::new(clock, 1, kind, Source::Tracer, Pid::Known(PROCESS), body.to_value()))
 }
 
 #[test]
@@ -520,7 +542,17 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
     let envelope = readme_envelope();
     assert_eq!(
         envelope,
-        ["ts", "mono_ns", "kind", "source", "pid", "cgroup?", "container_id?", "pod_uid?"]
+        [
+            "ts",
+            "mono_ns",
+            "kind",
+            "source",
+            "pid",
+            "process_start_ns",
+            "cgroup?",
+            "container_id?",
+            "pod_uid?"
+        ]
     );
     let mut labelled = 0;
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -530,7 +562,7 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
         let labels = ["cgroup", "container_id", "pod_uid"];
         let keys: Vec<&String> = object.keys().collect();
         if let Some(first) = keys.iter().position(|k| labels.contains(&k.as_str())) {
-            assert_eq!(keys[first - 1], "pid", "labels follow pid: {object:?}");
+            assert_eq!(keys[first - 1], "process_start_ns", "labels follow: {object:?}");
             let present: Vec<&str> = keys[first..]
                 .iter()
                 .take_while(|k| labels.contains(&k.as_str()))
@@ -547,11 +579,13 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
         let kind = line["kind"].as_str().unwrap().to_string();
         let fields = documented.get(&kind).unwrap_or_else(|| panic!("{kind} is not in the README"));
         let names: Vec<&str> = fields.iter().map(|f| f.trim_end_matches('?')).collect();
-        // The envelope first (pid is absent only where it cannot apply), then the kind's fields
-        // in the README's order.
-        let head = if line.get("pid").is_some() { 5 } else { 4 };
-        let want_head: Vec<&String> =
-            envelope[..5].iter().filter(|f| head == 5 || *f != "pid").collect();
+        // The envelope first (the process is absent only where it cannot apply), then the
+        // kind's fields in the README's order.
+        let head = if line.get("pid").is_some() { 6 } else { 4 };
+        let want_head: Vec<&String> = envelope[..6]
+            .iter()
+            .filter(|f| head == 6 || !["pid", "process_start_ns"].contains(&f.as_str()))
+            .collect();
         assert_eq!(keys[..head].iter().collect::<Vec<_>>(), want_head, "{kind}: {line}");
         let body = &keys[head..];
         let positions: Vec<usize> = body
@@ -597,12 +631,12 @@ fn labels_are_written_only_when_known() {
             .with_labels(Some(std::sync::Arc::new(labels))),
     );
     let want = format!(
-        r#""pid":100,"cgroup":"/system.slice/docker-x.scope","container_id":"{}","tid":101,"#,
+        r#""pid":100,"process_start_ns":null,"cgroup":"/system.slice/docker-x.scope","container_id":"{}","tid":101,"#,
         "e".repeat(64)
     );
     assert!(text.contains(&want), "{text}");
     let bare = text_of(&detection_line(&exit, &clock, DetectionChecks::default()));
-    assert!(bare.contains(r#""pid":100,"tid":101,"#), "{bare}");
+    assert!(bare.contains(r#""pid":100,"process_start_ns":null,"tid":101,"#), "{bare}");
 }
 
 #[test]
@@ -674,12 +708,14 @@ struct ReferenceEventLine<'a> {
     kind: &'static str,
     source: &'static str,
     pid: u32,
+    process_start_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroup: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     container_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pod_uid: Option<&'a str>,
+    session_id: SessionId,
     #[serde(flatten)]
     event: &'a DecodedEvent<'a>,
 }
@@ -688,7 +724,7 @@ fn reference_line(
     clock: &Clock,
     mono_ns: u64,
     source: Source,
-    pid: u32,
+    origin: (Incarnation, u64),
     labels: Option<&ProcessLabels>,
     event: &DecodedEvent,
 ) -> String {
@@ -698,10 +734,12 @@ fn reference_line(
         mono_ns,
         kind: "dotnet_event",
         source: source.name(),
-        pid,
+        pid: origin.0.pid,
+        process_start_ns: origin.0.start_ns,
         cgroup: label(|l| &l.cgroup),
         container_id: label(|l| &l.container_id),
         pod_uid: label(|l| &l.pod_uid),
+        session_id: SessionId(origin.1),
         event,
     })
     .unwrap()
@@ -739,16 +777,26 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
                 let (clock, labels) = (&clocks[i % clocks.len()], &labels[i % labels.len()]);
                 let source = if i % 2 == 0 { Source::Nettrace } else { Source::UserEvents };
                 let mono_ns = if i == 0 { u64::MAX } else { e.timestamp as u64 };
-                let pid = if i == 1 { u32::MAX } else { 4242 };
+                let process = match i % 3 {
+                    0 => Incarnation::new(4242, Some(u64::MAX)),
+                    1 => Incarnation::new(u32::MAX, None),
+                    _ => Incarnation::new(4242, Some(1_230_000_000)),
+                };
+                let session_id = if i == 2 { u64::MAX } else { 0x7f00_0000_1100 };
                 let decoded = e.decode();
-                let want = reference_line(clock, mono_ns, source, pid, labels.as_deref(), &decoded);
-                let (kind, process) = (Kind::DotnetEvent, Pid::Known(pid));
-                let line = Line::new(clock, mono_ns, kind, source, process, e.output())
-                    .with_labels(labels.clone());
-                assert_eq!(text_of(&line), want, "{}", path.display());
-                // The envelope rendered once for the process's lines: the same bytes.
-                let identity = LineIdentity::new(kind, source, process, labels.clone());
-                assert_eq!(text_of(&identity.line(clock, mono_ns, e.output())), want);
+                let origin = (process, session_id);
+                let want =
+                    reference_line(clock, mono_ns, source, origin, labels.as_deref(), &decoded);
+                // The envelope rendered once for the process's lines, then each event.
+                let (kind, pid) = (Kind::DotnetEvent, Pid::Known(process));
+                let identity =
+                    LineIdentity::new(kind, source, pid, labels.clone(), Some(session_id));
+                assert_eq!(
+                    text_of(&identity.line(clock, mono_ns, e.output())),
+                    want,
+                    "{}",
+                    path.display()
+                );
                 lines += 1;
             })
             .unwrap();
@@ -763,7 +811,7 @@ fn a_pid_tracer_could_not_tell_is_null_and_one_that_does_not_apply_is_absent() {
     let unknown = Line::new(&clock, 1, Kind::Ftrace, Source::Ftrace, Pid::Unknown, body.clone());
     assert_eq!(
         text_of(&unknown),
-        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"ftrace","source":"ftrace","pid":null}"#
+        r#"{"ts":"1970-01-01T00:00:00.000000001Z","mono_ns":1,"kind":"ftrace","source":"ftrace","pid":null,"process_start_ns":null}"#
     );
     let none = Line::new(&clock, 1, Kind::Summary, Source::Tracer, Pid::NotApplicable, body);
     assert_eq!(
@@ -780,6 +828,7 @@ struct ReferenceFtraceLine<'a> {
     kind: &'static str,
     source: &'static str,
     pid: Option<u32>,
+    process_start_ns: Option<u64>,
     system: &'a str,
     event: &'a str,
     cpu: u32,
@@ -798,7 +847,8 @@ fn ftrace_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
         .push("addr", FieldValue::Unsigned(u64::MAX))
         .push("buf", FieldValue::Bytes(vec![0, 0xff]))
         .push("args", FieldValue::Array(vec![FieldValue::Unsigned(1), FieldValue::Signed(-2)]));
-    for (pid, want_pid) in [(Pid::Known(u32::MAX), Some(u32::MAX)), (Pid::Unknown, None)] {
+    let max = Incarnation::new(u32::MAX, Some(u64::MAX));
+    for (pid, want) in [(Pid::Known(max), Some(max)), (Pid::Unknown, None)] {
         let record =
             FtraceRecord { system: "sys\"x", event: "ev", cpu: 1, tid: -3, fields: fields.clone() };
         let want = serde_json::to_string(&ReferenceFtraceLine {
@@ -806,7 +856,8 @@ fn ftrace_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
             mono_ns: 77,
             kind: "ftrace",
             source: "ftrace",
-            pid: want_pid,
+            pid: want.map(|p| p.pid),
+            process_start_ns: want.and_then(|p| p.start_ns),
             system: record.system,
             event: record.event,
             cpu: record.cpu,

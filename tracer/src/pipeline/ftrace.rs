@@ -11,7 +11,9 @@ use crate::kernel::ftrace_reader::{
     Event, FtraceReader, Integrity, ReadMode, ReaderConfig, ReaderStats, Tracepoint,
 };
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
-use crate::output::{self, FtraceRecord, JsonLines, Kind, Line, LossCount, Pid, Source};
+use crate::output::{
+    self, FtraceRecord, Incarnation, JsonLines, Kind, Line, LossCount, Pid, Source,
+};
 use crate::time::Clock;
 
 /// What `tracer ftrace` records and how.
@@ -92,7 +94,7 @@ pub async fn run(
     let integrity = config.integrity;
     let reader_config = ReaderConfig { mode: config.read_mode, integrity, ..Default::default() };
     let mut reader = FtraceReader::open(instance.clone(), tracepoints, reader_config)?;
-    let mut out = Output { clock: Clock::new(), tgids: HashMap::new(), bad_records: 0 };
+    let mut out = Output { clock: Clock::new(), processes: HashMap::new(), bad_records: 0 };
     instance.set_tracing_on(true)?;
     // Logged once recording: a marker written after this line is recorded (tests wait for it).
     log::info!(
@@ -152,8 +154,8 @@ pub async fn run(
 
 struct Output {
     clock: Clock,
-    /// tid → tgid from /proc (None: the thread is gone).
-    tgids: HashMap<i32, Option<i32>>,
+    /// tid → its process from /proc (None: the thread is gone).
+    processes: HashMap<i32, Option<Incarnation>>,
     /// Records whose dynamic fields point outside the record.
     bad_records: u64,
 }
@@ -188,8 +190,8 @@ impl Output {
                 tid: e.common.pid,
                 fields,
             };
-            let pid = match self.tgid(e.common.pid) {
-                Some(tgid) => Pid::Known(tgid as u32),
+            let pid = match self.process(e.common.pid) {
+                Some(process) => Pid::Known(process),
                 None => Pid::Unknown,
             };
             let line = Line::new(&self.clock, e.ts, Kind::Ftrace, Source::Ftrace, pid, body);
@@ -198,20 +200,23 @@ impl Output {
         Ok(())
     }
 
-    fn tgid(&mut self, tid: i32) -> Option<i32> {
+    /// The process of thread `tid` (the idle task, 0, has no start), read once.
+    fn process(&mut self, tid: i32) -> Option<Incarnation> {
         if tid <= 0 {
-            return Some(tid);
+            return Some(Incarnation::new(tid as u32, None));
         }
-        if self.tgids.len() > 65_536 {
-            self.tgids.clear();
+        if self.processes.len() > 65_536 {
+            self.processes.clear();
         }
-        *self.tgids.entry(tid).or_insert_with(|| tgid_of(tid))
+        *self.processes.entry(tid).or_insert_with(|| process_of(tid))
     }
 }
 
-fn tgid_of(tid: i32) -> Option<i32> {
+/// The process (thread group) of thread `tid`, and its start, read now.
+fn process_of(tid: i32) -> Option<Incarnation> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    tracer_decode::procfs::parse_status_tgid(&status)
+    let tgid = u32::try_from(tracer_decode::procfs::parse_status_tgid(&status)?).ok()?;
+    Some(Incarnation::new(tgid, crate::kernel::procfs::process_start_ns(tgid)))
 }
 
 impl fmt::Display for FtraceSummary {

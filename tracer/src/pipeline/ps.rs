@@ -17,7 +17,9 @@ use crate::ipc::client::{DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Target};
 use crate::kernel::procfs;
 use crate::kernel::tracefs::Tracefs;
-use crate::output::{self, DotnetProcess, JsonLines, Kind, Line, Pid, ProcessLabels, Source};
+use crate::output::{
+    self, DotnetProcess, Incarnation, JsonLines, Kind, Line, Pid, ProcessLabels, Source,
+};
 use crate::time::{Clock, monotonic_ns};
 
 /// Runtimes asked for ProcessInfo at once (each look-up reads `/proc` on a blocking thread and
@@ -42,6 +44,8 @@ pub struct PsConfig {
 #[derive(Clone, Debug)]
 pub struct Listed {
     pub pid: u32,
+    /// When it started (`process_start_ns`), read when it was found.
+    pub start_ns: Option<u64>,
     pub labels: Option<ProcessLabels>,
     pub process: DotnetProcess,
 }
@@ -71,6 +75,7 @@ pub async fn list(config: &PsConfig) -> anyhow::Result<Vec<Listed>> {
     for (pid, how) in found_by {
         let (permits, timeouts, limit) = (permits.clone(), config.timeouts, config.deadline);
         probes.spawn(async move {
+            let start_ns = procfs::process_start_ns(pid);
             let asked = tokio::time::timeout_at(deadline, async {
                 let _permit = permits.acquire_owned().await.expect("never closed");
                 ask(pid, timeouts).await
@@ -79,7 +84,7 @@ pub async fn list(config: &PsConfig) -> anyhow::Result<Vec<Listed>> {
             .unwrap_or_else(|_| {
                 Err(format!("no answer within the listing's {} s (--timeout)", limit.as_secs_f64()))
             });
-            describe(pid, how, asked, user_events)
+            describe(Incarnation::new(pid, start_ns), how, asked, user_events)
         });
     }
     let mut listed = Vec::new();
@@ -103,7 +108,13 @@ async fn ask(pid: u32, timeouts: Timeouts) -> Asked {
 }
 
 /// What `pid` is, from what it answered (when it could be asked) and its `/proc` files.
-fn describe(pid: u32, found_by: Vec<&'static str>, asked: Asked, user_events: bool) -> Listed {
+fn describe(
+    who: Incarnation,
+    found_by: Vec<&'static str>,
+    asked: Asked,
+    user_events: bool,
+) -> Listed {
+    let pid = who.pid;
     let mut process = DotnetProcess {
         command_line: None,
         runtime_version: None,
@@ -148,7 +159,7 @@ fn describe(pid: u32, found_by: Vec<&'static str>, asked: Asked, user_events: bo
     if !process.sessions.is_empty() && major.is_some_and(|m| m >= 11) {
         process.sessions.push("buffering");
     }
-    Listed { pid, labels: read_labels(pid), process }
+    Listed { pid, start_ns: who.start_ns, labels: read_labels(pid), process }
 }
 
 /// `pid`'s diagnostic socket, pinned and located as a session's would be (one look, no
@@ -182,7 +193,7 @@ pub fn write_lines(listed: &[Listed], sink: &mut JsonLines) {
             monotonic_ns(),
             Kind::DotnetProcess,
             Source::Procfs,
-            Pid::Known(l.pid),
+            Pid::Known(Incarnation::new(l.pid, l.start_ns)),
             &l.process,
         );
         sink.emit(&line.with_labels(l.labels.clone().map(Arc::new)));

@@ -31,8 +31,8 @@ use crate::kernel::user_events::UserEventsData;
 use crate::metrics::runtime::RuntimeCounters;
 use crate::metrics::{Health, Publisher};
 use crate::output::{
-    self, JsonLines, Kind, LossCount, SessionEnded, SessionFailed, SessionId, SessionStarted,
-    SocketRefused, StreamTotals, ThreadLoss,
+    self, Incarnation, JsonLines, Kind, LossCount, SessionEnded, SessionFailed, SessionId,
+    SessionStarted, SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
     self, EventLines, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
@@ -92,6 +92,9 @@ pub struct RunSummary {
     pub unrequested_events: u64,
     /// Bytes still queued on sockets when drain timeouts ended sessions.
     pub unread_bytes_at_drain: u64,
+    /// Bytes not decoded because the session's process had exited while another process held
+    /// its connection open.
+    pub bytes_after_exit: u64,
     /// Events decoded but not written because their streaming session passed a byte budget.
     pub unwritten_over_budget: u64,
     /// Streaming sessions whose StopTracing the runtime did not acknowledge.
@@ -121,6 +124,9 @@ pub struct RunSummary {
     /// user_events records written by a process that is not (verifiably) a thread of the
     /// session's process: dropped.
     pub user_events_foreign_writer: u64,
+    /// user_events records of sessions whose start was never confirmed (or past the bound of
+    /// records held until it was): dropped.
+    pub user_events_not_started: u64,
     /// user_events enable words leaked because the kernel refused to unregister them.
     pub user_events_leaked_words: u64,
     /// Why the output stopped taking lines (`EPIPE`, `ENOSPC`, …), when it did.
@@ -158,11 +164,13 @@ impl RunSummary {
             loss("nettrace", "sequence_gap", self.runtime_lost_events),
             loss("nettrace", "unrequested_provider", self.unrequested_events),
             loss("nettrace", "unread_bytes_at_drain_timeout", self.unread_bytes_at_drain),
+            loss("nettrace", "bytes_after_exit", self.bytes_after_exit),
             loss("nettrace", "budget_exceeded", self.unwritten_over_budget),
             loss("user_events", "undecodable_record", self.user_events_decode_errors),
             loss("user_events", "budget_exceeded", self.user_events_over_budget),
             loss("user_events", "metadata_cache_full", self.user_events_metadata_refused),
             loss("user_events", "foreign_writer", self.user_events_foreign_writer),
+            loss("user_events", "session_not_started", self.user_events_not_started),
             loss("output", "write_failed", self.unwritten_lines),
         ]);
         if let Some(stats) = &self.user_events_reader {
@@ -203,6 +211,7 @@ impl RunSummary {
         self.user_events_over_budget = hub.over_budget();
         self.user_events_metadata_refused = hub.metadata_refused();
         self.user_events_foreign_writer = hub.foreign_writer();
+        self.user_events_not_started = hub.not_started();
         self.user_events_leaked_words = crate::kernel::user_events::leaked_enable_words();
     }
 
@@ -339,7 +348,7 @@ pub async fn run(
         hooks: config.hooks,
         ..DetectOptions::for_targets(&config.target_pids)
     })?;
-    let mut user_events = start_user_events(&config)?;
+    let mut user_events = start_user_events(&config, &mut detector)?;
     if let Some(hub) = &mut user_events {
         hub.set_labels(labels.clone());
     }
@@ -359,7 +368,7 @@ pub async fn run(
     let mut traced: HashSet<(u32, u64)> = HashSet::new();
     // Processes the filters refused (counted once each).
     let mut traced_or_refused: HashSet<u32> = HashSet::new();
-    let mut events_by_pid: HashMap<u32, u64> = HashMap::new();
+    let mut events_by_process: HashMap<Incarnation, u64> = HashMap::new();
     let mut admission = Admission::new(config.admission);
     // The uid each session's slot belongs to.
     let mut slot_uids: HashMap<tokio::task::Id, u32> = HashMap::new();
@@ -485,7 +494,7 @@ pub async fn run(
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
+            Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels),
             Some(done) = tasks.join_next_with_id() => {
                 let id = done.map_or_else(|e| e.id(), |(id, ())| id);
                 let uid = slot_uids.remove(&id).expect("every session has a slot");
@@ -494,7 +503,7 @@ pub async fn run(
                 }
             }
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
+                emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_process, &labels);
             }
             _ = publish.tick() => {
                 summary.detection_losses = detector.losses()?;
@@ -525,12 +534,12 @@ pub async fn run(
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
-                Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_pid, &labels),
+                Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels),
                 None => break,
             },
             // Session tasks wait on the user_events reader (release) while they finish.
             lines = next_user_events(&mut user_events, &clock) => {
-                emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
+                emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_process, &labels);
             }
         }
     }
@@ -538,7 +547,7 @@ pub async fn run(
     status.clear();
     if let Some(mut ue) = user_events {
         let lines = ue.flush(&clock);
-        emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_pid, &labels);
+        emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_process, &labels);
         summary.record_user_events_stats(&ue);
     }
     summary.sessions_waited = admission.waited;
@@ -564,7 +573,10 @@ pub async fn run(
 
 /// The user_events hub when sessions may use it: `auto` falls back to streaming (and says why)
 /// when the kernel has no user_events; `user-events` requires it.
-fn start_user_events(config: &RunConfig) -> anyhow::Result<Option<user_events::Hub>> {
+fn start_user_events(
+    config: &RunConfig,
+    detector: &mut Detector,
+) -> anyhow::Result<Option<user_events::Hub>> {
     let mode = config.session.mode;
     if mode == SessionMode::Streaming {
         return Ok(None);
@@ -581,7 +593,11 @@ fn start_user_events(config: &RunConfig) -> anyhow::Result<Option<user_events::H
         log::info!("{why}: using streaming sessions (nettrace over the diagnostic socket)");
         return Ok(None);
     }
-    match user_events::Hub::start(&tracefs, config.buffer_size_kb) {
+    let threads = detector
+        .take_thread_table()
+        .context("the detection programs have no thread table")?
+        .context("taking the detection programs' thread table")?;
+    match user_events::Hub::start(&tracefs, config.buffer_size_kb, threads) {
         Ok(hub) => {
             log::info!(
                 "user_events available: .NET 10+ runtimes get CollectTracing5 user_events sessions"
@@ -614,14 +630,14 @@ fn handle_messages(
     clock: &Clock,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
-    events_by_pid: &mut HashMap<u32, u64>,
+    events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
 ) {
     let mut batch = sink.batch();
-    handle_message(first, clock, &mut batch, summary, events_by_pid, labels);
+    handle_message(first, clock, &mut batch, summary, events_by_process, labels);
     for _ in 1..MAX_BATCH_MESSAGES {
         let Ok(msg) = out_rx.try_recv() else { break };
-        handle_message(msg, clock, &mut batch, summary, events_by_pid, labels);
+        handle_message(msg, clock, &mut batch, summary, events_by_process, labels);
     }
 }
 
@@ -632,13 +648,13 @@ fn emit_events(
     events: EventLines,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
-    events_by_pid: &mut HashMap<u32, u64>,
+    events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
 ) {
     let EventLines { lines, runs, unnamed, counters, .. } = events;
     *summary.events_by_source.entry(source).or_default() += lines.lines();
     for run in runs {
-        *events_by_pid.entry(run.pid).or_default() += run.lines;
+        *events_by_process.entry(run.process).or_default() += run.lines;
         match summary.events_by_provider.get_mut(&run.provider) {
             Some(n) => *n += run.lines,
             None => drop(summary.events_by_provider.insert(run.provider, run.lines)),
@@ -649,8 +665,8 @@ fn emit_events(
         sink.emit_batch(&lines);
     }
     if let Some(runtime_counters) = &mut summary.runtime_counters {
-        for (pid, sample) in counters {
-            runtime_counters.record(pid, labels.get(pid).as_deref(), sample);
+        for (process, sample) in counters {
+            runtime_counters.record(process, labels.get(process.pid).as_deref(), sample);
         }
     }
 }
@@ -660,14 +676,15 @@ fn handle_message(
     clock: &Clock,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
-    events_by_pid: &mut HashMap<u32, u64>,
+    events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
 ) {
     match msg {
         SessionMessage::Events(events) => {
-            emit_events("nettrace", events, sink, summary, events_by_pid, labels);
+            emit_events("nettrace", events, sink, summary, events_by_process, labels);
         }
-        SessionMessage::Started { pid, session_id, command, mode, runtime } => {
+        SessionMessage::Started { process, session_id, command, mode, runtime } => {
+            let pid = process.pid;
             summary.sessions_started += 1;
             let body = SessionStarted {
                 session_id: SessionId(session_id),
@@ -677,10 +694,11 @@ fn handle_message(
                 command_line: runtime.as_ref().map(|r| r.command_line.as_str()),
             };
             log::info!("pid {pid}: {} session {session_id:#x} started with {command}", mode.name());
-            let line = output::session_line(clock, Kind::SessionStarted, pid, body);
+            let line = output::session_line(clock, Kind::SessionStarted, process, body);
             sink.emit(&line.with_labels(labels.get(pid)));
         }
-        SessionMessage::Ended { pid, session_id, reason, detail, end } => {
+        SessionMessage::Ended { process, session_id, reason, detail, end } => {
+            let pid = process.pid;
             *summary.sessions_ended.entry(reason.name()).or_default() += 1;
             let (stream, records) = match end {
                 Some(SessionEnd::Stream(end)) => (Some(end), None),
@@ -692,6 +710,7 @@ fn handle_message(
                 summary.runtime_lost_events += stats.lost_events;
                 summary.unrequested_events += end.unrequested_events;
                 summary.unread_bytes_at_drain += end.unread_bytes;
+                summary.bytes_after_exit += end.bytes_after_exit;
                 summary.unwritten_over_budget += end.unwritten_events;
                 summary.stop_failures += u64::from(end.stop_error.is_some());
                 summary.count_nettrace_file(end.file.as_ref());
@@ -711,6 +730,7 @@ fn handle_message(
                         .collect(),
                     unrequested_events: end.unrequested_events,
                     unread_bytes: end.unread_bytes,
+                    bytes_after_exit: end.bytes_after_exit,
                     unwritten_events: end.unwritten_events,
                     stop_error: end.stop_error,
                     file: end.file,
@@ -722,33 +742,36 @@ fn handle_message(
             let body = SessionEnded {
                 session_id: SessionId(session_id),
                 reason: reason.name(),
-                events: events_by_pid.get(&pid).copied().unwrap_or(0),
+                events: events_by_process.remove(&process).unwrap_or(0),
                 stream,
                 records,
                 error: detail.as_deref(),
             };
-            let line = output::session_line(clock, Kind::SessionEnded, pid, body);
+            let line = output::session_line(clock, Kind::SessionEnded, process, body);
             sink.emit(&line.with_labels(labels.get(pid)));
-            forget_process(pid, summary, labels);
+            forget_process(process, summary, labels);
         }
-        SessionMessage::Refused { pid, path, refusal } => {
+        SessionMessage::Refused { process, path, refusal } => {
+            let pid = process.pid;
             *summary.sockets_refused.entry(refusal.name()).or_default() += 1;
             // Debug formatting escapes control characters of the peer's path.
             log::warn!("pid {pid}: refused {path:?} as its diagnostic socket: {refusal}");
             let path = path.to_string_lossy();
             let error = refusal.to_string();
             let body = SocketRefused { path: &path, reason: refusal.name(), error: &error };
-            let line = output::session_line(clock, Kind::SocketRefused, pid, body);
+            let line = output::session_line(clock, Kind::SocketRefused, process, body);
             sink.emit(&line.with_labels(labels.get(pid)));
         }
-        SessionMessage::RefusalsNotReported { pid, count } => {
+        SessionMessage::RefusalsNotReported { process, count } => {
+            let pid = process.pid;
             summary.sockets_refused_not_reported += count;
             log::warn!(
                 "pid {pid}: {count} more names refused as its diagnostic socket, not reported one \
                  by one (at most {MAX_REPORTED_REFUSALS} per session)"
             );
         }
-        SessionMessage::Failed { pid, error, refused } => {
+        SessionMessage::Failed { process, error, refused } => {
+            let pid = process.pid;
             if refused {
                 summary.sessions_refused += 1;
                 log::error!("pid {pid}: refused to talk to its diagnostic socket: {error}");
@@ -759,20 +782,20 @@ fn handle_message(
             let line = output::session_line(
                 clock,
                 Kind::SessionFailed,
-                pid,
+                process,
                 SessionFailed { refused, error: &error },
             );
             sink.emit(&line.with_labels(labels.get(pid)));
-            forget_process(pid, summary, labels);
+            forget_process(process, summary, labels);
         }
     }
 }
 
 /// A process's session is over: its labels and its counter series go.
-fn forget_process(pid: u32, summary: &mut RunSummary, labels: &LabelRegistry) {
-    labels.remove(pid);
+fn forget_process(process: Incarnation, summary: &mut RunSummary, labels: &LabelRegistry) {
+    labels.remove(process.pid);
     if let Some(counters) = &mut summary.runtime_counters {
-        counters.remove(pid);
+        counters.remove(process);
     }
 }
 

@@ -21,7 +21,9 @@ use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
-use crate::output::{Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source};
+use crate::output::{
+    Incarnation, Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source,
+};
 use crate::time::Clock;
 
 /// Which kind of session to start.
@@ -183,7 +185,7 @@ pub struct EventLines {
     pub unnamed: u64,
     /// The runtime counter values `EventCounters` events carried (for `--metrics-addr`), with
     /// their process.
-    pub counters: Vec<(u32, Result<CounterSample, CounterError>)>,
+    pub counters: Vec<(Incarnation, Result<CounterSample, CounterError>)>,
     /// The envelope members the last line's process and source repeat, rendered once.
     identity: Option<LineIdentity>,
 }
@@ -191,9 +193,17 @@ pub struct EventLines {
 /// Lines of one process and provider (see [`EventLines::runs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderLines {
-    pub pid: u32,
+    pub process: Incarnation,
     pub provider: String,
     pub lines: u64,
+}
+
+/// Whose runtime events a line is about: the process and the session that carried them (every
+/// `dotnet_event` line names both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventOrigin {
+    pub process: Incarnation,
+    pub session_id: u64,
 }
 
 /// A streaming session hands on its lines when they reach this many bytes (and at the end of
@@ -219,14 +229,13 @@ impl EventLines {
         full
     }
 
-    /// Renders `event` of process `pid` as its `dotnet_event` line, unless `keep` (told the
-    /// bytes the line takes, newline included: a budget) refuses it. Returns whether it was
-    /// kept.
+    /// Renders `event` of `origin` as its `dotnet_event` line, unless `keep` (told the bytes
+    /// the line takes, newline included: a budget) refuses it. Returns whether it was kept.
     pub fn push_if(
         &mut self,
         clock: &Clock,
         source: Source,
-        pid: u32,
+        origin: EventOrigin,
         labels: Option<&Arc<ProcessLabels>>,
         event: OutputEvent<'_>,
         keep: impl FnOnce(usize) -> bool,
@@ -235,21 +244,25 @@ impl EventLines {
         // Decoded (into a tree) only for the events whose names can be counters.
         let counter = output_counter_sample(&event);
         let mono_ns = event.context.timestamp as u64;
-        let (kind, process) = (Kind::DotnetEvent, Pid::Known(pid));
+        let EventOrigin { process, session_id } = origin;
+        let (kind, pid, session) = (Kind::DotnetEvent, Pid::Known(process), Some(session_id));
         let identity = match &mut self.identity {
-            Some(identity) if identity.is_of(kind, source, process, labels) => identity,
-            slot => slot.insert(LineIdentity::new(kind, source, process, labels.cloned())),
+            Some(identity) if identity.is_of(kind, source, pid, labels, session) => identity,
+            slot => slot.insert(LineIdentity::new(kind, source, pid, labels.cloned(), session)),
         };
         if !self.lines.push_if(&identity.line(clock, mono_ns, event), keep) {
             return false;
         }
         match self.runs.last_mut() {
-            Some(run) if run.pid == pid && run.provider == meta.provider => run.lines += 1,
-            _ => self.runs.push(ProviderLines { pid, provider: meta.provider.clone(), lines: 1 }),
+            Some(run) if run.process == process && run.provider == meta.provider => run.lines += 1,
+            _ => {
+                let provider = meta.provider.clone();
+                self.runs.push(ProviderLines { process, provider, lines: 1 });
+            }
         }
         self.unnamed += u64::from(!meta.is_named());
         if let Some(counter) = counter {
-            self.counters.push((pid, counter));
+            self.counters.push((process, counter));
         }
         true
     }
@@ -260,7 +273,7 @@ impl EventLines {
 #[derive(Debug)]
 pub enum SessionMessage {
     Started {
-        pid: u32,
+        process: Incarnation,
         session_id: u64,
         command: CommandCode,
         mode: SessionMode,
@@ -268,7 +281,7 @@ pub enum SessionMessage {
     },
     Events(EventLines),
     Ended {
-        pid: u32,
+        process: Incarnation,
         session_id: u64,
         reason: EndReason,
         detail: Option<String>,
@@ -277,21 +290,21 @@ pub enum SessionMessage {
         end: Option<SessionEnd>,
     },
     Failed {
-        pid: u32,
+        process: Incarnation,
         error: String,
         refused: bool,
     },
     /// A name that could have been the process's socket was refused (each distinct name and
     /// reason once per session); the session goes on looking. Sent before `Started`/`Failed`.
     Refused {
-        pid: u32,
+        process: Incarnation,
         path: PathBuf,
         refusal: Refusal,
     },
     /// How many more distinct names were refused than [`MAX_REPORTED_REFUSALS`] (once, before
     /// `Started`/`Failed`).
     RefusalsNotReported {
-        pid: u32,
+        process: Incarnation,
         count: u64,
     },
 }
@@ -313,6 +326,9 @@ pub struct StreamEnd {
     pub unrequested_events: u64,
     /// Bytes still queued on the socket when the drain timeout ended the session.
     pub unread_bytes: u64,
+    /// Bytes queued on the socket, not decoded, when the session ended because its process
+    /// exited while another process still held the connection open.
+    pub bytes_after_exit: u64,
     /// Events decoded but not written because the session passed a byte budget (then ended).
     pub unwritten_events: u64,
     /// Why StopTracing was not acknowledged, when tracer sent it and it was not.
@@ -341,14 +357,19 @@ pub struct SessionContext {
 pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: SessionContext) {
     let target = match target {
         Ok(t) => t,
-        Err(e) => return report_failure(pid, e.into(), &ctx.out).await,
+        Err(e) => return report_failure(Incarnation::new(pid, None), e.into(), &ctx.out).await,
     };
+    let process = target.incarnation();
     let out = ctx.out.clone();
     let report = |report: LocateReport| {
         let out = out.clone();
         let message = match report {
-            LocateReport::Refused(path, refusal) => SessionMessage::Refused { pid, path, refusal },
-            LocateReport::NotReported(count) => SessionMessage::RefusalsNotReported { pid, count },
+            LocateReport::Refused(path, refusal) => {
+                SessionMessage::Refused { process, path, refusal }
+            }
+            LocateReport::NotReported(count) => {
+                SessionMessage::RefusalsNotReported { process, count }
+            }
         };
         async move { drop(out.send(message).await) }
     };
@@ -358,7 +379,7 @@ pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: Session
     };
     let (client, runtime) = match probed {
         Ok(p) => p,
-        Err(e) => return report_failure(pid, e, &ctx.out).await,
+        Err(e) => return report_failure(process, e, &ctx.out).await,
     };
     let hub = match (ctx.config.mode, ctx.user_events.take()) {
         (SessionMode::Streaming, _) | (_, None) => None,
@@ -392,14 +413,14 @@ pub async fn run(pid: u32, target: Result<Target, SocketError>, mut ctx: Session
         granted
     });
     match hub {
-        Some(hub) => user_events::run(pid, client, runtime, ctx, hub).await,
-        None => streaming::run(pid, client, runtime, ctx).await,
+        Some(hub) => user_events::run(&target, client, runtime, ctx, hub).await,
+        None => streaming::run(&target, client, runtime, ctx).await,
     }
 }
 
-async fn report_failure(pid: u32, e: ClientError, out: &mpsc::Sender<SessionMessage>) {
+async fn report_failure(process: Incarnation, e: ClientError, out: &mpsc::Sender<SessionMessage>) {
     let refused = matches!(&e, ClientError::Socket(s) if s.refusal().is_some());
-    let _ = out.send(SessionMessage::Failed { pid, error: e.to_string(), refused }).await;
+    let _ = out.send(SessionMessage::Failed { process, error: e.to_string(), refused }).await;
 }
 
 /// Distinct refused names one session reports individually (`socket_refused` lines); more are
@@ -585,11 +606,13 @@ mod tests {
             context: EventContext { timestamp, ..EventContext::default() },
         };
         let (clock, labels) = (Clock::new(), Some(Arc::new(ProcessLabels::default())));
+        let process = Incarnation::new(7, Some(1_230_000_000));
+        let origin = EventOrigin { process, session_id: 0x42 };
         let push = |lines: &mut EventLines, timestamp| {
             assert!(lines.push_if(
                 &clock,
                 Source::Nettrace,
-                7,
+                origin,
                 labels.as_ref(),
                 event(timestamp),
                 |_| true
@@ -601,7 +624,14 @@ mod tests {
         let full = lines.take();
         assert_eq!((full.lines.lines(), full.unnamed), (2, 0));
         let provider = meta.provider.clone();
-        assert_eq!(full.runs, [ProviderLines { pid: 7, provider, lines: 2 }]);
+        assert_eq!(full.runs, [ProviderLines { process, provider, lines: 2 }]);
+        let first = String::from_utf8(full.lines.iter().next().unwrap().to_vec()).unwrap();
+        assert!(
+            first.contains(
+                r#""pid":7,"process_start_ns":1230000000,"session_id":"0x42","provider":"#
+            ),
+            "{first}"
+        );
         assert_eq!((lines.lines.lines(), lines.runs.len(), lines.counters.len()), (0, 0, 0));
         push(&mut lines, 3_000);
         let mut fresh = EventLines::new();

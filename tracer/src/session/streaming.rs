@@ -31,10 +31,11 @@ use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::nettrace_file::NettraceFile;
 use super::{
-    EVENT_LINES_BATCH_BYTES, EndReason, EventLines, SessionContext, SessionEnd, SessionMessage,
-    SessionMode, StreamEnd, stopped,
+    EVENT_LINES_BATCH_BYTES, EndReason, EventLines, EventOrigin, SessionContext, SessionEnd,
+    SessionMessage, SessionMode, StreamEnd, stopped,
 };
 use crate::ipc::client::DiagnosticClient;
+use crate::ipc::socket::Target;
 use crate::output::Source;
 
 /// Rendered lines one session may hold while the pipeline is behind.
@@ -136,19 +137,20 @@ impl Outbox<'_> {
 }
 
 pub(super) async fn run(
-    pid: u32,
+    target: &Target,
     client: DiagnosticClient,
     runtime: Option<ProcessInfo>,
     ctx: SessionContext,
 ) {
     let SessionContext { config, clock, out, mut stop, labels, .. } = ctx;
+    let (pid, process) = (target.pid(), target.incarnation());
     let labels = labels.get(pid);
     let major = runtime.as_ref().and_then(ProcessInfo::major_version);
     let mut command = match collect_tracing_for(&config.request, major) {
         Ok(command) => command,
         Err(e) => {
             let _ = out
-                .send(SessionMessage::Failed { pid, error: e.to_string(), refused: false })
+                .send(SessionMessage::Failed { process, error: e.to_string(), refused: false })
                 .await;
             return;
         }
@@ -181,11 +183,12 @@ pub(super) async fn run(
     }
     let session = match started {
         Ok(s) => s,
-        Err(e) => return super::report_failure(pid, e, &out).await,
+        Err(e) => return super::report_failure(process, e, &out).await,
     };
     let (session_id, mut stream) = (session.session_id, session.stream);
+    let origin = EventOrigin { process, session_id };
     let started = SessionMessage::Started {
-        pid,
+        process,
         session_id,
         command: command.code(),
         mode: SessionMode::Streaming,
@@ -233,9 +236,33 @@ pub(super) async fn run(
     let mut start_deadline = Some(Instant::now() + config.timeouts.read);
     // `--stopping-event`: set once an event matched (the session then stops like on Ctrl-C).
     let mut stopping_matched = false;
+    // Resolves when the pinned process exits: its lines must not go on with a stream that may
+    // now come from another process (a listener handed on; docs/security.md, "Peer identity").
+    let exited = target.exited();
+    tokio::pin!(exited);
+    let mut exit_seen = false;
+    let mut bytes_after_exit = 0;
     let reason = loop {
         let read = tokio::select! {
             r = stream.read(&mut buf) => r,
+            () = &mut exited, if !exit_seen => match after_exit(&stream) {
+                // The connection's last holder closed it: the process's own, at its exit. The
+                // bytes queued before that are its stream: read on to the end.
+                AfterExit::PeerClosed => {
+                    exit_seen = true;
+                    continue;
+                }
+                AfterExit::StillOpen(queued) => {
+                    bytes_after_exit = queued;
+                    detail = Some(format!(
+                        "the process exited while another process held its session's \
+                         connection open: {queued} bytes queued then were not decoded"
+                    ));
+                    log::warn!("pid {pid}: {}", detail.as_deref().unwrap_or_default());
+                    cut(&stream);
+                    break EndReason::ProcessExited;
+                }
+            },
             () = sleep_until_opt(start_deadline) => break EndReason::StreamNotStarted,
             () = stopped(&mut stop), if drain_deadline.is_none() => {
                 drain_deadline = Some(Instant::now() + config.drain_timeout);
@@ -290,7 +317,7 @@ pub(super) async fn run(
                     false
                 }
             };
-            if !lines.push_if(&clock, Source::Nettrace, pid, labels.as_ref(), event, spend) {
+            if !lines.push_if(&clock, Source::Nettrace, origin, labels.as_ref(), event, spend) {
                 not_written += 1;
                 return;
             }
@@ -359,13 +386,34 @@ pub(super) async fn run(
         lost_by_thread: parser.lost_by_thread(),
         unrequested_events: unrequested,
         unread_bytes,
+        bytes_after_exit,
         unwritten_events,
         stop_error,
         // The end tag arrived only when the session ended this way.
         file: file
             .map(|f| f.finish(matches!(reason, EndReason::Stopped | EndReason::RuntimeEnded))),
     }));
-    let _ = out.send(SessionMessage::Ended { pid, session_id, reason, detail, end }).await;
+    let _ = out.send(SessionMessage::Ended { process, session_id, reason, detail, end }).await;
+}
+
+/// What a session's connection holds once its process has exited.
+enum AfterExit {
+    /// The peer has closed it: every byte queued was written before that.
+    PeerClosed,
+    /// Another process still holds it open; this many bytes are queued (and not decoded).
+    StillOpen(u64),
+}
+
+/// Whether the peer of `stream` has closed it (`POLLRDHUP`), else the bytes queued on it.
+fn after_exit(stream: &tokio::net::UnixStream) -> AfterExit {
+    let mut entry = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd, borrowed for the call; a timeout of 0 never blocks.
+    let ready = unsafe { libc::poll(&mut entry, 1, 0) };
+    if ready > 0 && entry.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
+        AfterExit::PeerClosed
+    } else {
+        AfterExit::StillOpen(pending_bytes(stream))
+    }
 }
 
 /// Makes the runtime's further writes into the stream fail (EPIPE) at once: tracer reads no more

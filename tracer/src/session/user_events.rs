@@ -16,10 +16,15 @@
 //!
 //! The fd is a privilege (docs/security.md, "user_events grant"): each session gets its own
 //! `open()` of `user_events_data`, closed when the session ends; its tracepoint names carry 64
-//! random bits (nobody can pre-register or guess them); and a record written by a process that is
-//! not the session's target (an fd passed on, a guessed name) is dropped and counted
-//! (`foreign_writer`).
-use std::collections::HashMap;
+//! random bits (nobody can pre-register or guess them); and a record written by a thread that
+//! was not, when it wrote it, a thread of the session's process (an fd passed on, a guessed
+//! name) is dropped and counted (`foreign_writer`). Which process a thread belonged to comes
+//! from the kernel's record of the session process's threads ([`ThreadTable`]), which outlives
+//! the threads: records of threads that have exited since are still theirs.
+//!
+//! A record's line names its session, whose id the runtime's reply carries: records read
+//! before the session task has it are held ([`MAX_RECORDS_BEFORE_START`]) until it does.
+use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context as _, anyhow};
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
+use tracer_common::ThreadTenure;
 use tracer_decode::budget::OutputBudget;
 use tracer_decode::diagnostic_ipc::{
     CommandCode, ProcessInfo, TracepointConfig, UserEventsProvider,
@@ -39,13 +46,16 @@ use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 use super::nettrace_file::{FileRecord, RecordsFile};
 use super::stopping::StoppingEvent;
 use super::{
-    EndReason, EventLines, SessionContext, SessionEnd, SessionMessage, SessionMode, stopped,
+    EndReason, EventLines, EventOrigin, SessionContext, SessionEnd, SessionMessage, SessionMode,
+    stopped,
 };
 use crate::ipc::client::DiagnosticClient;
+use crate::ipc::socket::Target;
 use crate::kernel::ftrace_reader::{self, FtraceReader, ReaderConfig, ReaderStats};
+use crate::kernel::threads::{SWEEP_INTERVAL, ThreadTable};
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
 use crate::kernel::user_events::{DOTNET_TRACEPOINT_FIELDS, UserEventsData};
-use crate::output::{RecordTotals, Source};
+use crate::output::{Incarnation, RecordTotals, Source};
 use crate::time::Clock;
 
 /// user_events event names are limited (dynamic event names: 64 bytes with the NUL).
@@ -54,8 +64,10 @@ const MAX_TRACEPOINT_NAME: usize = 63;
 /// bytes are bounded too (`tracer_decode::user_events::CACHE_MAX_BYTES`, in total and per
 /// process).
 const METADATA_CACHE_ENTRIES: usize = 64 * 1024;
-/// Threads per session whose process (tgid) is remembered; beyond it the cache starts over.
-const MAX_CACHED_THREADS: usize = 4096;
+/// Records of one session held while its start is not yet confirmed (the runtime may write
+/// before tracer has read its reply); beyond, they are dropped and counted
+/// (`session_not_started`), as are those of a session that never starts.
+pub const MAX_RECORDS_BEFORE_START: usize = 16 * 1024;
 /// Random bytes in each session's tracepoint names (hex: twice as many characters).
 const NAME_NONCE_BYTES: usize = 8;
 /// Records the ftrace reader holds in its reorder window (each at most a page): beyond it the
@@ -64,10 +76,10 @@ pub const MAX_HELD_RECORDS: usize = 16 * 1024;
 
 /// What session tasks ask of the pipeline's [`Hub`].
 pub enum Request {
-    /// Register, start decoding and enable one tracepoint per provider of `pid`; replies with
-    /// the tracepoint names in provider order.
+    /// Register, start decoding and enable one tracepoint per provider of `process`, and
+    /// record its threads; replies with the tracepoint names in provider order.
     Prepare {
-        pid: u32,
+        process: Incarnation,
         providers: Vec<String>,
         pointer_size: u32,
         stopping_event: Option<StoppingEvent>,
@@ -75,6 +87,9 @@ pub enum Request {
         nettrace_dir: Option<PathBuf>,
         reply: oneshot::Sender<anyhow::Result<Prepared>>,
     },
+    /// The runtime started `pid`'s session: its records are written from now on, each naming
+    /// `session_id`.
+    Started { pid: u32, session_id: u64 },
     /// Read what is buffered, then disable and unregister `pid`'s tracepoints; replies with what
     /// the session's records lost.
     Release { pid: u32, reply: oneshot::Sender<RecordTotals> },
@@ -97,13 +112,14 @@ pub struct HubHandle {
 
 /// Runs one user_events session with an already probed runtime.
 pub(super) async fn run(
-    pid: u32,
+    target: &Target,
     client: DiagnosticClient,
     runtime: Option<ProcessInfo>,
     ctx: SessionContext,
     hub: HubHandle,
 ) {
     let SessionContext { config, out, mut stop, .. } = ctx;
+    let (pid, process) = (target.pid(), target.incarnation());
     let providers: Vec<String> =
         config.request.providers.iter().map(|p| p.provider.name.clone()).collect();
     let pointer_size = match runtime.as_ref().map(|r| r.arch.as_str()) {
@@ -112,7 +128,7 @@ pub(super) async fn run(
     };
     let (reply, prepared) = oneshot::channel();
     let prepare = Request::Prepare {
-        pid,
+        process,
         providers,
         pointer_size,
         stopping_event: config.stopping_event.clone(),
@@ -126,7 +142,7 @@ pub(super) async fn run(
         Ok(Ok(prepared)) => prepared,
         Ok(Err(e)) => {
             let error = format!("preparing user_events tracepoints: {e:#}");
-            let _ = out.send(SessionMessage::Failed { pid, error, refused: false }).await;
+            let _ = out.send(SessionMessage::Failed { process, error, refused: false }).await;
             return;
         }
         Err(_) => return,
@@ -154,18 +170,20 @@ pub(super) async fn run(
             if let Some(file) = release(&hub, pid).await.and_then(|r| r.file) {
                 let _ = std::fs::remove_file(&file.nettrace_file);
             }
-            return super::report_failure(pid, e, &out).await;
+            return super::report_failure(process, e, &out).await;
         }
     };
     let (session_id, mut stream) = (session.session_id, session.stream);
     let started = SessionMessage::Started {
-        pid,
+        process,
         session_id,
         command: CommandCode::CollectTracing5,
         mode: SessionMode::UserEvents,
         runtime,
     };
-    if out.send(started).await.is_err() {
+    if out.send(started).await.is_err()
+        || hub.requests.send(Request::Started { pid, session_id }).await.is_err()
+    {
         return;
     }
 
@@ -178,6 +196,7 @@ pub(super) async fn run(
             Err(_) => std::future::pending().await,
         }
     };
+    let exited = (EndReason::ProcessExited, Some("the process exited".to_string()));
     let (reason, detail) = tokio::select! {
         () = stopped(&mut stop) => (EndReason::Stopped, None),
         reason = decided => {
@@ -185,6 +204,8 @@ pub(super) async fn run(
                 .then(|| "its records rendered more output than their bytes pay for".to_string());
             (reason, detail)
         }
+        // Whoever holds the connection now: no thread of the process writes any more.
+        () = target.exited() => exited,
         r = stream.read(&mut byte) => match r {
             Ok(0) => (EndReason::ProcessExited, Some("the runtime closed the session's connection".to_string())),
             Ok(_) => (EndReason::ReadError, Some("unexpected data on a user_events session connection".to_string())),
@@ -195,8 +216,8 @@ pub(super) async fn run(
     drop(stream);
     let records = release(&hub, pid).await;
     let end = SessionEnd::Records(records.unwrap_or_default());
-    let _ =
-        out.send(SessionMessage::Ended { pid, session_id, reason, detail, end: Some(end) }).await;
+    let message = SessionMessage::Ended { process, session_id, reason, detail, end: Some(end) };
+    let _ = out.send(message).await;
 }
 
 /// Ends `pid`'s grant; `None` when the pipeline is shutting down.
@@ -216,15 +237,20 @@ struct TracepointInfo {
     id: u16,
 }
 
-/// One session's grant: its own open `user_events_data`, its tracepoints, which threads are
-/// known to belong (or not) to its process, and what its records earned and lost.
+/// One session's grant: its own open `user_events_data`, its tracepoints, the generation of its
+/// process's threads in the kernel's record, and what its records earned and lost.
 struct Grant {
     /// Closed (after unregistering every tracepoint) when the grant is dropped.
     data: Arc<UserEventsData>,
+    process: Incarnation,
+    /// Which of the kernel's thread entries are this session's ([`ThreadTable::watch`]).
+    generation: u32,
+    /// The runtime's id of the session, once its reply was read; records read before are held
+    /// in `before_start`.
+    session_id: Option<u64>,
+    before_start: Vec<ftrace_reader::Event>,
     nonce: String,
     names: Vec<String>,
-    /// Thread id → whether it is a thread of the session's process; bounded.
-    threads: HashMap<u32, bool>,
     /// Output bytes earned by the session's record bytes (see `tracer_decode::budget`).
     budget: OutputBudget,
     stopping_event: Option<StoppingEvent>,
@@ -239,27 +265,45 @@ struct Grant {
 }
 
 /// The pipeline's side: the sessions' `user_events_data` files, tracer's private ftrace instance
-/// and reader, and what it needs to decode the records of every session's tracepoints.
+/// and reader, the kernel's record of the sessions' threads, and what it needs to decode the
+/// records of every session's tracepoints.
 pub struct Hub {
     tracefs: Tracefs,
     reader: FtraceReader,
+    threads: ThreadTable,
+    /// When the thread table was last swept ([`SWEEP_INTERVAL`]).
+    swept: Instant,
     tracepoints: HashMap<String, TracepointInfo>,
     grants: HashMap<u32, Grant>,
     cache: MetadataCache,
     requests: mpsc::Receiver<Request>,
     sender: mpsc::Sender<Request>,
-    decode_errors: u64,
-    /// Records whose writer was not (verifiably) a thread of the session's process.
-    foreign_writer: u64,
-    over_budget: u64,
+    counts: HubCounts,
     /// Cgroup, container and pod of each traced process, for its event lines.
     labels: crate::identity::LabelRegistry,
 }
 
+/// What the hub dropped, over all sessions.
+#[derive(Debug, Default)]
+struct HubCounts {
+    decode_errors: u64,
+    /// Records whose writer was not a thread of the session's process when it wrote them.
+    foreign_writer: u64,
+    over_budget: u64,
+    /// Records of sessions whose start was never confirmed, or past
+    /// [`MAX_RECORDS_BEFORE_START`].
+    not_started: u64,
+}
+
 impl Hub {
     /// Checks that `user_events_data` opens and creates a private instance (trace_clock mono, so
-    /// record timestamps are CLOCK_MONOTONIC like every other source) with its mapped reader.
-    pub fn start(tracefs: &Tracefs, buffer_size_kb: u64) -> anyhow::Result<Hub> {
+    /// record timestamps are CLOCK_MONOTONIC like every other source and like the thread
+    /// table's stamps) with its reader.
+    pub fn start(
+        tracefs: &Tracefs,
+        buffer_size_kb: u64,
+        threads: ThreadTable,
+    ) -> anyhow::Result<Hub> {
         // Each session opens its own; this one only proves it can be opened.
         drop(UserEventsData::open(tracefs)?);
         // Several pipelines may run in one process (tests): each gets its own instance.
@@ -278,14 +322,14 @@ impl Hub {
         Ok(Hub {
             tracefs: tracefs.clone(),
             reader,
+            threads,
+            swept: Instant::now(),
             tracepoints: HashMap::new(),
             grants: HashMap::new(),
             cache: MetadataCache::new(METADATA_CACHE_ENTRIES),
             requests,
             sender,
-            decode_errors: 0,
-            foreign_writer: 0,
-            over_budget: 0,
+            counts: HubCounts::default(),
             labels: Default::default(),
         })
     }
@@ -301,22 +345,26 @@ impl Hub {
 
     /// Waits for a request or buffered records; returns the decoded event lines (possibly none).
     pub async fn next(&mut self, clock: &Clock) -> EventLines {
-        tokio::select! {
+        let lines = tokio::select! {
             Some(request) = self.requests.recv() => self.handle_request(request, clock),
             batch = self.reader.next_batch() => match batch {
-                Ok(events) => self.decode(&events, clock),
+                Ok(events) => self.decode(events, clock),
                 Err(e) => {
                     log::error!("reading the user_events ftrace buffer: {e:#}");
                     EventLines::default()
                 }
             },
+        };
+        if self.swept.elapsed() >= SWEEP_INTERVAL {
+            self.sweep();
         }
+        lines
     }
 
     /// Everything still buffered (at shutdown).
     pub fn flush(&mut self, clock: &Clock) -> EventLines {
         match self.reader.flush() {
-            Ok(events) => self.decode(&events, clock),
+            Ok(events) => self.decode(events, clock),
             Err(e) => {
                 log::error!("reading the user_events ftrace buffer: {e:#}");
                 EventLines::default()
@@ -329,17 +377,23 @@ impl Hub {
     }
 
     pub fn decode_errors(&self) -> u64 {
-        self.decode_errors
+        self.counts.decode_errors
     }
 
     /// Records dropped because their writer was not a thread of the session's process.
     pub fn foreign_writer(&self) -> u64 {
-        self.foreign_writer
+        self.counts.foreign_writer
     }
 
     /// Records decoded but not written: their process's output budget was spent.
     pub fn over_budget(&self) -> u64 {
-        self.over_budget
+        self.counts.over_budget
+    }
+
+    /// Records dropped because their session's start was never confirmed (or too many came
+    /// before it was).
+    pub fn not_started(&self) -> u64 {
+        self.counts.not_started
     }
 
     /// Event metadata the cache refused to keep (full): those events keep raw payloads.
@@ -350,16 +404,18 @@ impl Hub {
     fn handle_request(&mut self, request: Request, clock: &Clock) -> EventLines {
         match request {
             Request::Prepare {
-                pid,
+                process,
                 providers,
                 pointer_size,
                 stopping_event,
                 nettrace_dir,
                 reply,
             } => {
+                let pid = process.pid;
                 let file = nettrace_dir.as_deref();
-                let result =
-                    self.grant(pid, stopping_event, file, pointer_size, clock).and_then(|end| {
+                let result = self
+                    .grant(process, stopping_event, file, pointer_size, clock)
+                    .and_then(|end| {
                         let names = providers
                             .iter()
                             .map(|provider| self.prepare(pid, provider, pointer_size))
@@ -374,6 +430,12 @@ impl Hub {
                 let _ = reply.send(result);
                 EventLines::default()
             }
+            Request::Started { pid, session_id } => {
+                let Some(grant) = self.grants.get_mut(&pid) else { return EventLines::default() };
+                grant.session_id = Some(session_id);
+                let held = std::mem::take(&mut grant.before_start);
+                self.decode(held, clock)
+            }
             Request::Release { pid, reply } => {
                 // Disabled first, so that every record the session's tracepoints took is in the
                 // buffer for the flush: records written after it are not recorded at all.
@@ -386,22 +448,25 @@ impl Hub {
         }
     }
 
-    /// Opens `pid`'s own `user_events_data` and draws its tracepoint names' random part;
-    /// returns word of why the session must end, when its records decide it.
-    /// With `nettrace_dir`, the session's records are also written to a `.nettrace` there.
+    /// Opens `process`'s own `user_events_data`, records its threads and draws its tracepoint
+    /// names' random part; returns word of why the session must end, when its records decide
+    /// it. With `nettrace_dir`, the session's records are also written to a `.nettrace` there.
     fn grant(
         &mut self,
-        pid: u32,
+        process: Incarnation,
         stopping_event: Option<StoppingEvent>,
         nettrace_dir: Option<&std::path::Path>,
         pointer_size: u32,
         clock: &Clock,
     ) -> anyhow::Result<oneshot::Receiver<EndReason>> {
+        let pid = process.pid;
         if self.grants.contains_key(&pid) {
             anyhow::bail!("pid {pid} already has a user_events session");
         }
         let data = Arc::new(UserEventsData::open(&self.tracefs)?);
         let nonce = name_nonce()?;
+        // Before the runtime learns the names: every thread that can write is recorded.
+        let generation = self.threads.watch(pid).context("recording the process's threads")?;
         let (end, end_rx) = oneshot::channel();
         // Named like a streaming session's file, with the names' random part as the id.
         let name_id = u64::from_str_radix(&nonce, 16).unwrap_or_default();
@@ -409,9 +474,12 @@ impl Hub {
             nettrace_dir.map(|dir| RecordsFile::create(dir, pid, name_id, pointer_size, clock));
         let grant = Grant {
             data,
+            process,
+            generation,
+            session_id: None,
+            before_start: Vec::new(),
             nonce,
             names: Vec::new(),
-            threads: HashMap::new(),
             budget: OutputBudget::default(),
             stopping_event,
             file,
@@ -457,8 +525,8 @@ impl Hub {
     }
 
     /// Stops decoding and unregisters `pid`'s tracepoints (disabled already), then closes its
-    /// `user_events_data` (the kernel deletes the events once the runtime lets go of them too);
-    /// returns what the session's records lost.
+    /// `user_events_data` (the kernel deletes the events once the runtime lets go of them too)
+    /// and stops recording its threads; returns what the session's records lost.
     fn release(&mut self, pid: u32) -> Option<RecordTotals> {
         let mut grant = self.grants.remove(&pid)?;
         for name in &grant.names {
@@ -469,130 +537,163 @@ impl Hub {
                 log::warn!("unregistering user_events tracepoint {name}: {e}");
             }
         }
+        self.threads.unwatch(pid);
         if Arc::strong_count(&grant.data) > 1 {
             // Only while a session task has not yet handed the fd on; it drops it right after.
             log::debug!("pid {pid}: user_events_data still referenced by its session task");
         }
+        let unconfirmed = grant.before_start.len() as u64;
+        if unconfirmed > 0 {
+            log::warn!("pid {pid}: {unconfirmed} records of a session that never started: dropped");
+            self.counts.not_started += unconfirmed;
+        }
         let buffer_lost = self.reader.stats().lost().saturating_sub(grant.buffer_lost_at_start);
         let file = grant.file.take().map(RecordsFile::finish);
-        let records = RecordTotals { buffer_lost, file, ..grant.records.clone() };
+        let records = RecordTotals {
+            buffer_lost,
+            file,
+            not_started: grant.records.not_started + unconfirmed,
+            ..grant.records.clone()
+        };
         drop(grant);
         self.cache.forget_process(pid);
         Some(records)
     }
 
-    fn decode(&mut self, events: &[ftrace_reader::Event], clock: &Clock) -> EventLines {
-        let limits = MetadataLimits::default();
+    /// Removes the thread entries no record can need any more: of ended sessions, and of
+    /// threads that exited before what the reader has returned — unless records are held for a
+    /// session's start (those were returned, not yet attributed).
+    fn sweep(&mut self) {
+        self.swept = Instant::now();
+        if self.grants.values().any(|g| !g.before_start.is_empty()) {
+            return;
+        }
+        let live: HashSet<u32> = self.grants.values().map(|g| g.generation).collect();
+        self.threads.sweep(&live, self.reader.returned_through());
+    }
+
+    fn decode(&mut self, events: Vec<ftrace_reader::Event>, clock: &Clock) -> EventLines {
         let mut lines = EventLines::default();
+        // What the kernel recorded of each writer, looked up once per batch.
+        let mut writers: HashMap<u32, Option<ThreadTenure>> = HashMap::new();
         for ev in events {
-            let name = &ev.tracepoint.name;
-            let Some(info) = self.tracepoints.get(name) else { continue };
-            let Some(grant) = self.grants.get_mut(&info.pid) else { continue };
-            let writer = ev.common.pid as u32;
-            if !is_thread_of(&mut grant.threads, writer, info.pid) {
-                self.foreign_writer += 1;
-                grant.records.foreign_writer += 1;
-                if self.foreign_writer.is_power_of_two() {
-                    log::warn!(
-                        "pid {}: user_events:{name} record written by pid {writer}, not one of \
-                         its threads: dropped",
-                        info.pid
-                    );
-                }
-                continue;
-            }
-            let mut record = match parse_record(&info.layout, &ev.record, &info.provider, &limits) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.decode_errors += 1;
-                    grant.records.undecodable += 1;
-                    log::warn!(
-                        "pid {}: user_events:{name} record on cpu {}: {e}",
-                        info.pid,
-                        ev.cpu
-                    );
-                    continue;
-                }
-            };
-            let metadata_bytes = record.metadata_bytes.take();
-            let meta = self.cache.resolve(info.pid, name, &info.provider, &mut record);
-            let context = EventContext {
-                thread: ev.common.pid as u64,
-                sequence: None,
-                timestamp: ev.ts as i64,
-                activity_id: record.activity_id.unwrap_or_default(),
-                related_activity_id: record.related_activity_id.unwrap_or_default(),
-                stack_id: 0,
-            };
-            let event = OutputEvent {
-                metadata: &meta,
-                payload: record.payload,
-                pointer_size: info.pointer_size,
-                context,
-            };
-            if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&event))
-                && let Some(end) = grant.end.take()
-            {
-                log::info!("pid {}: the stopping event arrived: stopping the session", info.pid);
-                let _ = end.send(EndReason::StoppingEvent);
-            }
-            grant.budget.earn(ev.record.len() as u64);
-            let labels = self.labels.get(info.pid);
-            let budget = &mut grant.budget;
-            let mut over = None;
-            let spend = |len: usize| match budget.spend(len as u64) {
-                Ok(()) => true,
-                Err(e) => {
-                    over = Some(e);
-                    false
-                }
-            };
-            if !lines.push_if(clock, Source::UserEvents, info.pid, labels.as_ref(), event, spend) {
-                self.over_budget += 1;
-                grant.records.unwritten_events += 1;
-                if let (Some(e), Some(end)) = (over, grant.end.take()) {
-                    log::warn!("pid {}: user_events session ends: {e}", info.pid);
-                    let _ = end.send(EndReason::BudgetExceeded);
-                }
-                continue;
-            }
-            if let Some(file) = &mut grant.file {
-                file.record(&FileRecord {
-                    tracepoint: name,
-                    provider: &info.provider,
-                    event_id: record.event_id,
-                    metadata: metadata_bytes.as_deref(),
-                    thread: ev.common.pid as u64,
-                    timestamp: ev.ts as i64,
-                    activity_id: record.activity_id.unwrap_or_default(),
-                    related_activity_id: record.related_activity_id.unwrap_or_default(),
-                    payload: record.payload,
-                });
-            }
+            self.decode_one(ev, clock, &mut lines, &mut writers);
         }
         lines
     }
+
+    fn decode_one(
+        &mut self,
+        ev: ftrace_reader::Event,
+        clock: &Clock,
+        lines: &mut EventLines,
+        writers: &mut HashMap<u32, Option<ThreadTenure>>,
+    ) {
+        let limits = MetadataLimits::default();
+        let name = &ev.tracepoint.name;
+        let Some(info) = self.tracepoints.get(name) else { return };
+        let Some(grant) = self.grants.get_mut(&info.pid) else { return };
+        let Some(session_id) = grant.session_id else {
+            if grant.before_start.len() < MAX_RECORDS_BEFORE_START {
+                grant.before_start.push(ev);
+            } else {
+                self.counts.not_started += 1;
+                grant.records.not_started += 1;
+            }
+            return;
+        };
+        let writer = ev.common.pid as u32;
+        let threads = &self.threads;
+        let tenure = writers.entry(writer).or_insert_with(|| threads.tenure(writer));
+        if !tenure.is_some_and(|t| wrote_for(&t, info.pid, grant.generation, ev.ts)) {
+            self.counts.foreign_writer += 1;
+            grant.records.foreign_writer += 1;
+            if self.counts.foreign_writer.is_power_of_two() {
+                log::warn!(
+                    "pid {}: user_events:{name} record written by thread {writer}, not one of \
+                     its threads then: dropped",
+                    info.pid
+                );
+            }
+            return;
+        }
+        let mut record = match parse_record(&info.layout, &ev.record, &info.provider, &limits) {
+            Ok(r) => r,
+            Err(e) => {
+                self.counts.decode_errors += 1;
+                grant.records.undecodable += 1;
+                log::warn!("pid {}: user_events:{name} record on cpu {}: {e}", info.pid, ev.cpu);
+                return;
+            }
+        };
+        let metadata_bytes = record.metadata_bytes.take();
+        let meta = self.cache.resolve(info.pid, name, &info.provider, &mut record);
+        let context = EventContext {
+            thread: ev.common.pid as u64,
+            sequence: None,
+            timestamp: ev.ts as i64,
+            activity_id: record.activity_id.unwrap_or_default(),
+            related_activity_id: record.related_activity_id.unwrap_or_default(),
+            stack_id: 0,
+        };
+        let event = OutputEvent {
+            metadata: &meta,
+            payload: record.payload,
+            pointer_size: info.pointer_size,
+            context,
+        };
+        if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&event))
+            && let Some(end) = grant.end.take()
+        {
+            log::info!("pid {}: the stopping event arrived: stopping the session", info.pid);
+            let _ = end.send(EndReason::StoppingEvent);
+        }
+        grant.budget.earn(ev.record.len() as u64);
+        let labels = self.labels.get(info.pid);
+        let budget = &mut grant.budget;
+        let mut over = None;
+        let spend = |len: usize| match budget.spend(len as u64) {
+            Ok(()) => true,
+            Err(e) => {
+                over = Some(e);
+                false
+            }
+        };
+        let origin = EventOrigin { process: grant.process, session_id };
+        if !lines.push_if(clock, Source::UserEvents, origin, labels.as_ref(), event, spend) {
+            self.counts.over_budget += 1;
+            grant.records.unwritten_events += 1;
+            if let (Some(e), Some(end)) = (over, grant.end.take()) {
+                log::warn!("pid {}: user_events session ends: {e}", info.pid);
+                let _ = end.send(EndReason::BudgetExceeded);
+            }
+            return;
+        }
+        if let Some(file) = &mut grant.file {
+            file.record(&FileRecord {
+                tracepoint: name,
+                provider: &info.provider,
+                event_id: record.event_id,
+                metadata: metadata_bytes.as_deref(),
+                thread: ev.common.pid as u64,
+                timestamp: ev.ts as i64,
+                activity_id: record.activity_id.unwrap_or_default(),
+                related_activity_id: record.related_activity_id.unwrap_or_default(),
+                payload: record.payload,
+            });
+        }
+    }
 }
 
-/// Whether thread `tid` (ftrace's `common_pid`) belongs to process `pid`: the process itself, or
-/// a thread whose `/proc/<tid>/status` says `Tgid: <pid>`. A thread that cannot be checked (gone
-/// already) does not count as the process's. Answers are cached in `threads` (bounded).
-fn is_thread_of(threads: &mut HashMap<u32, bool>, tid: u32, pid: u32) -> bool {
-    if tid == pid {
-        return true;
-    }
-    if let Some(&known) = threads.get(&tid) {
-        return known;
-    }
-    let tgid = std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()
-        .and_then(|s| tracer_decode::procfs::parse_status_tgid(&s));
-    let ours = tgid.is_some_and(|t| t == pid as i32);
-    if threads.len() >= MAX_CACHED_THREADS {
-        threads.clear();
-    }
-    threads.insert(tid, ours);
-    ours
+/// Whether a record written at `ts` (CLOCK_MONOTONIC) by a thread the kernel recorded as
+/// `tenure` was written by a thread of session `generation`'s process `pid`: the thread was its
+/// then — created before the record (or already running when the session started) and not yet
+/// exited.
+fn wrote_for(tenure: &ThreadTenure, pid: u32, generation: u32, ts: u64) -> bool {
+    tenure.tgid == pid
+        && tenure.generation == generation
+        && tenure.born_ns <= ts
+        && (tenure.exited_ns == 0 || ts <= tenure.exited_ns)
 }
 
 /// The random part of one session's tracepoint names: [`NAME_NONCE_BYTES`] from the kernel's
@@ -655,28 +756,20 @@ mod tests {
         assert_ne!(a, b);
     }
 
+    /// A record is its process's when the thread that wrote it was one of the process's at
+    /// that time, even if the thread has exited since; a reused tid, another process's thread
+    /// and an entry of an earlier session of the pid are not.
     #[test]
-    fn only_threads_of_the_process_write_its_records() {
-        let mut threads = HashMap::new();
-        let me = std::process::id();
-        assert!(is_thread_of(&mut threads, me, me));
-        // SAFETY: gettid has no preconditions.
-        let thread = std::thread::spawn(|| unsafe { libc::gettid() } as u32).join().unwrap();
-        // An exited thread cannot be checked: not counted as ours.
-        assert!(!is_thread_of(&mut threads, thread, me));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let live = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).unwrap();
-            done_rx.recv().unwrap();
-        });
-        let tid = rx.recv().unwrap();
-        assert!(is_thread_of(&mut threads, tid, me));
-        // (The cache is per session, i.e. per process.)
-        assert!(!is_thread_of(&mut HashMap::new(), tid, 1), "a thread of another process");
-        assert!(!is_thread_of(&mut threads, 1, me), "init is not one of ours");
-        done_tx.send(()).unwrap();
-        live.join().unwrap();
+    fn records_are_attributed_by_what_their_thread_was_when_it_wrote() {
+        let (pid, generation) = (100, 7);
+        let exited = ThreadTenure { tgid: pid, generation, born_ns: 1_000, exited_ns: 5_000 };
+        assert!(wrote_for(&exited, pid, generation, 1_000));
+        assert!(wrote_for(&exited, pid, generation, 5_000), "written just before it exited");
+        assert!(!wrote_for(&exited, pid, generation, 5_001), "after it exited: a new holder");
+        assert!(!wrote_for(&exited, pid, generation, 999), "before it was created");
+        let running = ThreadTenure { tgid: pid, generation, born_ns: 0, exited_ns: 0 };
+        assert!(wrote_for(&running, pid, generation, u64::MAX), "running since the start");
+        assert!(!wrote_for(&running, 101, generation, 10), "a thread of another process");
+        assert!(!wrote_for(&running, pid, generation + 1, 10), "an earlier session's entry");
     }
 }

@@ -145,6 +145,8 @@ pub struct FtraceReader {
     pollfds: Vec<libc::pollfd>,
     /// Paces drains when no watermark wake-up comes ([`ReaderConfig::poll_interval`]).
     poll_timer: PeriodicTimer,
+    /// Every record committed before this CLOCK_MONOTONIC time has been returned.
+    returned_through: u64,
     // Last: the instance outlives the mappings and fds above.
     instance: Arc<Instance>,
 }
@@ -235,6 +237,7 @@ impl FtraceReader {
         let poll_timer = PeriodicTimer::new(config.poll_interval)
             .context("starting the ftrace reader's poll-interval timer")?;
         Ok(FtraceReader {
+            returned_through: 0,
             held: ReorderWindow::new(cpus.len()),
             pollfds,
             poll_timer,
@@ -272,6 +275,7 @@ impl FtraceReader {
     /// returns the events that left the reorder window, oldest first (possibly none).
     pub async fn next_batch(&mut self) -> anyhow::Result<Vec<Event>> {
         self.wait_for_data().await?;
+        let drain_start = monotonic_ns();
         self.drain_into_window(DrainTo::Writer)?;
         let horizon = if self.clock_is_mono {
             monotonic_ns().saturating_sub(self.config.reorder_window.as_nanos() as u64)
@@ -279,7 +283,18 @@ impl FtraceReader {
             // Without a clock shared with ours, all CPUs were just drained: release everything.
             u64::MAX
         };
+        // A flush may have returned more already.
+        self.returned_through = self.returned_through.max(drain_start.min(horizon));
         Ok(self.held.release(horizon, self.config.max_held_events))
+    }
+
+    /// A CLOCK_MONOTONIC time before which every record committed to the buffers has been
+    /// returned by [`next_batch`](Self::next_batch) or [`flush`](Self::flush) (0 before the
+    /// first): a drain, even one that stops at the writer's page, reads everything committed
+    /// before it started (docs/protocol/ftrace.md §6.1), and the reorder window then releases
+    /// what is older than its horizon.
+    pub fn returned_through(&self) -> u64 {
+        self.returned_through
     }
 
     /// Waits like [`next_batch`](Self::next_batch), then hands every record now in the buffers
@@ -344,7 +359,9 @@ impl FtraceReader {
 
     /// Drains every CPU now and releases everything held (shutdown, tests).
     pub fn flush(&mut self) -> anyhow::Result<Vec<Event>> {
+        let drain_start = monotonic_ns();
         self.drain_into_window(DrainTo::Empty)?;
+        self.returned_through = drain_start;
         Ok(self.held.release(u64::MAX, self.config.max_held_events))
     }
 
