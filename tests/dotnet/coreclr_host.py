@@ -16,6 +16,12 @@ Protocol, one line each way:
   stdin  `meter`   → creates Meter `TracerTest.App` with a Counter<int> `requests` and an
                      ObservableGauge<double> `queue-length` (unit `items`, always 42.5) → `METER`
   stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
+  stdin  `burn S`  → runs the CPU workload below on this thread for S seconds → `BURNED <rounds>`
+The CPU workload (`burn`): a dynamic assembly emitted at first use (Reflection.Emit, so every
+method is JIT-compiled, none is precompiled) with the type `TracerWorkload.Hot`: `Inner` and
+`Other` are loops (never inlined); each round `Run` calls `CallerA` → `Inner(3w)`,
+`CallerB` → `Inner(w)` and `Other(2w)`: Inner's CPU splits 3:1 between its two callers, and
+Inner : Other is 2:1.
   stdin  `exit` or EOF → exits 0
 """
 import json
@@ -68,8 +74,104 @@ _initialize = _runtime_event_source.GetMethod("Initialize", BindingFlags.Public 
 if _initialize is not None:
     _initialize.Invoke(None, None)
 
+
+def emit_workload():
+    """The `burn` workload's type (see the module documentation)."""
+    from System import Int64, Object  # noqa: E402
+    from System.Reflection import (  # noqa: E402
+        AssemblyName, MethodAttributes, MethodImplAttributes, TypeAttributes,
+    )
+    from System.Reflection.Emit import AssemblyBuilder, AssemblyBuilderAccess, OpCodes  # noqa: E402
+
+    assembly = AssemblyBuilder.DefineDynamicAssembly(
+        AssemblyName("TracerWorkload"), AssemblyBuilderAccess.Run)
+    hot = assembly.DefineDynamicModule("TracerWorkload").DefineType(
+        "TracerWorkload.Hot", TypeAttributes.Public | TypeAttributes.Class)
+    int_arg = Array[Type]([Int32])
+
+    def method(name, args=int_arg):
+        m = hot.DefineMethod(name, MethodAttributes.Public | MethodAttributes.Static, Int64, args)
+        m.SetImplementationFlags(MethodImplAttributes.NoInlining)
+        return m, m.GetILGenerator()
+
+    def loop(name):
+        # long acc = 0; for (int i = 0; i < n; i++) acc = acc * 31 + i; return acc;
+        m, il = method(name)
+        acc, i = il.DeclareLocal(Int64), il.DeclareLocal(Int32)
+        body, check = il.DefineLabel(), il.DefineLabel()
+        il.Emit(OpCodes.Ldc_I8, Int64(0))
+        il.Emit(OpCodes.Stloc, acc)
+        il.Emit(OpCodes.Ldc_I4_0)
+        il.Emit(OpCodes.Stloc, i)
+        il.Emit(OpCodes.Br, check)
+        il.MarkLabel(body)
+        il.Emit(OpCodes.Ldloc, acc)
+        il.Emit(OpCodes.Ldc_I8, Int64(31))
+        il.Emit(OpCodes.Mul)
+        il.Emit(OpCodes.Ldloc, i)
+        il.Emit(OpCodes.Conv_I8)
+        il.Emit(OpCodes.Add)
+        il.Emit(OpCodes.Stloc, acc)
+        il.Emit(OpCodes.Ldloc, i)
+        il.Emit(OpCodes.Ldc_I4_1)
+        il.Emit(OpCodes.Add)
+        il.Emit(OpCodes.Stloc, i)
+        il.MarkLabel(check)
+        il.Emit(OpCodes.Ldloc, i)
+        il.Emit(OpCodes.Ldarg_0)
+        il.Emit(OpCodes.Blt, body)
+        il.Emit(OpCodes.Ldloc, acc)
+        il.Emit(OpCodes.Ret)
+        return m
+
+    def calls(name, *steps):
+        # long r = 0; r += callee(arg * factor) for each step; return r;
+        m, il = method(name)
+        il.Emit(OpCodes.Ldc_I8, Int64(0))
+        for callee, factor in steps:
+            il.Emit(OpCodes.Ldarg_0)
+            il.Emit(OpCodes.Ldc_I4, Int32(factor))
+            il.Emit(OpCodes.Mul)
+            il.Emit(OpCodes.Call, callee)
+            il.Emit(OpCodes.Add)
+        il.Emit(OpCodes.Ret)
+        return m
+
+    inner, other = loop("Inner"), loop("Other")
+    caller_a, caller_b = calls("CallerA", (inner, 1)), calls("CallerB", (inner, 1))
+    run = calls("Run", (caller_a, 3), (caller_b, 1), (other, 2))
+    # Burn(rounds, w): for (k = 0; k < rounds; k++) r += Run(w);
+    burn, il = method("Burn", Array[Type]([Int32, Int32]))
+    r, k = il.DeclareLocal(Int64), il.DeclareLocal(Int32)
+    body, check = il.DefineLabel(), il.DefineLabel()
+    il.Emit(OpCodes.Ldc_I8, Int64(0))
+    il.Emit(OpCodes.Stloc, r)
+    il.Emit(OpCodes.Ldc_I4_0)
+    il.Emit(OpCodes.Stloc, k)
+    il.Emit(OpCodes.Br, check)
+    il.MarkLabel(body)
+    il.Emit(OpCodes.Ldloc, r)
+    il.Emit(OpCodes.Ldarg_1)
+    il.Emit(OpCodes.Call, run)
+    il.Emit(OpCodes.Add)
+    il.Emit(OpCodes.Stloc, r)
+    il.Emit(OpCodes.Ldloc, k)
+    il.Emit(OpCodes.Ldc_I4_1)
+    il.Emit(OpCodes.Add)
+    il.Emit(OpCodes.Stloc, k)
+    il.MarkLabel(check)
+    il.Emit(OpCodes.Ldloc, k)
+    il.Emit(OpCodes.Ldarg_0)
+    il.Emit(OpCodes.Blt, body)
+    il.Emit(OpCodes.Ldloc, r)
+    il.Emit(OpCodes.Ret)
+    method_info = hot.CreateType().GetMethod("Burn")
+    return lambda rounds, w: method_info.Invoke(None, Array[Object]([Int32(rounds), Int32(w)]))
+
+
 print("READY", os.getpid(), Environment.Version, flush=True)
 requests = None
+burn = None
 for line in sys.stdin:
     cmd = line.split()
     if not cmd:
@@ -113,6 +215,14 @@ for line in sys.stdin:
     elif cmd[0] == "add":
         requests.Add(int(cmd[1]), KeyValuePair[String, Object]("route", cmd[2]))
         print("ADDED", cmd[1], cmd[2], flush=True)
+    elif cmd[0] == "burn":
+        import time
+        burn = burn or emit_workload()
+        deadline, rounds = time.monotonic() + float(cmd[1]), 0
+        while time.monotonic() < deadline:
+            burn(100, 100000)  # about 10 ms a call
+            rounds += 100
+        print("BURNED", rounds, flush=True)
     elif cmd[0] == "exit":
         break
     else:

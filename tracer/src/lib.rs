@@ -22,6 +22,7 @@ pub mod kernel;
 pub mod metrics;
 pub mod output;
 pub mod pipeline;
+pub mod profile;
 pub mod registrations;
 pub mod session;
 pub mod time;

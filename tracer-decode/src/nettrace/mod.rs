@@ -12,6 +12,7 @@
 mod cursor;
 pub mod flat_layout;
 pub mod metadata;
+pub mod methods;
 pub mod payload;
 pub mod runtime_events;
 mod sequence;
