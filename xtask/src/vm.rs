@@ -164,7 +164,8 @@ fn build_test_binaries(opts: &Options) -> anyhow::Result<Vec<TestBinary>> {
     Ok(tests)
 }
 
-fn cache_dir() -> anyhow::Result<PathBuf> {
+/// `$TRACER_CACHE_DIR`, else `~/.cache/tracer`: what outlives a `cargo clean` (created if missing).
+pub(crate) fn cache_dir() -> anyhow::Result<PathBuf> {
     let dir = match std::env::var_os("TRACER_CACHE_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => {

@@ -1,3 +1,12 @@
 //! `tracer profile`: where .NET processes spend CPU and wait, sampled in the kernel, every frame
-//! named without writing into the target (docs/protocol/profiling.md).
+//! named without writing into the target (docs/protocol/profiling.md): the model ([`model`]),
+//! the files profilers open ([`format`]), and the runtime's own record of its methods
+//! ([`methods`]).
+pub mod format;
 pub mod methods;
+pub mod model;
+
+pub use self::model::{
+    Frame, FrameId, FrameKind, LimitCounts, Mode, ProcessId, ProcessInfo, ProcessProfile,
+    ProcessSummary, Profile, Sample, Symbol,
+};
