@@ -35,8 +35,16 @@ use tracer_decode::{
 /// File name extension of committed seeds (what libFuzzer adds to the corpus is ignored by git).
 pub const EXTENSION: &str = "seed";
 /// Targets whose seeds are generated here.
-pub const GENERATED_TARGETS: [&str; 6] =
-    ["bpf_event", "btf", "nettrace", "user_events_record", "ftrace_page", "proc_and_tracefs_text"];
+pub const GENERATED_TARGETS: [&str; 8] = [
+    "bpf_event",
+    "btf",
+    "nettrace",
+    "user_events_record",
+    "ftrace_page",
+    "proc_and_tracefs_text",
+    "symbols",
+    "kallsyms",
+];
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
 /// Sub-buffer size of the captured ftrace pages.
@@ -69,6 +77,8 @@ pub fn generated() -> Vec<Seed> {
     seeds.extend(user_events_seeds());
     seeds.extend(ftrace_page_seeds());
     seeds.extend(proc_and_tracefs_text_seeds());
+    seeds.extend(symbols_seeds());
+    seeds.push(kallsyms_seed());
     seeds
 }
 
@@ -545,4 +555,74 @@ fn proc_and_tracefs_text_seeds() -> Vec<Seed> {
         seeds.push(seed("proc_and_tracefs_text", name, split_input(text, &[])));
     }
     seeds
+}
+
+// ---- symbols, kallsyms: ELF files as linkers lay them out, kallsyms as Linux 6.18 prints it ----
+
+/// A shared object as GNU ld or lld lays one out: headers, text (whose virtual addresses run
+/// ahead of its file offsets under lld), data.
+fn elf_library() -> tracer_decode::symbols::encode::ElfBuilder {
+    use tracer_decode::symbols::LoadSegment;
+    use tracer_decode::symbols::encode::{ElfBuilder, Symbol};
+    let segment =
+        |file_offset, vaddr, file_size, flags| LoadSegment { file_offset, vaddr, file_size, flags };
+    ElfBuilder {
+        symtab: vec![
+            Symbol { bind: 0, ..Symbol::function("static_helper", 0x2100, 0x40) },
+            Symbol::function("coreclr_initialize", 0x2200, 0x2b8),
+            Symbol::function("_ZN6Thread23RareDisablePreemptiveGCEv", 0x2500, 0x60),
+            Symbol::function("_ZN4core3ptr13drop_in_place17h0123456789abcdefE", 0x2600, 0x10),
+        ],
+        dynsym: vec![Symbol::function("coreclr_initialize", 0x2200, 0x2b8)],
+        build_id: Some((0..20).collect()),
+        debuglink: Some((b"libdemo.so.dbg".to_vec(), 0x0c5e_2101)),
+        segments: vec![
+            segment(0, 0, 0x1000, 4),
+            segment(0x1000, 0x2000, 0x1000, 5),
+            segment(0x2000, 0x4000, 0x100, 6),
+        ],
+        ..ElfBuilder::default()
+    }
+}
+
+fn symbols_seeds() -> Vec<Seed> {
+    use tracer_decode::symbols::{ElfImage, demangle};
+    let library = elf_library();
+    let stripped =
+        tracer_decode::symbols::encode::ElfBuilder { symtab: Vec::new(), ..elf_library() };
+    let mut seeds = Vec::new();
+    for (name, elf, symbols) in [("library", library, 4), ("stripped", stripped, 1)] {
+        let bytes = elf.bytes();
+        let image = ElfImage::parse(&bytes).expect("the seed parses");
+        assert_eq!(image.symbols.len(), symbols);
+        let found = image.file_offset_to_vaddr(0x1205).and_then(|v| image.symbols.lookup(v));
+        assert_eq!(
+            found.map(|s| (demangle(&s.name).into_owned(), s.offset)),
+            Some(("coreclr_initialize".to_owned(), 5))
+        );
+        seeds.push(seed("symbols", name, bytes));
+    }
+    seeds
+}
+
+const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81001000 T __x64_sys_getpid
+ffffffff81001040 t do_getpid_helper
+ffffffff810010c0 D some_data
+ffffffff82000000 T _etext
+0000000000000000 A fixed_percpu_data
+ffffffffc0a01000 t ext4_fill_super\t[ext4]
+ffffffffc0a03000 d ext4_fs_type\t[ext4]
+ffffffffc0b00000 t bpf_prog_6deef7357e7b4530_detect\t[bpf]
+";
+
+fn kallsyms_seed() -> Seed {
+    use tracer_decode::symbols::KernelSymbolTable;
+    let table = KernelSymbolTable::parse(KALLSYMS.as_bytes()).expect("the seed parses");
+    assert_eq!(
+        table.lookup(0xffff_ffff_8100_1004).map(|s| (s.name, s.offset)),
+        Some(("__x64_sys_getpid", 4))
+    );
+    seed("kallsyms", "kallsyms", KALLSYMS.as_bytes().to_vec())
 }

@@ -13,6 +13,7 @@ pub mod json;
 pub mod nettrace;
 pub mod ordered;
 pub mod procfs;
+pub mod symbols;
 pub mod text;
 pub mod unix_socket;
 pub mod user_events;

@@ -21,18 +21,52 @@ pub struct MemfdMapping {
     pub path: String,
 }
 
+/// The columns of one `/proc/<pid>/maps` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapsLine<'a> {
+    pub start: u64,
+    /// Exclusive.
+    pub end: u64,
+    /// `rwxp`-style permissions as procfs prints them.
+    pub perms: &'a str,
+    /// File offset of `start` (0 for anonymous mappings).
+    pub offset: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    /// 0 for anonymous mappings.
+    pub inode: u64,
+    /// The path column with its leading padding removed: a file (` (deleted)` appended once
+    /// it is unlinked, a newline in its name printed as `\012`), `[heap]`, `[stack]`, `[vdso]`,
+    /// or empty for anonymous memory.
+    pub path: &'a str,
+}
+
+/// Parses the columns of one `/proc/<pid>/maps` line.
+pub fn parse_maps_columns(line: &str) -> Option<MapsLine<'_>> {
+    let mut cols = line.splitn(6, ' ');
+    let (start, end) = cols.next()?.split_once('-')?;
+    let perms = cols.next()?;
+    let offset = cols.next()?;
+    let (dev_major, dev_minor) = cols.next()?.split_once(':')?;
+    let inode = cols.next()?;
+    Some(MapsLine {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev_major: u32::from_str_radix(dev_major, 16).ok()?,
+        dev_minor: u32::from_str_radix(dev_minor, 16).ok()?,
+        inode: inode.parse().ok()?,
+        path: cols.next().unwrap_or("").trim_start(),
+    })
+}
+
 /// Parses one `/proc/<pid>/maps` line; `Some` when it maps a memfd of interest. Only the name
 /// prefix is matched (the kernel appends ` (deleted)`); permissions are ignored because the
 /// runtime's IPC mapping is `---p`.
 pub fn parse_maps_line(pid: u32, line: &str) -> Option<MemfdMapping> {
-    let mut cols = line.splitn(6, ' ');
-    let range = cols.next()?;
-    let perms = cols.next()?;
-    let offset = cols.next()?;
-    let _dev = cols.next()?;
-    let _inode = cols.next()?;
-    let path = cols.next()?.trim_start();
-    let name = path.strip_prefix("/memfd:")?;
+    let columns = parse_maps_columns(line)?;
+    let name = columns.path.strip_prefix("/memfd:")?;
     let memfd_kind = if memfd_name_matches(name, "dotnet_ipc_created") {
         MemfdKind::DotnetIpcCreated
     } else if memfd_name_matches(name, "doublemapper") {
@@ -40,15 +74,14 @@ pub fn parse_maps_line(pid: u32, line: &str) -> Option<MemfdMapping> {
     } else {
         return None;
     };
-    let (start, end) = range.split_once('-')?;
     Some(MemfdMapping {
         pid,
         memfd_kind,
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        perms: perms.to_string(),
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        path: path.to_string(),
+        start: columns.start,
+        end: columns.end,
+        perms: columns.perms.to_string(),
+        offset: columns.offset,
+        path: columns.path.to_string(),
     })
 }
 
@@ -281,6 +314,36 @@ mod tests {
         assert_eq!(coreclr_version("7f20-7f30 r-xp 0 0:0 1 /x/8.0.4/libcoreclr.so.bak"), None);
         assert_eq!(coreclr_version("7f20-7f30 r-xp 0 0:0 1 /x/8.0\u{1b}[2J/libcoreclr.so"), None);
         assert_eq!(coreclr_version(""), None);
+    }
+
+    #[test]
+    fn maps_columns_of_files_and_anonymous_memory() {
+        let lib = "7f3a1c200000-7f3a1c3a0000 r-xp 00028000 fd:01 1054   /usr/lib/libc.so.6";
+        assert_eq!(
+            parse_maps_columns(lib),
+            Some(MapsLine {
+                start: 0x7f3a_1c20_0000,
+                end: 0x7f3a_1c3a_0000,
+                perms: "r-xp",
+                offset: 0x28000,
+                dev_major: 0xfd,
+                dev_minor: 1,
+                inode: 1054,
+                path: "/usr/lib/libc.so.6",
+            })
+        );
+        let stack = parse_maps_columns("7ffd5e000000-7ffd5e021000 rw-p 00000000 00:00 0 [stack]");
+        assert_eq!(stack.map(|m| (m.inode, m.path)), Some((0, "[stack]")));
+        let anon = parse_maps_columns("7f00-7f10 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((anon.inode, anon.path), (0, ""));
+        assert_eq!(parse_maps_columns("7f00-7f10 rw-p 00000000 00:00 0").unwrap().path, "");
+        let spaced = parse_maps_columns("1000-2000 r--p 0 00:2a 7 /tmp/a dir/x (deleted)").unwrap();
+        assert_eq!((spaced.dev_minor, spaced.path), (0x2a, "/tmp/a dir/x (deleted)"));
+        for bad in
+            ["1000 r--p 0 00:00 0", "1000-2000 r--p 0 0000 0 /x", "1000-2000 r--p 0 00:00 x /x", ""]
+        {
+            assert_eq!(parse_maps_columns(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //! * [`identity`] — a process's cgroup, container and pod, and the `run`/`audit` filters.
 //! * [`export`] — `--otlp-endpoint`: output lines as OTLP log records.
 //! * [`metrics`] — `--metrics-addr`: the Prometheus endpoint and health check.
-//! * [`profile`] — sampled stack profiles and the files profilers open (pprof, speedscope,
-//!   folded stacks, SVG flame graphs).
+//! * [`profile`] — sampled stack profiles, the names of their frames, and the files profilers
+//!   open (pprof, speedscope, folded stacks, SVG flame graphs).
 //! * [`time`] — clock reads and monotonic → wall-clock conversion.
 //! * [`cli`] — arguments of each subcommand and how a subcommand runs.
 pub mod cli;

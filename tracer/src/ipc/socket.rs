@@ -658,7 +658,8 @@ struct OpenHow {
     resolve: u64,
 }
 
-fn openat2(dirfd: RawFd, path: &Path, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
+/// `openat2(2)` of `path` below `dirfd` with `RESOLVE_*` flags `resolve` (close-on-exec).
+pub(crate) fn openat2(dirfd: RawFd, path: &Path, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
     let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve };
@@ -679,7 +680,8 @@ fn openat2(dirfd: RawFd, path: &Path, flags: i32, resolve: u64) -> io::Result<Ow
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+/// `fstat(2)`: what an open descriptor refers to.
+pub(crate) fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
     // SAFETY: stat is plain data; zero is a valid initial value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fd is a valid descriptor and st a writable stat.
