@@ -17,3 +17,4 @@ pub mod symbols;
 pub mod text;
 pub mod unix_socket;
 pub mod user_events;
+mod work;

@@ -10,6 +10,7 @@
 //! tests and the `nettrace` fuzz target compare the two through the output.
 
 use crate::json;
+use crate::work;
 
 use super::cursor::Cursor;
 use super::metadata::{EventMetadata, FieldDef};
@@ -116,6 +117,7 @@ impl FlatLayout {
         if !fits || self.cost > cost_budget(payload.len()) {
             return false;
         }
+        work::count(self.cost);
         let start = out.len();
         if self.write_fields(payload, pointer, out) {
             return true;

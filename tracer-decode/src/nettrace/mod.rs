@@ -2,9 +2,11 @@
 //! CollectTracing.
 //!
 //! Feed it chunks of any size with [`NettraceParser::feed`]; it calls back once per event, in
-//! stream order, and gives identical results however the stream is split. Memory is bounded: at
-//! most one top-level object (one block, capped by [`Limits::max_block_size`]) is buffered, plus
-//! the metadata table and per-thread sequence state, both capped.
+//! stream order, and gives identical results however the stream is split, for work linear in
+//! the bytes fed even a byte at a time (a buffered object's header is read again only once
+//! enough bytes came to tell more, not on every chunk). Memory is bounded: at most one top-level
+//! object (one block, capped by [`Limits::max_block_size`]) is buffered, plus the metadata table
+//! and per-thread sequence state, both capped.
 //!
 //! Every error carries the absolute stream offset of the problem. After an error the parser is
 //! poisoned (a corrupt stream cannot be resynchronised) and returns the same error again.
@@ -24,6 +26,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::json;
+use crate::work;
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
 pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json};
@@ -398,7 +401,7 @@ impl BlockKind {
     }
 }
 
-/// A complete top-level unit found at the front of the buffered bytes.
+/// A top-level unit found at the front of the buffered bytes.
 #[derive(Debug, Clone, Copy)]
 enum Unit {
     Prologue,
@@ -406,6 +409,20 @@ enum Unit {
     Trace { payload_at: usize },
     Block { kind: BlockKind, content_at: usize, size: usize },
 }
+
+/// What the front of the buffered bytes is, as far as they tell.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// Too short to say: nothing can be decided before `need` bytes are there (each check of a
+    /// header decides at a fixed length), so a shorter buffer is not looked at again.
+    Incomplete { need: usize },
+    /// A unit of `len` bytes, which may be more than are there.
+    Unit { len: usize, unit: Unit },
+}
+
+/// The most bytes [`NettraceParser::find_unit`] reads to learn a unit's length: an object's
+/// fixed header, its longest type name, the end tag and a block's size.
+const UNIT_HEADER_MAX: usize = OBJECT_HEADER_FIXED + MAX_TYPE_NAME as usize + 1 + 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -422,6 +439,13 @@ pub struct NettraceParser {
     offset: u64,
     /// Bytes of an incomplete unit; never more than one unit.
     pending: Vec<u8>,
+    /// How many bytes `pending` must hold before it is looked at again: the unit's length once
+    /// its header was read (`pending_unit`), else the length at which more of the header can be
+    /// checked. A chunk that does not reach it is only appended, so feeding a stream in small
+    /// chunks reads each header a bounded number of times, not once per chunk.
+    pending_need: usize,
+    /// The unit `pending` starts, once its header was read.
+    pending_unit: Option<Unit>,
     trace: Option<TraceInfo>,
     /// Indexed by metadata id (ids are dense, starting at 1).
     metadata: Vec<Option<Box<EventMetadata>>>,
@@ -445,6 +469,8 @@ impl NettraceParser {
             state: State::Prologue,
             offset: 0,
             pending: Vec::new(),
+            pending_need: 0,
+            pending_unit: None,
             trace: None,
             metadata: Vec::new(),
             metadata_bytes: 0,
@@ -522,45 +548,59 @@ impl NettraceParser {
     ) -> Result<(), NettraceError> {
         // Complete a unit started by an earlier chunk, copying only what it still needs.
         while !self.pending.is_empty() {
-            let pending = std::mem::take(&mut self.pending);
-            let found = self.find_unit(&pending, self.offset);
-            self.pending = pending;
-            let wanted = match found? {
-                Some((len, unit)) if self.pending.len() >= len => {
+            let take = self.pending_need.saturating_sub(self.pending.len()).min(data.len());
+            work::count(take);
+            self.pending.extend_from_slice(&data[..take]);
+            *data = &data[take..];
+            if self.pending.len() < self.pending_need {
+                return Ok(());
+            }
+            let found = match self.pending_unit {
+                Some(unit) => Found::Unit { len: self.pending_need, unit },
+                None => self.find_unit(&self.pending, self.offset)?,
+            };
+            match found {
+                Found::Unit { len, unit } if self.pending.len() >= len => {
                     let pending = std::mem::take(&mut self.pending);
                     self.process(&pending[..len], unit, on_event)?;
                     self.pending = pending;
                     self.pending.drain(..len);
                     self.offset += len as u64;
-                    continue;
+                    (self.pending_need, self.pending_unit) = (0, None);
                 }
-                Some((len, _)) => len - self.pending.len(),
-                // Not even the header is complete: headers are small, take a little more.
-                None => 1,
-            };
-            if data.is_empty() {
-                return Ok(());
+                Found::Unit { len, unit } => {
+                    (self.pending_need, self.pending_unit) = (len, Some(unit))
+                }
+                Found::Incomplete { need } => self.pending_need = need,
             }
-            let take = wanted.max(1).min(data.len());
-            self.pending.extend_from_slice(&data[..take]);
-            *data = &data[take..];
         }
         // Fast path: whole units straight from the caller's buffer.
-        while let Some((len, unit)) = self.find_unit(data, self.offset)? {
-            if data.len() < len {
-                break;
+        while !data.is_empty() {
+            match self.find_unit(data, self.offset)? {
+                Found::Unit { len, unit } if data.len() >= len => {
+                    self.process(&data[..len], unit, on_event)?;
+                    *data = &data[len..];
+                    self.offset += len as u64;
+                }
+                found => {
+                    // The start of a unit: kept with what it needs.
+                    (self.pending_need, self.pending_unit) = match found {
+                        Found::Unit { len, unit } => (len, Some(unit)),
+                        Found::Incomplete { need } => (need, None),
+                    };
+                    work::count(data.len());
+                    self.pending.extend_from_slice(data);
+                    *data = &[];
+                }
             }
-            self.process(&data[..len], unit, on_event)?;
-            *data = &data[len..];
-            self.offset += len as u64;
         }
-        self.pending.extend_from_slice(data);
         Ok(())
     }
 
-    /// Finds the unit at the front of `buf` (at absolute offset `at`): `None` when `buf` is too
-    /// short to tell its length, else its total length (which may exceed `buf.len()`).
-    fn find_unit(&self, buf: &[u8], at: u64) -> Result<Option<(usize, Unit)>, NettraceError> {
+    /// Finds the unit at the front of `buf` (at absolute offset `at`), from at most
+    /// [`UNIT_HEADER_MAX`] of its bytes.
+    fn find_unit(&self, buf: &[u8], at: u64) -> Result<Found, NettraceError> {
+        work::count(buf.len().min(UNIT_HEADER_MAX));
         match self.state {
             State::Prologue => {
                 let n = buf.len().min(PROLOGUE.len());
@@ -568,35 +608,47 @@ impl NettraceParser {
                     let bad = buf.iter().zip(PROLOGUE).position(|(a, b)| a != b).unwrap_or(0);
                     return Err(NettraceError::BadPrologue { offset: at + bad as u64 });
                 }
-                Ok((n == PROLOGUE.len()).then_some((PROLOGUE.len(), Unit::Prologue)))
+                // Every byte of the prologue can be the wrong one.
+                Ok(match n == PROLOGUE.len() {
+                    true => Found::Unit { len: PROLOGUE.len(), unit: Unit::Prologue },
+                    false => Found::Incomplete { need: n + 1 },
+                })
             }
             State::Ended => match buf.is_empty() {
-                true => Ok(None),
+                true => Ok(Found::Incomplete { need: 1 }),
                 false => Err(NettraceError::TrailingData { offset: at }),
             },
             State::Objects => self.find_object(buf, at),
         }
     }
 
-    fn find_object(&self, buf: &[u8], at: u64) -> Result<Option<(usize, Unit)>, NettraceError> {
-        let Some(&tag) = buf.first() else { return Ok(None) };
+    fn find_object(&self, buf: &[u8], at: u64) -> Result<Found, NettraceError> {
+        let Some(&tag) = buf.first() else { return Ok(Found::Incomplete { need: 1 }) };
         match tag {
-            TAG_NULL => return Ok(Some((1, Unit::End))),
+            TAG_NULL => return Ok(Found::Unit { len: 1, unit: Unit::End }),
             TAG_BEGIN_PRIVATE => {}
             _ => return Err(NettraceError::BadTag { offset: at, tag }),
         }
         for (i, expected) in [(1, TAG_BEGIN_PRIVATE), (2, TAG_NULL)] {
-            if let Some(&tag) = buf.get(i).filter(|&&t| t != expected) {
-                return Err(NettraceError::BadTag { offset: at + i as u64, tag });
+            match buf.get(i) {
+                Some(&tag) if tag != expected => {
+                    return Err(NettraceError::BadTag { offset: at + i as u64, tag });
+                }
+                Some(_) => {}
+                None => return Ok(Found::Incomplete { need: i + 1 }),
             }
         }
-        let Some(fixed) = buf.get(..OBJECT_HEADER_FIXED) else { return Ok(None) };
+        let Some(fixed) = buf.get(..OBJECT_HEADER_FIXED) else {
+            return Ok(Found::Incomplete { need: OBJECT_HEADER_FIXED });
+        };
         let name_len = u32::from_le_bytes(fixed[11..15].try_into().expect("4 bytes"));
         if name_len > MAX_TYPE_NAME {
             return Err(NettraceError::TypeNameTooLong { offset: at + 11, len: name_len });
         }
         let header_len = OBJECT_HEADER_FIXED + name_len as usize + 1;
-        let Some(header) = buf.get(..header_len) else { return Ok(None) };
+        let Some(header) = buf.get(..header_len) else {
+            return Ok(Found::Incomplete { need: header_len });
+        };
         if header[header_len - 1] != TAG_END {
             let offset = at + header_len as u64 - 1;
             return Err(NettraceError::BadTag { offset, tag: header[header_len - 1] });
@@ -605,17 +657,17 @@ impl NettraceParser {
         let min_reader = i32::from_le_bytes(fixed[7..11].try_into().expect("4 bytes"));
         if name == b"Trace" {
             check_version(at + 7, "Trace", min_reader, 5)?;
-            return Ok(Some((
-                header_len + TRACE_PAYLOAD + 1,
-                Unit::Trace { payload_at: header_len },
-            )));
+            let unit = Unit::Trace { payload_at: header_len };
+            return Ok(Found::Unit { len: header_len + TRACE_PAYLOAD + 1, unit });
         }
         let Some(kind) = BlockKind::from_name(name) else {
             let name = String::from_utf8_lossy(name).into_owned();
             return Err(NettraceError::UnknownObject { offset: at, name });
         };
         check_version(at + 7, kind.name(), min_reader, 2)?;
-        let Some(size) = buf.get(header_len..header_len + 4) else { return Ok(None) };
+        let Some(size) = buf.get(header_len..header_len + 4) else {
+            return Ok(Found::Incomplete { need: header_len + 4 });
+        };
         let size = u32::from_le_bytes(size.try_into().expect("4 bytes"));
         if size > self.limits.max_block_size {
             let offset = at + header_len as u64;
@@ -631,7 +683,7 @@ impl NettraceParser {
         let padding = (after_size.wrapping_neg() % 4) as usize;
         let content_at = header_len + 4 + padding;
         let size = size as usize;
-        Ok(Some((content_at + size + 1, Unit::Block { kind, content_at, size })))
+        Ok(Found::Unit { len: content_at + size + 1, unit: Unit::Block { kind, content_at, size } })
     }
 
     /// Handles one complete unit; `unit_bytes` holds exactly its bytes, starting at `self.offset`.
@@ -641,6 +693,7 @@ impl NettraceParser {
         unit: Unit,
         on_event: &mut F,
     ) -> Result<(), NettraceError> {
+        work::count(unit_bytes.len());
         let at = self.offset;
         let end_tag = |pos: usize| match unit_bytes[pos] {
             TAG_END => Ok(()),

@@ -3,6 +3,7 @@
 
 use crate::json::{self, WriteJson};
 use crate::ordered::OrderedMap;
+use crate::work;
 
 use super::cursor::{Cursor, Utf16Problem};
 use super::flat_layout::FlatLayout;
@@ -734,6 +735,7 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
             .cost
             .checked_sub(units)
             .ok_or_else(|| self.error(field, at, PayloadProblem::OverBudget))?;
+        work::count(units);
         Ok(())
     }
 

@@ -1435,3 +1435,143 @@ fn a_flat_layout_writes_strings_and_leaves_the_general_decoder_what_they_do_not_
         assert!(event_json(&e).contains(decoded), "{}", event_json(&e));
     }
 }
+
+// ---- work linear in the bytes fed (crate::work) ----
+
+/// Work ([`crate::work`]) of parsing `data` fed in chunks whose sizes cycle through `chunks` and
+/// writing every event's JSON as tracer does; panics unless the stream parses to its end.
+fn work_of(data: &[u8], chunks: &[usize]) -> u64 {
+    let ((), work) = crate::work::measure(|| {
+        let mut parser = NettraceParser::default();
+        let mut json = Vec::new();
+        let mut at = 0;
+        for &size in chunks.iter().cycle() {
+            if at == data.len() {
+                break;
+            }
+            let n = size.min(data.len() - at);
+            let piece = &data[at..at + n];
+            parser
+                .feed(piece, |e| {
+                    json.clear();
+                    e.output().write_json(&mut json);
+                })
+                .unwrap();
+            at += n;
+        }
+        parser.finish().unwrap();
+    });
+    work
+}
+
+/// Collects events and the outcome of `data` fed in chunks of `chunk` bytes, as [`collect`]
+/// does for the whole stream.
+fn collect_chunked(data: &[u8], chunk: usize) -> (Result<(), NettraceError>, Vec<Seen>) {
+    let mut parser = NettraceParser::default();
+    let mut events = Vec::new();
+    let mut result = Ok(());
+    for piece in data.chunks(chunk) {
+        result = parser.feed(piece, |e| {
+            events.push((e.sequence, e.capture_thread_id, e.timestamp, e.payload.to_vec()))
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    (result.and_then(|()| parser.finish()), events)
+}
+
+#[test]
+fn a_stream_fed_a_byte_at_a_time_costs_about_what_it_costs_in_one_piece() {
+    let data = fixture("coreclr8_counters.nettrace");
+    let whole = work_of(&data, &[usize::MAX]);
+    let bytewise = work_of(&data, &[1]);
+    assert_eq!((data.len(), whole, bytewise), (10_538, 25_662, 36_553));
+    // Each byte is copied into the buffer once more, and each object's header is read at the
+    // few lengths where it can tell more — not on every feed (that costs up to
+    // 2 × UNIT_HEADER_MAX a byte: 1 718 553 here).
+    assert_eq!(bytewise - whole, 10_891);
+    assert!(bytewise - whole < 2 * data.len() as u64);
+}
+
+#[test]
+fn a_header_cut_anywhere_gives_the_same_outcome_whole_and_a_byte_at_a_time() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 5)]));
+    let data = s.end();
+    let mut outcomes = std::collections::BTreeSet::new();
+    // Every prefix; and a byte changed anywhere in the prologue, the Trace object and the first
+    // block's header (what is read before a unit's length is known), with the stream whole or
+    // cut within the next header's length (so a check may have too few bytes to run).
+    let mut inputs: Vec<Vec<u8>> = (0..=data.len()).map(|n| data[..n].to_vec()).collect();
+    for at in 0..140 {
+        for value in [0x00, 0x01, 0x05, 0x06, 0x40, 0xff] {
+            let mut changed = data.clone();
+            changed[at] = value;
+            for end in at + 1..=(at + 40).min(data.len()) {
+                inputs.push(changed[..end].to_vec());
+            }
+            inputs.push(changed);
+        }
+    }
+    for input in &inputs {
+        let (result, events, _) = collect(input);
+        assert_eq!(collect_chunked(input, 1), (result.clone(), events.clone()), "{input:02x?}");
+        assert_eq!(collect_chunked(input, 3), (result.clone(), events), "{input:02x?}");
+        outcomes.insert(format!("{result:?}").split(" {").next().unwrap().to_owned());
+    }
+    // The changed bytes reach every check of a header.
+    let expected = [
+        "Err(BadPointerSize",
+        "Err(BadPrologue",
+        "Err(BadTag",
+        "Err(BlockTooLarge",
+        "Err(Corrupt",
+        "Err(Metadata",
+        "Err(TrailingData",
+        "Err(Truncated",
+        "Err(TypeNameTooLong",
+        "Err(UnknownObject",
+        "Err(UnsupportedVersion",
+        "Ok(())",
+    ];
+    assert_eq!(outcomes.iter().map(String::as_str).collect::<Vec<_>>(), expected);
+}
+
+/// Work per stream byte, whole or chunked as the fuzz target feeds it, that a real capture
+/// stays under: the parser reads each byte about twice (walked once, copied into its buffer at
+/// most once) and decoding charges well under 16 units per payload byte
+/// (`COST_PER_PAYLOAD_BYTE` allows 32).
+const SEED_WORK_PER_BYTE_MAX: u64 = 16;
+
+#[test]
+fn every_fuzz_seed_costs_work_linear_in_its_bytes() {
+    let seeds = crate::work::fuzz_seeds("nettrace");
+    let names: Vec<&str> = seeds.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "coreclr8_counters",
+            "coreclr8_gc_induced5",
+            "coreclr8_gc_induced5_chunked",
+            "coreclr8_threadpool",
+            "coreclr8_verbose",
+        ]
+    );
+    let mut runs = Vec::new();
+    for (name, input) in &seeds {
+        // fuzz/fuzz_targets/nettrace.rs: a count byte, that many chunk sizes (each + 1; none:
+        // one byte at a time), then the stream, which it parses whole and in those chunks.
+        let (&n, rest) = input.split_first().expect("a seed is not empty");
+        let (chunks, stream) = rest.split_at(usize::from(n % 16).min(rest.len()));
+        let chunks: Vec<usize> = match chunks {
+            [] => vec![1],
+            sizes => sizes.iter().map(|&s| usize::from(s) + 1).collect(),
+        };
+        for (feeding, chunks) in [("whole", vec![usize::MAX]), ("chunked", chunks)] {
+            runs.push((format!("{name} {feeding}"), work_of(stream, &chunks), stream.len()));
+        }
+    }
+    crate::work::assert_linear(&runs, SEED_WORK_PER_BYTE_MAX);
+}
