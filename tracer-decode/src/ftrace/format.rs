@@ -26,6 +26,9 @@ pub struct FieldFormat {
     /// Part of the common header (`common_*`, before the blank line).
     pub common: bool,
     pub dynamic: Option<DynamicKind>,
+    /// The element type of an array or dynamic field, read from `type_name` once here rather
+    /// than for every record decoded.
+    pub element: Element,
 }
 
 impl FieldFormat {
@@ -153,7 +156,56 @@ pub fn parse_field_line(line: &str) -> Result<FieldFormat, &'static str> {
         return Err("dynamic field whose size is not 4");
     }
     offset.checked_add(size).ok_or("offset + size overflows")?;
-    Ok(FieldFormat { name, type_name, array_len, offset, size, signed, common: false, dynamic })
+    let element = element_type(&type_name);
+    Ok(FieldFormat {
+        name,
+        type_name,
+        array_len,
+        offset,
+        size,
+        signed,
+        common: false,
+        dynamic,
+        element,
+    })
+}
+
+/// What one element of an array or dynamic field is, from its declared type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Element {
+    Char,
+    Byte,
+    Int { size: usize, signed: bool },
+    Unknown,
+}
+
+/// The element type of an array or dynamic field from its declared type.
+fn element_type(type_name: &str) -> Element {
+    let base = type_name
+        .trim_start_matches("__data_loc")
+        .trim_start_matches("__rel_loc")
+        .trim()
+        .trim_end_matches("[]")
+        .trim_start_matches("const ")
+        .trim();
+    if base.ends_with('*') {
+        return Element::Int { size: 8, signed: false };
+    }
+    let (size, signed) = match base {
+        "char" => return Element::Char,
+        "u8" | "__u8" | "unsigned char" | "uint8_t" => return Element::Byte,
+        "s8" | "__s8" | "signed char" | "int8_t" => (1, true),
+        "u16" | "__u16" | "unsigned short" | "uint16_t" | "umode_t" => (2, false),
+        "s16" | "__s16" | "short" | "int16_t" => (2, true),
+        "u32" | "__u32" | "unsigned int" | "unsigned" | "uint32_t" | "gfp_t" => (4, false),
+        "s32" | "__s32" | "int" | "int32_t" | "pid_t" => (4, true),
+        "u64" | "__u64" | "unsigned long" | "unsigned long long" | "uint64_t" | "size_t" => {
+            (8, false)
+        }
+        "s64" | "__s64" | "long" | "long long" | "int64_t" | "ssize_t" | "loff_t" => (8, true),
+        _ => return Element::Unknown,
+    };
+    Element::Int { size, signed }
 }
 
 /// `unsigned char comm[16]` → (`unsigned char`, `comm`, Some(16)); `__data_loc char[] f` →

@@ -8,6 +8,8 @@
 
 use thiserror::Error;
 
+use crate::work;
+
 use super::format::parse_field_line;
 
 /// Bits 0–26 of the commit word hold the committed length (libtraceevent's mask).
@@ -315,6 +317,7 @@ impl PageCursor {
                     .ok_or_else(|| corrupt(CorruptReason::TimestampOverflow))?;
                 emit(RawEvent { ts: self.ts, offset: pos, data });
             }
+            work::count(size);
             self.pos = pos + size;
         }
         Ok(())
@@ -619,5 +622,44 @@ mod tests {
         cursor.parse(&page, 16 + header.commit_len, |e| got.push(e.ts)).unwrap();
         assert_eq!(got, vec![100, 104]);
         assert_eq!(cursor.pos, 16 + header.commit_len);
+    }
+
+    /// Work per page byte a captured page stays under with all the fuzz target does to it: one or
+    /// two layouts, each walking the page at most three times (decoded, then parsed again in two
+    /// steps), plus each record's fields.
+    const SEED_WORK_PER_BYTE_MAX: u64 = 8;
+
+    #[test]
+    fn every_fuzz_seed_costs_work_linear_in_its_bytes() {
+        use crate::ftrace::format::EventFormat;
+        use crate::ftrace::record::{common_fields, decode_fields};
+        let fork = include_str!("../../../tests/fixtures/ftrace/sched_process_fork.format");
+        let format = EventFormat::parse(fork).unwrap();
+        let seeds = crate::work::fuzz_seeds("ftrace_page");
+        let names: Vec<&str> = seeds.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["overrun-0", "overrun-1", "overrun-2", "pages-0", "pages-1"]);
+        let mut runs = Vec::new();
+        for (name, page) in &seeds {
+            // What fuzz/fuzz_targets/ftrace_page.rs runs, without its checks.
+            let ((), work) = crate::work::measure(|| {
+                let real = PageLayout::for_subbuf_size(4096);
+                let sized = PageLayout::for_subbuf_size(page.len());
+                let layouts: &[PageLayout] = if sized == real { &[real] } else { &[real, sized] };
+                for &layout in layouts {
+                    let Ok(decoded) = decode_page(page, &layout) else { continue };
+                    for e in decoded.events.iter().filter(|e| common_fields(e.data).is_ok()) {
+                        let _ = decode_fields(&format, e.data);
+                    }
+                    let mut cursor = PageCursor::new(&layout, &decoded.header);
+                    let commit = decoded.header.commit_len;
+                    let split = layout.data_offset + usize::from(page[0]) * 16 % (commit + 1);
+                    if cursor.parse(page, split, |_| {}).is_ok() {
+                        cursor.parse(page, layout.data_offset + commit, |_| {}).unwrap();
+                    }
+                }
+            });
+            runs.push((name.clone(), work, page.len()));
+        }
+        crate::work::assert_linear(&runs, SEED_WORK_PER_BYTE_MAX);
     }
 }

@@ -5,9 +5,10 @@
 
 use crate::json::{self, WriteJson};
 use crate::ordered::OrderedMap;
+use crate::work;
 use thiserror::Error;
 
-use super::format::{DynamicKind, EventFormat, FieldFormat};
+use super::format::{DynamicKind, Element, EventFormat, FieldFormat};
 
 /// Size of `struct trace_entry` (common_type, common_flags, common_preempt_count, common_pid).
 pub const COMMON_HEADER_SIZE: usize = 8;
@@ -107,21 +108,25 @@ pub fn decode_fields<'f>(
         let value = match field.dynamic {
             Some(kind) => {
                 let bytes = dynamic_bytes(field, kind, record)?;
-                array_value(field, element_type(&field.type_name), bytes, None)
+                work::count(bytes.len());
+                array_value(field, field.element, bytes, None)
             }
             // A flexible array member (`char buf[]`, size 0): the rest of the record.
             None if field.size == 0 => {
-                array_value(field, element_type(&field.type_name), &record[field.offset..], None)
+                work::count(record.len() - field.offset);
+                array_value(field, field.element, &record[field.offset..], None)
             }
             None => {
                 let bytes = &record[field.offset..field.end()];
                 match field.array_len {
-                    Some(n) => array_value(field, element_type(&field.type_name), bytes, Some(n)),
+                    Some(n) => array_value(field, field.element, bytes, Some(n)),
                     None => scalar(bytes, field.signed)
                         .unwrap_or_else(|| FieldValue::Bytes(bytes.to_vec())),
                 }
             }
         };
+        // The field's fixed part; what a dynamic or flexible field points at is counted above.
+        work::count(1 + field.size);
         out.push((field.name.as_str(), value));
     }
     Ok(OrderedMap(out))
@@ -153,43 +158,6 @@ pub fn dynamic_bytes<'r>(
         end,
         record_len: record.len(),
     })
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Element {
-    Char,
-    Byte,
-    Int { size: usize, signed: bool },
-    Unknown,
-}
-
-/// The element type of an array or dynamic field from its declared type.
-fn element_type(type_name: &str) -> Element {
-    let base = type_name
-        .trim_start_matches("__data_loc")
-        .trim_start_matches("__rel_loc")
-        .trim()
-        .trim_end_matches("[]")
-        .trim_start_matches("const ")
-        .trim();
-    if base.ends_with('*') {
-        return Element::Int { size: 8, signed: false };
-    }
-    let (size, signed) = match base {
-        "char" => return Element::Char,
-        "u8" | "__u8" | "unsigned char" | "uint8_t" => return Element::Byte,
-        "s8" | "__s8" | "signed char" | "int8_t" => (1, true),
-        "u16" | "__u16" | "unsigned short" | "uint16_t" | "umode_t" => (2, false),
-        "s16" | "__s16" | "short" | "int16_t" => (2, true),
-        "u32" | "__u32" | "unsigned int" | "unsigned" | "uint32_t" | "gfp_t" => (4, false),
-        "s32" | "__s32" | "int" | "int32_t" | "pid_t" => (4, true),
-        "u64" | "__u64" | "unsigned long" | "unsigned long long" | "uint64_t" | "size_t" => {
-            (8, false)
-        }
-        "s64" | "__s64" | "long" | "long long" | "int64_t" | "ssize_t" | "loff_t" => (8, true),
-        _ => return Element::Unknown,
-    };
-    Element::Int { size, signed }
 }
 
 fn array_value(
