@@ -2,7 +2,8 @@
 //! the same events and the same outcome however the input is split, and every event it yields
 //! must decode (to fields or to a reported error) without panicking, be written as JSON byte for
 //! byte as serde_json writes it (the reference of tracer's direct writer), and any runtime
-//! counter sample it carries must be fit for the metrics exposition as it is.
+//! counter sample it carries must be fit for the metrics exposition as it is; method and module
+//! events also go into a profile's method table.
 //!
 //! Work and output are bounded by input bytes (tracer-decode/src/budget.rs): each event's JSON is within the
 //! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
@@ -15,6 +16,9 @@ use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE,
 use tracer_decode::counters::{
     CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS, PROCESS_LABELS,
     RESERVED_PREFIX, counter_sample, output_counter_sample,
+};
+use tracer_decode::nettrace::methods::{
+    MethodEvent, MethodTable, decode_method_code, decode_module, method_event,
 };
 use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
@@ -70,6 +74,7 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
     let mut at = 0;
     let mut result = Ok(());
     let mut over_budget = false;
+    let mut methods = MethodTable::default();
     for size in chunks.iter().cycle() {
         if at >= data.len() || result.is_err() {
             break;
@@ -96,6 +101,21 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
                 assert_eq!(json, serde_json::to_string(&decoded).unwrap());
                 let bound = event_json_bound(e.metadata, e.payload.len());
                 assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
+                // A profile's method table takes method and module events from the same streams.
+                match method_event(&e.metadata.provider, e.metadata.event_id) {
+                    Some(MethodEvent::Method(kind)) => {
+                        if let Ok(code) = decode_method_code(e.payload) {
+                            methods.method(kind, &code, e.timestamp as u64);
+                            let _ = methods.lookup(code.start, e.timestamp as u64);
+                        }
+                    }
+                    Some(MethodEvent::Module(_)) => {
+                        if let Ok(module) = decode_module(e.payload) {
+                            methods.module(&module);
+                        }
+                    }
+                    None => {}
+                }
             }
             over_budget |= budget.spend(json.len() as u64 + ENVELOPE).is_err();
             lines.push(format!("{} {}", e.offset, json));
