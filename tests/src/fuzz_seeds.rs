@@ -35,7 +35,7 @@ use tracer_decode::{
 /// File name extension of committed seeds (what libFuzzer adds to the corpus is ignored by git).
 pub const EXTENSION: &str = "seed";
 /// Targets whose seeds are generated here.
-pub const GENERATED_TARGETS: [&str; 8] = [
+pub const GENERATED_TARGETS: [&str; 9] = [
     "bpf_event",
     "btf",
     "nettrace",
@@ -44,6 +44,7 @@ pub const GENERATED_TARGETS: [&str; 8] = [
     "proc_and_tracefs_text",
     "symbols",
     "kallsyms",
+    "profile_sample",
 ];
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
@@ -79,7 +80,59 @@ pub fn generated() -> Vec<Seed> {
     seeds.extend(proc_and_tracefs_text_seeds());
     seeds.extend(symbols_seeds());
     seeds.push(kallsyms_seed());
+    seeds.extend(profile_sample_seeds());
     seeds
+}
+
+/// Sample ring records as the sampling programs write them: a CPU sample in user mode (no
+/// kernel stack), one in the kernel with a kernel stack whose bucket was taken, and an off-CPU
+/// stretch with both stacks.
+fn profile_sample_seeds() -> Vec<Seed> {
+    use tracer_common::sampling::{NO_STACK, SampleKind, SampleRecord};
+    use tracer_decode::profile_sample::{self, StackRef};
+    let cpu = SampleRecord {
+        kind: SampleKind::Cpu as u32,
+        cpu: 1,
+        time_ns: 3_745_768_180_449,
+        weight: 1,
+        tgid: 31_896,
+        tid: 31_896,
+        user_stack_id: 4_012,
+        kernel_stack_id: NO_STACK,
+        stack_epoch: 0,
+        _pad: 0,
+    };
+    let records = [
+        ("cpu_user_mode", cpu, (StackRef::Id(4_012), StackRef::None)),
+        (
+            "cpu_kernel_collision",
+            SampleRecord { kernel_stack_id: -libc::EEXIST, stack_epoch: 3, ..cpu },
+            (StackRef::Id(4_012), StackRef::Failed(libc::EEXIST)),
+        ),
+        (
+            "off_cpu",
+            SampleRecord {
+                kind: SampleKind::OffCpu as u32,
+                weight: 50_083_054,
+                tid: 31_900,
+                user_stack_id: 77,
+                kernel_stack_id: 6_310,
+                stack_epoch: 2,
+                ..cpu
+            },
+            (StackRef::Id(77), StackRef::Id(6_310)),
+        ),
+    ];
+    records
+        .into_iter()
+        .map(|(name, record, stacks)| {
+            let bytes = profile_sample::encode(&record).to_vec();
+            let sample = profile_sample::decode(&bytes)
+                .unwrap_or_else(|e| panic!("profile_sample {name}: {e}"));
+            assert_eq!((sample.user_stack, sample.kernel_stack), stacks, "{name}");
+            seed("profile_sample", name, bytes)
+        })
+        .collect()
 }
 
 /// The structs tracer reads from kernel BTF, shaped as Linux 6.18 lays them out where it matters

@@ -9,6 +9,7 @@ pub mod double;
 pub mod ftrace;
 pub mod fuzz_seeds;
 pub mod http;
+pub mod native;
 pub mod nettrace;
 pub mod peer;
 pub mod pipeline;

@@ -47,6 +47,19 @@ impl LineProcess {
         }
     }
 
+    /// The next stdout line if one has arrived, without waiting (for a loop that does other
+    /// work meanwhile); an error when the output is closed.
+    pub fn try_next_line(&mut self) -> Result<Option<String>> {
+        match self.lines.try_recv() {
+            Ok(line) => Ok(Some(line)),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                let status = self.child.wait().ok();
+                bail!("{} closed stdout (exit status {status:?})", self.name)
+            }
+        }
+    }
+
     /// Waits for a line starting with `prefix`; returns the rest of it.
     pub fn expect_line(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
         let line = self.next_line(timeout)?;

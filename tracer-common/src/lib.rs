@@ -2,8 +2,11 @@
 //!
 //! Every event starts with an [`EventHeader`]; `EventHeader::kind` says which struct follows.
 //! All structs are `#[repr(C)]` with explicit padding so both sides agree on the layout, and
-//! user space decodes them from untrusted byte slices (`tracer_decode::bpf_event`).
+//! user space decodes them from untrusted byte slices (`tracer_decode::bpf_event`). The sampling
+//! programs' types are in [`sampling`].
 #![no_std]
+
+pub mod sampling;
 
 pub const TASK_COMM_LEN: usize = 16;
 /// `MFD_NAME_MAX_LEN` is 249 bytes + NUL; 256 keeps the buffer a power of two for the verifier.

@@ -13,6 +13,7 @@ pub mod json;
 pub mod nettrace;
 pub mod ordered;
 pub mod procfs;
+pub mod profile_sample;
 pub mod symbols;
 pub mod text;
 pub mod unix_socket;

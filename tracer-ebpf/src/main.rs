@@ -1,5 +1,6 @@
-//! tracer's eBPF programs; see `programs.rs`. Built for `bpfel-unknown-none` by tracer's build.rs.
-//! On the host (e.g. `cargo build --workspace`) this is an empty binary.
+//! tracer's detection programs; see `programs.rs` (the sampling programs are the other binary,
+//! `sampler/main.rs`). Built for `bpfel-unknown-none` by tracer's build.rs. On the host (e.g.
+//! `cargo build --workspace`) this is an empty binary.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // Atomic RMW on map values: the BPF target exposes no `AtomicU64::fetch_add`.
@@ -11,6 +12,8 @@
 
 #[cfg(target_arch = "bpf")]
 mod programs;
+#[cfg(target_arch = "bpf")]
+mod shared;
 
 #[cfg(not(target_arch = "bpf"))]
 fn main() {}

@@ -21,8 +21,6 @@
 //! scratch space for the 512-byte `name_args` (never the stack): on ≥ 6.13 kernels syscall
 //! tracepoint programs are preemptible, so a per-CPU scratch slot shared by several programs
 //! could be overwritten mid-use by another program on the same CPU; a reservation cannot.
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
@@ -44,6 +42,8 @@ use tracer_common::{
     THREAD_TABLE_ENTRIES, ThreadTenure, UNIX_PATH_MAX, UserEventsIoctlEvent, UserReg, UserUnreg,
 };
 
+use crate::shared::{self, BPF_RB_FORCE_WAKEUP, kernel_value_at};
+
 const MAP_ANONYMOUS: u64 = 0x20;
 /// `bpf_map_update_elem` flag: create only.
 const BPF_NOEXIST: u64 = 1;
@@ -60,26 +60,17 @@ const SYSCALL_RET: usize = 16;
 /// doubly-mapped data pages stay a small part of tracer's resident memory. Full = counted loss.
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// `bpf_ringbuf_submit` flags and the `bpf_ringbuf_query` selector of the bytes waiting.
-const BPF_RB_NO_WAKEUP: u64 = 1;
-const BPF_RB_FORCE_WAKEUP: u64 = 2;
-const BPF_RB_AVAIL_DATA: u64 = 0;
 /// Bytes waiting in the ring past which a lazily submitted event wakes the reader anyway: a
 /// quarter of the ring, so a burst wakes it long before the ring is full.
 const LAZY_WAKEUP_BYTES: u64 = 256 << 10;
 
 /// Submit flags of an event that need not reach user space at once (process lifecycle, memfd
-/// creation, user_events registrations): no wake-up — user space drains the ring on a timer
-/// too — unless `LAZY_WAKEUP_BYTES` are waiting. Detections wake the reader with
+/// creation, user_events registrations). Detections wake the reader with
 /// `BPF_RB_FORCE_WAKEUP`: the kernel's default wakes it only when this record is the first
 /// unread one, never behind lazy records (docs/protocol/bpf-detection.md "Wake-ups").
 #[inline(always)]
 fn lazy_wakeup() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= LAZY_WAKEUP_BYTES {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    }
+    shared::lazy_wakeup(&EVENTS, LAZY_WAKEUP_BYTES)
 }
 
 /// Per-CPU loss counters, indexed by `LossReason::counter_index(kind, reason)`.
@@ -243,7 +234,7 @@ enum InFlight {
 fn atomic_add(map: &Array<u64>, index: u32, delta: u64) {
     if let Some(ptr) = map.get_ptr_mut(index) {
         // SAFETY: map value owned by the map for the program's lifetime.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(ptr, delta) };
+        unsafe { shared::atomic_add(ptr, delta) };
     }
 }
 
@@ -293,7 +284,7 @@ fn count_loss(kind: EventKind, reason: LossReason) {
     if let Some(ptr) = COUNTERS.get_ptr_mut(LossReason::counter_index(kind, reason)) {
         // SAFETY: the map value is a u64 owned by the map for the program's lifetime; atomic
         // because preemptible syscall programs on one CPU may interleave.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(ptr, 1) };
+        unsafe { shared::atomic_add(ptr, 1) };
     }
 }
 
@@ -552,13 +543,6 @@ fn memfd_kind_of(name: &[u8]) -> Option<MemfdKind> {
 /// The errno a string field carries (negated, as the helpers return theirs) when the pointer
 /// to the string could not be read.
 const EFAULT: i32 = 14;
-
-/// Reads a plain value of kernel memory at `base + offset`.
-#[inline(always)]
-fn kernel_value_at<T: Copy>(base: *const u8, offset: u32) -> Option<T> {
-    // SAFETY: the helper reads kernel memory without faulting; a bad address is an error.
-    unsafe { bpf_probe_read_kernel(base.add(offset as usize).cast::<T>()) }.ok()
-}
 
 /// Reads a non-null kernel pointer at `base + offset`.
 #[inline(always)]
@@ -1399,12 +1383,3 @@ impl CtxBytes for TracePointContext {
         self.as_ptr() as *const u8
     }
 }
-
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

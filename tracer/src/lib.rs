@@ -29,6 +29,10 @@ pub mod registrations;
 pub mod session;
 pub mod time;
 
-/// The eBPF object built from `tracer-ebpf` by build.rs.
+/// The detection programs' eBPF object, built from `tracer-ebpf` by build.rs.
 pub static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-ebpf"));
+
+/// The sampling programs' eBPF object (`tracer profile`), built from `tracer-ebpf` by build.rs.
+pub static SAMPLER_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer-sampler"));

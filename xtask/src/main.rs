@@ -14,6 +14,7 @@ mod bench_ftrace;
 mod bench_hostile;
 mod bench_ipc;
 mod bench_nettrace;
+mod bench_sampler;
 mod fuzz;
 mod gen_events;
 mod libtest;
@@ -74,7 +75,7 @@ enum Command {
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
-    /// `agent`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`.
+    /// `agent`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`, `sampler`.
     Bench {
         name: String,
         /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run).
@@ -112,8 +113,9 @@ fn main() -> ExitCode {
             "ipc" => bench_ipc::run(),
             "hostile" => bench_hostile::run(),
             "ftrace" => bench_ftrace::run(&args),
+            "sampler" => bench_sampler::run(),
             other => Err(anyhow::anyhow!(
-                "unknown benchmark {other:?} (known: agent, detect, ipc, ftrace, hostile)"
+                "unknown benchmark {other:?} (known: agent, detect, ipc, ftrace, hostile, sampler)"
             )),
         },
     };

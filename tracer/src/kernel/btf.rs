@@ -1,7 +1,8 @@
 //! The kernel's own BTF (`/sys/kernel/btf/vmlinux`): the struct offsets the memfd programs
 //! follow to name the file an `mmap` maps (docs/protocol/bpf-detection.md §7), where the
 //! trampoline programs find syscall arguments (§8), what the task iterator walks (§9) and what
-//! the BTF-typed lifecycle programs read (§10) and where every event's process start is (§11).
+//! the BTF-typed lifecycle programs read (§10) and where every event's process start is (§11);
+//! and what the sampling programs read (docs/protocol/profiling.md).
 use anyhow::Context as _;
 use tracer_common::{Config, SYSCALL_ARG_OFFSETS};
 use tracer_decode::btf::{Btf, BtfError};
@@ -63,6 +64,53 @@ pub fn kernel_offsets() -> KernelOffsets {
             }
         }
     }
+}
+
+/// What the sampling programs read at offsets from kernel BTF (docs/protocol/profiling.md
+/// "Sampling in the kernel").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SamplerOffsets {
+    /// `task_struct.flags` (kernel threads have no user stack to take), or why it is not known.
+    pub task_flags: Result<u32, String>,
+    /// `task_struct.pid`, which the `tp_btf` `sched_switch` program reads of the thread it
+    /// switches in, once the tracepoint is known to pass the 4 arguments the program reads;
+    /// or why that program cannot run here.
+    pub switch: Result<u32, String>,
+}
+
+/// The `sched_switch` arguments the `tp_btf` off-CPU program reads: `preempt`, `prev`, `next`
+/// and `prev_state` (the last since Linux 5.18).
+const SCHED_SWITCH_ARGS: usize = 4;
+
+/// Reads kernel BTF for the sampling programs' offsets; each error says what is missing.
+pub fn sampler_offsets() -> SamplerOffsets {
+    let read = std::fs::read(VMLINUX_BTF).with_context(|| {
+        format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
+    });
+    let data = match read {
+        Ok(data) => data,
+        Err(e) => {
+            let why = Err(format!("{e:#}"));
+            return SamplerOffsets { task_flags: why.clone(), switch: why };
+        }
+    };
+    let btf = match Btf::parse(&data) {
+        Ok(btf) => btf,
+        Err(e) => {
+            let why = Err(format!("parsing {VMLINUX_BTF}: {e}"));
+            return SamplerOffsets { task_flags: why.clone(), switch: why };
+        }
+    };
+    let found = |r: Result<u32, BtfError>| r.map_err(|e| format!("{VMLINUX_BTF}: {e}"));
+    let switch = match btf.tracepoint_args("sched_switch") {
+        Ok(args) if args >= SCHED_SWITCH_ARGS => found(btf.member_offset("task_struct", "pid")),
+        Ok(args) => Err(format!(
+            "tracepoint sched_switch passes {args} arguments, its tp_btf program reads \
+             {SCHED_SWITCH_ARGS}"
+        )),
+        Err(e) => Err(format!("{VMLINUX_BTF}: {e}")),
+    };
+    SamplerOffsets { task_flags: found(btf.member_offset("task_struct", "flags")), switch }
 }
 
 fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
@@ -183,5 +231,21 @@ mod tests {
             )
         );
         assert!(c.task_group_leader_offset > 0 && c.task_start_boottime_offset > 0);
+    }
+
+    /// 6.18 passes `sched_switch` its four arguments; `task_struct.flags` and `.pid` are where
+    /// BTF says.
+    #[test]
+    fn sampler_offsets_of_the_running_kernel() {
+        let data = std::fs::read(VMLINUX_BTF).unwrap();
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(btf.tracepoint_args("sched_switch"), Ok(4));
+        assert_eq!(
+            sampler_offsets(),
+            SamplerOffsets {
+                task_flags: Ok(btf.member_offset("task_struct", "flags").unwrap()),
+                switch: Ok(btf.member_offset("task_struct", "pid").unwrap()),
+            }
+        );
     }
 }

@@ -12,7 +12,7 @@ use anyhow::{Context as _, anyhow, bail};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{
     BtfTracePoint, FExit, Iter, ProgramError, TracePoint, fexit::FExitLink,
-    tp_btf::BtfTracePointLink, trace_point::TracePointLink,
+    perf_event::PerfEventLink, tp_btf::BtfTracePointLink, trace_point::TracePointLink,
 };
 use aya::{Ebpf, EbpfLoader};
 use tokio::io::Interest;
@@ -245,11 +245,12 @@ impl DetectOptions {
     }
 }
 
-/// An attached program, held for its `Drop`, which detaches it.
-enum Link {
+/// An attached program, held for its `Drop`, which detaches it (the sampler's too).
+pub(crate) enum Link {
     Tracepoint { _link: TracePointLink },
     Trampoline { _link: FExitLink },
     BtfTracepoint { _link: BtfTracePointLink },
+    PerfEvent { _link: PerfEventLink },
 }
 
 /// The detection programs, loaded and attached, and their ring buffer.
@@ -488,16 +489,24 @@ impl Detector {
 
     /// Run statistics of every attached program, by program name.
     pub fn program_stats(&self) -> anyhow::Result<Vec<(&'static str, ProgramStats)>> {
-        let mut out = Vec::with_capacity(self.programs.len());
-        for &prog_name in &self.programs {
-            let program = self.ebpf.program(prog_name).ok_or_else(|| anyhow!("no {prog_name}"))?;
-            let fd = program.fd().with_context(|| format!("{prog_name} is not loaded"))?;
-            let stats = program_stats(fd.as_fd())
-                .with_context(|| format!("BPF_OBJ_GET_INFO_BY_FD for {prog_name}"))?;
-            out.push((prog_name, stats));
-        }
-        Ok(out)
+        loaded_program_stats(&self.ebpf, &self.programs)
     }
+}
+
+/// Run statistics of the loaded programs `names` of `ebpf`, by program name.
+pub(crate) fn loaded_program_stats(
+    ebpf: &Ebpf,
+    names: &[&'static str],
+) -> anyhow::Result<Vec<(&'static str, ProgramStats)>> {
+    let mut out = Vec::with_capacity(names.len());
+    for &prog_name in names {
+        let program = ebpf.program(prog_name).ok_or_else(|| anyhow!("no {prog_name}"))?;
+        let fd = program.fd().with_context(|| format!("{prog_name} is not loaded"))?;
+        let stats = program_stats(fd.as_fd())
+            .with_context(|| format!("BPF_OBJ_GET_INFO_BY_FD for {prog_name}"))?;
+        out.push((prog_name, stats));
+    }
+    Ok(out)
 }
 
 fn drain_ring(
@@ -621,7 +630,7 @@ fn attach_lifecycle_hooks(
 
 /// Attaches classic tracepoint programs, each (program, category, tracepoint), once every one
 /// of those tracepoints is known to exist (a missing one fails, with `why` they are needed).
-fn attach_classic(
+pub(crate) fn attach_classic(
     ebpf: &mut Ebpf,
     tracefs: &Tracefs,
     programs: Vec<(&'static str, &'static str, &'static str)>,
@@ -712,7 +721,7 @@ fn attach_btf_tracepoints(
 
 /// The kinds of BTF-typed program tracer attaches: loaded against a kernel function or
 /// tracepoint found by name in kernel BTF, attached with no further argument.
-trait BtfTypedProgram {
+pub(crate) trait BtfTypedProgram {
     fn load_against(&mut self, target: &str, btf: &aya::Btf) -> Result<(), ProgramError>;
     fn attach_link(&mut self) -> anyhow::Result<Link>;
 }
@@ -742,7 +751,7 @@ impl BtfTypedProgram for BtfTracePoint {
 /// Loads and attaches each (program, target) as a `P`; on the first refusal the ones attached
 /// so far are detached (dropped) and the error names the program and its target (`what`
 /// describes the target in messages).
-fn attach_btf_typed<P: BtfTypedProgram>(
+pub(crate) fn attach_btf_typed<P: BtfTypedProgram>(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
     programs: impl Iterator<Item = (&'static str, &'static str)>,
@@ -772,7 +781,7 @@ where
 /// Runs `f` with aya's parse of the kernel's BTF (loading a BTF-typed program needs it to find
 /// its target's type id), then frees the parse — ~10 MiB of small allocations — and hands the
 /// freed heap back to the kernel, so tracer's resident memory does not keep it.
-fn with_kernel_btf<T>(
+pub(crate) fn with_kernel_btf<T>(
     what: &str,
     f: impl FnOnce(&aya::Btf) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
@@ -802,7 +811,10 @@ fn attach_tracepoint(
     Ok(Link::Tracepoint { _link: program.take_link(id).context("taking the link")? })
 }
 
-fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::maps::Map> {
+pub(crate) fn map_mut<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> anyhow::Result<&'a mut aya::maps::Map> {
     ebpf.map_mut(name).ok_or_else(|| anyhow!("the BPF object has no map {name}"))
 }
 
@@ -832,7 +844,7 @@ fn missing_tracepoint_hint(category: &str) -> &'static str {
 }
 
 /// Turns a load failure into an error that shows the verifier's verdict.
-fn load_error(prog_name: &str, err: ProgramError) -> anyhow::Error {
+pub(crate) fn load_error(prog_name: &str, err: ProgramError) -> anyhow::Error {
     match err {
         ProgramError::LoadError { io_error, verifier_log } => {
             let log = verifier_log.to_string();

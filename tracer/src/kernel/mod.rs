@@ -6,6 +6,7 @@ pub mod detect;
 pub mod ftrace_reader;
 pub mod privileges;
 pub mod procfs;
+pub mod sampler;
 pub mod threads;
 pub mod tracefs;
 pub mod user_events;
