@@ -119,6 +119,14 @@ impl CoreclrHost {
         self.process.request(&format!("add {n} {route}"), "ADDED", REPLY_TIMEOUT).map(drop)
     }
 
+    /// Runs the CPU workload (`burn`: `TracerWorkload.Hot`'s methods) for `seconds`; returns
+    /// its rounds.
+    pub fn burn(&mut self, seconds: u32) -> Result<u64> {
+        let timeout = REPLY_TIMEOUT + Duration::from_secs(seconds.into());
+        let reply = self.process.request(&format!("burn {seconds}"), "BURNED", timeout)?;
+        reply.parse().context("BURNED rounds")
+    }
+
     /// Asks the runtime to exit and waits until it has.
     pub fn exit(&mut self) -> Result<()> {
         self.process.send_line("exit")?;

@@ -24,7 +24,7 @@ use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
 use crate::metrics::{Publisher, Shared};
 use crate::output::{JsonLines, ReopenRequest};
 use crate::pipeline::admission::AdmissionLimits;
-use crate::pipeline::{audit, check, ftrace, run};
+use crate::pipeline::{audit, check, ftrace, profile, run};
 use crate::session::{SessionConfig, SessionMode};
 
 /// Linux observability for .NET diagnostics and user_events, from the kernel up.
@@ -50,6 +50,7 @@ pub struct Cli {
 pub enum Command {
     Audit(AuditArgs),
     Run(RunArgs),
+    Profile(ProfileArgs),
     Ftrace(FtraceArgs),
     Ps(PsArgs),
     Check(CheckArgs),
@@ -97,6 +98,14 @@ impl Command {
                     let summary = run::run(config, sink, stop, None).await?;
                     summary.print();
                     Ok(Ended { output_failed: summary.output_error.is_some() })
+                })
+            }
+            Command::Profile(args) => {
+                run_pipeline("profile", args.duration, None, |_, stop| async move {
+                    let config = args.config()?;
+                    let summary = profile::run(config, stop, None).await?;
+                    eprint!("{summary}");
+                    Ok(Ended { output_failed: false })
                 })
             }
             Command::Ftrace(args) => run_pipeline(
@@ -567,6 +576,125 @@ pub struct AuditArgs {
     pub metrics: MetricsArgs,
     #[command(flatten)]
     pub otlp: OtlpArgs,
+}
+
+/// Sample where .NET processes spend CPU (or wait), and write files profilers open.
+///
+/// On-CPU stacks (`--mode cpu`) are sampled in the kernel on a per-CPU software clock at
+/// `--frequency` (kernel and user stacks by frame pointers); off-CPU (`--mode off-cpu`,
+/// dotnet-trace's `thread-time`) weights each stretch a thread spent blocked by its length,
+/// with the stack where it blocked. Every frame is named without writing into the target:
+/// managed (JIT-compiled, also code compiled before tracer started, with W^X on or off) from
+/// the runtime's own method events over its diagnostic socket, native ones from the ELF symbols
+/// of the mapped files (and their debug files), kernel ones from kallsyms; what cannot be named
+/// stays `module+offset`, and the summary says how much of each process was named.
+/// Needs root. Files: pprof (`go tool pprof`, Pyroscope, Parca), speedscope JSON, folded stacks
+/// (flamegraph.pl, inferno) and a self-contained SVG flame graph.
+///
+/// Example: tracer profile --pid 4242 --duration 30s --format pprof,svg -o app
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// Profile this process (repeatable; dotnet-trace's `-p`); default: every .NET process
+    /// detected (those running at start and those that start), as the filters select.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// What to sample: `cpu` (on-CPU stacks) or `off-cpu` (blocked stretches, weighted by their
+    /// nanoseconds).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub mode: ModeArg,
+    /// On-CPU samples per second and CPU (perf's -F); at most the kernel's
+    /// kernel.perf_event_max_sample_rate.
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..))]
+    pub frequency: u64,
+    /// File formats, comma-separated or repeated: pprof (gzip'd profile.proto, `.pb.gz`),
+    /// speedscope (`.speedscope.json`), folded (`.folded`), svg (a flame graph, `.svg`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pprof")]
+    pub format: Vec<FormatArg>,
+    /// Where to write: with one format, this file; with several, this path with each format's
+    /// suffix appended. Default: `profile` with each format's suffix, in the current directory.
+    /// Created mode 0600, never through a symlink.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Time limit for each step of a diagnostic IPC command.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub ipc_timeout: Duration,
+    #[command(flatten)]
+    pub hooks: HookArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+/// `--mode` of `profile`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    Cpu,
+    OffCpu,
+}
+
+/// `--format` of `profile`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    Pprof,
+    Speedscope,
+    Folded,
+    Svg,
+}
+
+impl From<FormatArg> for crate::profile::format::Format {
+    fn from(arg: FormatArg) -> Self {
+        use crate::profile::format::Format;
+        match arg {
+            FormatArg::Pprof => Format::Pprof,
+            FormatArg::Speedscope => Format::Speedscope,
+            FormatArg::Folded => Format::Folded,
+            FormatArg::Svg => Format::Svg,
+        }
+    }
+}
+
+impl ProfileArgs {
+    /// The pipeline's configuration: each format with the file it goes to.
+    pub fn config(&self) -> anyhow::Result<profile::ProfileConfig> {
+        use crate::kernel::sampler::SampleMode;
+        let mut formats: Vec<crate::profile::format::Format> =
+            self.format.iter().map(|&f| f.into()).collect();
+        formats.dedup();
+        let outputs = formats
+            .iter()
+            .map(|&format| {
+                let path = match (&self.output, formats.len()) {
+                    (Some(path), 1) => path.clone(),
+                    (Some(base), _) => {
+                        let mut name = base.clone().into_os_string();
+                        name.push(format.file_suffix());
+                        PathBuf::from(name)
+                    }
+                    (None, _) => PathBuf::from(format!("profile{}", format.file_suffix())),
+                };
+                (format, path)
+            })
+            .collect();
+        Ok(profile::ProfileConfig {
+            mode: match self.mode {
+                ModeArg::Cpu => SampleMode::Cpu { frequency_hz: self.frequency },
+                ModeArg::OffCpu => SampleMode::OffCpu,
+            },
+            target_pids: self.pids.clone(),
+            filter: self.filter.filter()?,
+            hooks: self.hooks.hooks,
+            outputs,
+            timeouts: Timeouts {
+                connect: self.ipc_timeout,
+                write: self.ipc_timeout,
+                read: self.ipc_timeout,
+            },
+            locate_for: run::LOCATE_WINDOW,
+            drain_timeout: Duration::from_secs(30),
+        })
+    }
 }
 
 /// Stream kernel tracepoints (ftrace events) as JSON lines.

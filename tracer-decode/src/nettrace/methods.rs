@@ -69,7 +69,19 @@ pub struct MethodCode {
     pub signature: String,
 }
 
+/// Where `MethodFlags` keeps the code's optimization tier (3 bits), and the tier of
+/// on-stack-replacement code (`OptimizedTier1OSR`).
+const TIER_SHIFT: u32 = 7;
+const TIER_MASK: u32 = 0x7;
+const TIER_OSR: u32 = 5;
+
 impl MethodCode {
+    /// Whether this is on-stack-replacement code (a hot loop's tier-1 code entered from the
+    /// running tier-0 frame).
+    pub fn is_osr(&self) -> bool {
+        (self.flags >> TIER_SHIFT) & TIER_MASK == TIER_OSR
+    }
+
     /// `Namespace.Name`, as profilers show a managed frame (the namespace alone is the type).
     pub fn display_name(&self) -> String {
         match self.namespace.is_empty() {
@@ -151,6 +163,8 @@ pub struct MethodTable {
 
 #[derive(Debug)]
 struct Code {
+    method_id: u64,
+    osr: bool,
     end: u64,
     name: std::sync::Arc<str>,
     module_id: u64,
@@ -166,6 +180,10 @@ struct Code {
 pub struct ManagedFrame {
     pub name: std::sync::Arc<str>,
     pub module: Option<std::sync::Arc<str>>,
+    pub method_id: u64,
+    /// On-stack-replacement code: it runs on the frame of the method's tier-0 code, which the
+    /// stack shows as its caller.
+    pub osr: bool,
 }
 
 impl MethodTable {
@@ -194,6 +212,8 @@ impl MethodTable {
         self.sorted = false;
         self.longest = self.longest.max(end - code.start);
         self.code.push(Code {
+            method_id: code.method_id,
+            osr: code.is_osr(),
             end,
             name: code.display_name().into(),
             module_id: code.module_id,
@@ -243,6 +263,8 @@ impl MethodTable {
         Some(ManagedFrame {
             name: best.name.clone(),
             module: self.modules.get(&best.module_id).cloned(),
+            method_id: best.method_id,
+            osr: best.osr,
         })
     }
 }
@@ -436,6 +458,11 @@ mod tests {
         unknown_module.module_id = 99;
         t.method(Loaded, &unknown_module, 1);
         let frame = t.lookup(0xa000, 5).unwrap();
-        assert_eq!((&*frame.name, frame.module), ("W.NoModule", None));
+        assert_eq!((&*frame.name, frame.module, frame.method_id), ("W.NoModule", None, 4));
+        // On-stack-replacement code says so (tier 5 in bits 7..10 of the flags).
+        let mut osr = code(5, 0xb000, 0x10, "Loop");
+        osr.flags = 5 << 7 | 0x8;
+        t.method(Loaded, &osr, 1);
+        assert!(t.lookup(0xb000, 2).unwrap().osr && !t.lookup(0xa000, 2).unwrap().osr);
     }
 }

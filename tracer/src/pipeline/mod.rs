@@ -5,6 +5,7 @@ pub mod admission;
 pub mod audit;
 pub mod check;
 pub mod ftrace;
+pub mod profile;
 pub mod ps;
 pub mod run;
 
