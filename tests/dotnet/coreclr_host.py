@@ -77,7 +77,7 @@ if _initialize is not None:
 
 def emit_workload():
     """The `burn` workload's type (see the module documentation)."""
-    from System import Int64, Object  # noqa: E402
+    from System import Int16, Int64, Object  # noqa: E402
     from System.Reflection import (  # noqa: E402
         AssemblyName, MethodAttributes, MethodImplAttributes, TypeAttributes,
     )
@@ -94,35 +94,50 @@ def emit_workload():
         m.SetImplementationFlags(MethodImplAttributes.NoInlining)
         return m, m.GetILGenerator()
 
-    def loop(name):
-        # long acc = 0; for (int i = 0; i < n; i++) acc = acc * 31 + i; return acc;
-        m, il = method(name)
-        acc, i = il.DeclareLocal(Int64), il.DeclareLocal(Int32)
-        body, check = il.DefineLabel(), il.DefineLabel()
-        il.Emit(OpCodes.Ldc_I8, Int64(0))
-        il.Emit(OpCodes.Stloc, acc)
+    def counted_loop(il, count_arg, body):
+        # for (int i = 0; i < arg[count_arg]; i++) { body(i) }
+        i = il.DeclareLocal(Int32)
+        start, check = il.DefineLabel(), il.DefineLabel()
         il.Emit(OpCodes.Ldc_I4_0)
         il.Emit(OpCodes.Stloc, i)
         il.Emit(OpCodes.Br, check)
-        il.MarkLabel(body)
-        il.Emit(OpCodes.Ldloc, acc)
-        il.Emit(OpCodes.Ldc_I8, Int64(31))
-        il.Emit(OpCodes.Mul)
-        il.Emit(OpCodes.Ldloc, i)
-        il.Emit(OpCodes.Conv_I8)
-        il.Emit(OpCodes.Add)
-        il.Emit(OpCodes.Stloc, acc)
+        il.MarkLabel(start)
+        body(i)
         il.Emit(OpCodes.Ldloc, i)
         il.Emit(OpCodes.Ldc_I4_1)
         il.Emit(OpCodes.Add)
         il.Emit(OpCodes.Stloc, i)
         il.MarkLabel(check)
         il.Emit(OpCodes.Ldloc, i)
-        il.Emit(OpCodes.Ldarg_0)
-        il.Emit(OpCodes.Blt, body)
+        il.Emit(OpCodes.Ldarg, Int16(count_arg))
+        il.Emit(OpCodes.Blt, start)
+
+    def accumulate(name, args, count_arg, step):
+        # long acc = 0; for (...) acc = step(acc, i); return acc;
+        m, il = method(name, args)
+        acc = il.DeclareLocal(Int64)
+        il.Emit(OpCodes.Ldc_I8, Int64(0))
+        il.Emit(OpCodes.Stloc, acc)
+
+        def body(i):
+            il.Emit(OpCodes.Ldloc, acc)
+            step(il, i)
+            il.Emit(OpCodes.Stloc, acc)
+
+        counted_loop(il, count_arg, body)
         il.Emit(OpCodes.Ldloc, acc)
         il.Emit(OpCodes.Ret)
         return m
+
+    def loop(name):
+        # acc = acc * 31 + i, n times
+        def step(il, i):
+            il.Emit(OpCodes.Ldc_I8, Int64(31))
+            il.Emit(OpCodes.Mul)
+            il.Emit(OpCodes.Ldloc, i)
+            il.Emit(OpCodes.Conv_I8)
+            il.Emit(OpCodes.Add)
+        return accumulate(name, int_arg, 0, step)
 
     def calls(name, *steps):
         # long r = 1; r += callee(arg * factor) for each step; return r; (the add after the
@@ -141,31 +156,12 @@ def emit_workload():
     inner, other = loop("Inner"), loop("Other")
     caller_a, caller_b = calls("CallerA", (inner, 1)), calls("CallerB", (inner, 1))
     run = calls("Run", (caller_a, 3), (caller_b, 1), (other, 2))
-    # Burn(rounds, w): for (k = 0; k < rounds; k++) r += Run(w);
-    burn, il = method("Burn", Array[Type]([Int32, Int32]))
-    r, k = il.DeclareLocal(Int64), il.DeclareLocal(Int32)
-    body, check = il.DefineLabel(), il.DefineLabel()
-    il.Emit(OpCodes.Ldc_I8, Int64(0))
-    il.Emit(OpCodes.Stloc, r)
-    il.Emit(OpCodes.Ldc_I4_0)
-    il.Emit(OpCodes.Stloc, k)
-    il.Emit(OpCodes.Br, check)
-    il.MarkLabel(body)
-    il.Emit(OpCodes.Ldloc, r)
-    il.Emit(OpCodes.Ldarg_1)
-    il.Emit(OpCodes.Call, run)
-    il.Emit(OpCodes.Add)
-    il.Emit(OpCodes.Stloc, r)
-    il.Emit(OpCodes.Ldloc, k)
-    il.Emit(OpCodes.Ldc_I4_1)
-    il.Emit(OpCodes.Add)
-    il.Emit(OpCodes.Stloc, k)
-    il.MarkLabel(check)
-    il.Emit(OpCodes.Ldloc, k)
-    il.Emit(OpCodes.Ldarg_0)
-    il.Emit(OpCodes.Blt, body)
-    il.Emit(OpCodes.Ldloc, r)
-    il.Emit(OpCodes.Ret)
+    # Burn(rounds, w): r += Run(w), rounds times.
+    def run_once(il, _):
+        il.Emit(OpCodes.Ldarg_1)
+        il.Emit(OpCodes.Call, run)
+        il.Emit(OpCodes.Add)
+    accumulate("Burn", Array[Type]([Int32, Int32]), 0, run_once)
     method_info = hot.CreateType().GetMethod("Burn")
     return lambda rounds, w: method_info.Invoke(None, Array[Object]([Int32(rounds), Int32(w)]))
 
@@ -221,8 +217,10 @@ for line in sys.stdin:
         burn = burn or emit_workload()
         deadline, rounds = time.monotonic() + float(cmd[1]), 0
         while time.monotonic() < deadline:
-            burn(100, 100000)  # about 10 ms a call
-            rounds += 100
+            # Each Inner/Other call lasts milliseconds, many sampling periods (at up to 1 kHz):
+            # a periodic workload of about the sampling period would alias with it.
+            burn(5, 2000000)  # about 60 ms a call
+            rounds += 5
         print("BURNED", rounds, flush=True)
     elif cmd[0] == "exit":
         break

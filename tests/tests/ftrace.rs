@@ -386,35 +386,52 @@ async fn every_watermark_crossing_wakes_the_reader_read() {
     every_watermark_crossing_wakes_the_reader(ReadMode::Read, "wake-read").await;
 }
 
+/// A thread doing what every tracer does at its start — removing stale instances — in a loop,
+/// until stopped.
+struct Cleaner {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Cleaner {
+    fn start(tracefs: &tracer::kernel::tracefs::Tracefs) -> Cleaner {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tracefs, stopped) = (tracefs.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stopped.load(Ordering::Relaxed) {
+                tracer::kernel::tracefs::remove_stale_instances(&tracefs);
+                rounds += 1;
+            }
+            rounds
+        });
+        Cleaner { stop, thread }
+    }
+
+    /// Stops it; returns how many rounds it made.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 /// Tracers starting at once: one's clean-up of stale instances runs while another makes its
 /// instance, which looks stale until its liveness file is open. The cleaner thread does what
 /// every tracer does at its start, in a loop; every creation must succeed.
 #[test]
 fn an_instance_is_never_removed_by_a_concurrent_clean_up_before_it_is_held() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use tracer::kernel::tracefs::{Instance, Tracefs, remove_stale_instances};
+    use tracer::kernel::tracefs::{Instance, Tracefs};
     const CREATIONS: u32 = 100;
     let tracefs = Tracefs::find_or_mount().expect("tracefs");
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let cleaner = {
-        let (tracefs, stop) = (tracefs.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut rounds = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                remove_stale_instances(&tracefs);
-                rounds += 1;
-            }
-            rounds
-        })
-    };
+    let cleaner = Cleaner::start(&tracefs);
     let failed: Vec<String> = (0..CREATIONS)
         .filter_map(|i| {
             let instance = Instance::create_with_suffix(&tracefs, Some(&format!("race-{i}")));
             instance.err().map(|e| format!("{e:#}"))
         })
         .collect();
-    stop.store(true, Ordering::Relaxed);
-    let rounds = cleaner.join().unwrap();
+    let rounds = cleaner.stop();
     assert_eq!(failed, Vec::<String>::new(), "creations that failed");
     assert!(rounds >= u64::from(CREATIONS), "the cleaner ran alongside: {rounds} rounds");
 }
@@ -449,23 +466,11 @@ fn logged_warnings() -> &'static std::sync::Mutex<Vec<String>> {
 /// release and a gone directory taken for a failure, 21 of 100 drops warned.)
 #[test]
 fn dropping_an_instance_during_a_concurrent_clean_up_warns_of_nothing() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use tracer::kernel::tracefs::{Instance, Tracefs, remove_stale_instances};
+    use tracer::kernel::tracefs::{Instance, Tracefs};
     const DROPS: u32 = 100;
     let warnings = logged_warnings();
     let tracefs = Tracefs::find_or_mount().expect("tracefs");
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let cleaner = {
-        let (tracefs, stop) = (tracefs.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut rounds = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                remove_stale_instances(&tracefs);
-                rounds += 1;
-            }
-            rounds
-        })
-    };
+    let cleaner = Cleaner::start(&tracefs);
     let event = "sched:sched_switch".parse().unwrap();
     let dirs: Vec<std::path::PathBuf> = (0..DROPS)
         .map(|i| {
@@ -475,8 +480,7 @@ fn dropping_an_instance_during_a_concurrent_clean_up_warns_of_nothing() {
             instance.dir().to_path_buf()
         })
         .collect();
-    stop.store(true, Ordering::Relaxed);
-    let rounds = cleaner.join().unwrap();
+    let rounds = cleaner.stop();
     let ours: Vec<String> =
         warnings.lock().unwrap().iter().filter(|w| w.contains("-drop-")).cloned().collect();
     assert_eq!(ours, Vec::<String>::new(), "warnings about the dropped instances");
