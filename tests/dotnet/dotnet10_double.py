@@ -27,20 +27,20 @@ stdout: `READY <pid> <socket path>`; `SESSION_STARTED <id> streaming|user_events
             `c0`..`c<N-1>` with Mean k and no units — as many series as a hostile peer likes
             → `COUNTERS N <written>`
   `sessions` → `SESSIONS <active>`;  `exit` / EOF → exit 0.
-  `amplify ID E N` HOSTILE (issue 9 §1): into streaming session ID (hex), whatever it requested,
+  `amplify ID E N` HOSTILE: into streaming session ID (hex), whatever it requested,
             metadata for `Amplifier/EmptyFields` (V1: 1 024 fields, each an object without
             fields, 16-character names) and for an `Amplifier` event whose name is
             1 000 U+0001 characters, then E empty-payload EmptyFields events and N
             empty-payload events of the long-named one (2 bytes each after the first)
             → `AMPLIFIED <events> <bytes sent on the session's stream so far>`
-  `forge N`  HOSTILE (issue 9 §2): through the fd of each of its user_events sessions, N
+  `forge N`  HOSTILE: through the fd of each of its user_events sessions, N
             `Tick` records (Message `forged <k>`, with metadata) into every write index 0..63,
             enabled or not, whoever they belong to → `FORGED <writes that succeeded>`
-  `ue_amplify N` HOSTILE (issue 9 §1): into each user_events session's TestDouble tracepoint,
+  `ue_amplify N` HOSTILE: into each user_events session's TestDouble tracepoint,
             a record of event 9 whose metadata names it with 1 000 U+0001 characters, then
             N-1 more of event 9 without metadata or payload, each while the tracepoint is
             enabled → `UE_AMPLIFIED <records written>`
-  `pin N`   HOSTILE (issue 9 §2): registers N more tracepoints `pin_<pid>_<k>` through the
+  `pin N`   HOSTILE: registers N more tracepoints `pin_<pid>_<k>` through the
             fd of each of its user_events sessions and keeps them → `PINNED <registered>`
   `fork_write N` HOSTILE: a forked child (another process, kept alive until exit) writes N
             `Tick` records (Message `foreign <k>`) into each session's TestDouble tracepoint

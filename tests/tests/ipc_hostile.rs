@@ -292,7 +292,7 @@ fn locate_in_a_task(target: Target, locate_for: Duration) -> Result<(LocateTask,
     Ok((session, reports))
 }
 
-/// A temp dir holding more names for the target's pid than tracer examines (issue 9 §4: a huge
+/// A temp dir holding more names for the target's pid than tracer examines (a huge
 /// `TMPDIR`): every look-up examines exactly `MAX_TEMP_DIR_ENTRIES` of them, the first
 /// `MAX_REPORTED_REFUSALS` refusals are reported one by one and the rest once, as a count — not
 /// 105 000 `socket_refused` lines for every target sharing the directory.

@@ -1,7 +1,7 @@
 //! Who wrote a session's lines, when a process hands its diagnostic listener to another and its
 //! pid is then reused: a session ends when the process it pinned ends (whoever still holds the
 //! connection), and every line names the process incarnation — `pid` and `process_start_ns`,
-//! and a runtime event its `session_id` — so nothing of the first session is ever attributed to
+//! and a runtime event its `session_id` — so nothing of the first process's session is ever attributed to
 //! the process that got its pid.
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::time::Duration;
@@ -60,11 +60,12 @@ fn a_session_ends_with_its_process_and_its_lines_never_name_the_pids_next_holder
     let pid = first.pid();
     let _holder = Pinned::new(first.handed_off().expect("HANDED_OFF"));
     let first_start = process_start_ns(pid).expect("the first process's start");
-    let started =
-        tracer.wait_for("the first session_started", TIMEOUT, |l| is(l, "session_started", pid));
+    let started = tracer.wait_for("the first process's session_started", TIMEOUT, |l| {
+        is(l, "session_started", pid)
+    });
     assert_eq!(started["process_start_ns"], first_start, "{started}");
     let first_session = started["session_id"].as_str().expect("session_id").to_owned();
-    let tick = tracer.wait_for("a Tick of the first session", TIMEOUT, |l| {
+    let tick = tracer.wait_for("a Tick of the first process's session", TIMEOUT, |l| {
         is_event(l, pid, "Tick") && l["session_id"] == first_session.as_str()
     });
     assert!(message(&tick).starts_with("forged "), "{tick}");
@@ -72,7 +73,7 @@ fn a_session_ends_with_its_process_and_its_lines_never_name_the_pids_next_holder
 
     // The process exits; the listener's holder goes on writing into the connection.
     first.exit().expect("the first process exits");
-    let ended = tracer.wait_for("the first session_ended", TIMEOUT, |l| {
+    let ended = tracer.wait_for("the first process's session_ended", TIMEOUT, |l| {
         is(l, "session_ended", pid) && l["session_id"] == first_session.as_str()
     });
     assert_eq!(ended["reason"], "process_exited", "{ended}");
@@ -106,7 +107,7 @@ fn a_session_ends_with_its_process_and_its_lines_never_name_the_pids_next_holder
     let (lines, summary) = tracer.stop();
 
     // Every line about the pid names one of the two processes; each session's lines name the
-    // process of that session; nothing the first session carried names the runtime.
+    // process of that session; nothing the first process's session carried names the runtime.
     let about_pid: Vec<&Value> = lines.iter().filter(|l| l["pid"] == pid).collect();
     let mut of_runtime = 0;
     for line in &about_pid {
@@ -130,15 +131,15 @@ fn a_session_ends_with_its_process_and_its_lines_never_name_the_pids_next_holder
         }
     }
     assert!(of_runtime >= 4, "detection, session_started, GCStart, session_ended: {of_runtime}");
-    // The first session wrote nothing after it ended.
+    // The first process's session wrote nothing after it ended.
     let first_end = lines
         .iter()
         .position(|l| is(l, "session_ended", pid) && l["session_id"] == first_session.as_str())
-        .expect("the first session_ended");
+        .expect("the first process's session_ended");
     let late: Vec<&Value> = lines[first_end + 1..]
         .iter()
         .filter(|l| l["session_id"] == first_session.as_str())
         .collect();
-    assert!(late.is_empty(), "lines of the first session after its end: {late:?}");
+    assert!(late.is_empty(), "lines of the first process's session after its end: {late:?}");
     assert_eq!(summary.sessions_ended.get("process_exited").copied(), Some(2), "{summary:?}");
 }

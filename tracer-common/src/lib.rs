@@ -227,7 +227,7 @@ pub struct ThreadTenure {
     /// The process (thread group) the thread belongs to.
     pub tgid: u32,
     /// The session generation (`SESSION_PROCESSES` value) current when the thread was recorded:
-    /// an entry of an earlier session of a reused pid never matches a later one.
+    /// an entry left by a previous session with a reused pid never matches a later one.
     pub generation: u32,
     /// CLOCK_MONOTONIC nanoseconds the thread was created at; 0: it already ran when the session
     /// started (recorded by user space from `/proc/<pid>/task`).

@@ -758,7 +758,7 @@ mod tests {
 
     /// A record is its process's when the thread that wrote it was one of the process's at
     /// that time, even if the thread has exited since; a reused tid, another process's thread
-    /// and an entry of an earlier session of the pid are not.
+    /// and an entry of a previous session with the pid are not.
     #[test]
     fn records_are_attributed_by_what_their_thread_was_when_it_wrote() {
         let (pid, generation) = (100, 7);
@@ -770,6 +770,6 @@ mod tests {
         let running = ThreadTenure { tgid: pid, generation, born_ns: 0, exited_ns: 0 };
         assert!(wrote_for(&running, pid, generation, u64::MAX), "running since the start");
         assert!(!wrote_for(&running, 101, generation, 10), "a thread of another process");
-        assert!(!wrote_for(&running, pid, generation + 1, 10), "an earlier session's entry");
+        assert!(!wrote_for(&running, pid, generation + 1, 10), "a previous session's entry");
     }
 }
