@@ -11,14 +11,13 @@ pub mod threads;
 pub mod tracefs;
 pub mod user_events;
 
-/// Ends the process at once (a second Ctrl-C) yet leaves no ftrace instance behind. The kernel
-/// refuses to remove an instance while a file of it is open or mapped, and other threads are
-/// still running: so this process's instances are switched off (while their liveness files are
-/// still held, see [`tracefs::Instance`]), every descriptor of an instance file is pointed at
-/// `/dev/null` (it stays a valid descriptor for whoever owns it) and every ring-buffer mapping is
-/// replaced by anonymous memory; then the instances are removed and it exits with `status`.
-pub fn exit_now(status: i32) -> ! {
-    tracefs::stop_live_instances();
+/// How often a forced exit points instance files away and removes the instances before it
+/// gives up (and says which instance is left).
+const FORCED_EXIT_REMOVE_ATTEMPTS: u32 = 5;
+
+/// Points every descriptor of an instance file of this process at `/dev/null` and replaces every
+/// ring-buffer mapping by anonymous memory: the kernel then lets the instances go.
+fn release_instance_files() {
     let instances = tracefs::live_instance_dirs();
     if let Ok(null) = std::fs::File::open("/dev/null") {
         use std::os::fd::AsRawFd as _;
@@ -34,7 +33,24 @@ pub fn exit_now(status: i32) -> ! {
         }
     }
     ftrace_reader::release_all_mappings();
-    tracefs::remove_live_instances();
+}
+
+/// Ends the process at once (a second Ctrl-C) yet leaves no ftrace instance behind. The kernel
+/// refuses to remove an instance while a file of it is open or mapped, and other threads are
+/// still running: so this process's instances are switched off (while their liveness files are
+/// still held, see [`tracefs::Instance`]), every descriptor of an instance file is pointed at
+/// `/dev/null` (it stays a valid descriptor for whoever owns it) and every ring-buffer mapping is
+/// replaced by anonymous memory; then the instances are removed and it exits with `status`.
+pub fn exit_now(status: i32) -> ! {
+    tracefs::stop_live_instances();
+    // Other threads go on while this one works: one may open an instance file (its statistics)
+    // after the descriptors were pointed away; then the removal is refused (EBUSY) and tried again.
+    for attempt in 1..=FORCED_EXIT_REMOVE_ATTEMPTS {
+        release_instance_files();
+        if tracefs::remove_live_instances(attempt == FORCED_EXIT_REMOVE_ATTEMPTS) == 0 {
+            break;
+        }
+    }
     // SAFETY: _exit has no preconditions; it skips destructors on purpose (they would wait).
     unsafe { libc::_exit(status) }
 }

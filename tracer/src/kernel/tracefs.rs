@@ -503,12 +503,18 @@ pub(crate) fn stop_live_instances() {
 }
 
 /// Removes this process's instances; the caller has released every file and mapping of them.
-pub(crate) fn remove_live_instances() {
+/// Returns the instances still there and why; `report` prints them.
+pub(crate) fn remove_live_instances(report: bool) -> usize {
+    let mut left = 0;
     for dir in live_instance_dirs() {
         if let Err(e) = remove_released(&dir) {
-            eprintln!("tracer: could not remove ftrace instance {}: {e}", dir.display());
+            left += 1;
+            if report {
+                eprintln!("tracer: could not remove ftrace instance {}: {e}", dir.display());
+            }
         }
     }
+    left
 }
 
 /// How long creating an instance, or removing a stale one, waits for the [`InstancesLock`].
