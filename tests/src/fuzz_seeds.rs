@@ -84,55 +84,89 @@ pub fn generated() -> Vec<Seed> {
     seeds
 }
 
-/// Sample ring records as the sampling programs write them: a CPU sample in user mode (no
-/// kernel stack), one in the kernel with a kernel stack whose bucket was taken, and an off-CPU
-/// stretch with both stacks.
+/// Sample ring records as the sampling programs write them: CPU samples with their frames — in
+/// user mode (user stack only), in the kernel (both stacks), one whose user stack could not be
+/// taken — and off-CPU stretches naming stack ids, one with a kernel stack whose bucket was
+/// taken.
 fn profile_sample_seeds() -> Vec<Seed> {
-    use tracer_common::sampling::{NO_STACK, SampleKind, SampleRecord};
-    use tracer_decode::profile_sample::{self, StackRef};
-    let cpu = SampleRecord {
+    use tracer_common::sampling::{CpuSampleHeader, NO_STACK, OffCpuRecord, SampleKind};
+    use tracer_decode::profile_sample::{self, ProfileSample, Stack};
+    // A .NET thread in JIT'd code called from the runtime's native frames, as frame pointers
+    // show it.
+    let user: Vec<u64> = (0..40u64)
+        .map(|i| match i {
+            0..20 => 0x7f3a_8c41_0000 + i * 0x1a4,
+            _ => 0x7f3b_1250_0000 + i * 0x3c8,
+        })
+        .collect();
+    let kernel: Vec<u64> = (0..12u64).map(|i| 0xffff_ffff_8b20_0000 + i * 0x4e8).collect();
+    let bytes = |frames: &[u64]| (frames.len() * 8) as i32;
+    let cpu = CpuSampleHeader {
         kind: SampleKind::Cpu as u32,
         cpu: 1,
         time_ns: 3_745_768_180_449,
-        weight: 1,
         tgid: 31_896,
         tid: 31_896,
-        user_stack_id: 4_012,
-        kernel_stack_id: NO_STACK,
-        stack_epoch: 0,
-        _pad: 0,
+        user_stack: bytes(&user),
+        kernel_stack: NO_STACK,
     };
-    let records = [
-        ("cpu_user_mode", cpu, (StackRef::Id(4_012), StackRef::None)),
+    let cpu_samples = [
+        ("cpu_user_mode", cpu, user.clone(), (Stack::Taken(user.clone()), Stack::None)),
         (
-            "cpu_kernel_collision",
-            SampleRecord { kernel_stack_id: -libc::EEXIST, stack_epoch: 3, ..cpu },
-            (StackRef::Id(4_012), StackRef::Failed(libc::EEXIST)),
+            "cpu_kernel_mode",
+            CpuSampleHeader { kernel_stack: bytes(&kernel), ..cpu },
+            [user.as_slice(), &kernel].concat(),
+            (Stack::Taken(user.clone()), Stack::Taken(kernel.clone())),
         ),
         (
-            "off_cpu",
-            SampleRecord {
-                kind: SampleKind::OffCpu as u32,
-                weight: 50_083_054,
-                tid: 31_900,
-                user_stack_id: 77,
-                kernel_stack_id: 6_310,
-                stack_epoch: 2,
-                ..cpu
-            },
-            (StackRef::Id(77), StackRef::Id(6_310)),
+            "cpu_user_unreadable",
+            CpuSampleHeader { user_stack: -libc::EFAULT, kernel_stack: bytes(&kernel), ..cpu },
+            kernel.clone(),
+            (Stack::Failed(libc::EFAULT), Stack::Taken(kernel.clone())),
         ),
     ];
-    records
-        .into_iter()
-        .map(|(name, record, stacks)| {
-            let bytes = profile_sample::encode(&record).to_vec();
-            let sample = profile_sample::decode(&bytes)
-                .unwrap_or_else(|e| panic!("profile_sample {name}: {e}"));
-            assert_eq!((sample.user_stack, sample.kernel_stack), stacks, "{name}");
-            seed("profile_sample", name, bytes)
-        })
-        .collect()
+    let off_cpu = OffCpuRecord {
+        kind: SampleKind::OffCpu as u32,
+        cpu: 1,
+        time_ns: 3_745_768_180_449,
+        weight: 50_083_054,
+        tgid: 31_896,
+        tid: 31_900,
+        user_stack_id: 77,
+        kernel_stack_id: 6_310,
+        stack_epoch: 2,
+        _pad: 0,
+    };
+    let stretches = [
+        ("off_cpu", off_cpu, (Stack::Taken(77), Stack::Taken(6_310))),
+        (
+            "off_cpu_kernel_collision",
+            OffCpuRecord { kernel_stack_id: -libc::EEXIST, stack_epoch: 3, ..off_cpu },
+            (Stack::Taken(77), Stack::Failed(libc::EEXIST)),
+        ),
+    ];
+    let mut seeds = Vec::new();
+    for (name, header, frames, stacks) in cpu_samples {
+        let bytes = profile_sample::encode_cpu(&header, &frames);
+        match profile_sample::decode(&bytes) {
+            Ok(ProfileSample::Cpu(s)) => {
+                assert_eq!((s.user_stack, s.kernel_stack), stacks, "{name}")
+            }
+            other => panic!("profile_sample {name}: {other:?}"),
+        }
+        seeds.push(seed("profile_sample", name, bytes));
+    }
+    for (name, record, stacks) in stretches {
+        let bytes = profile_sample::encode_off_cpu(&record).to_vec();
+        match profile_sample::decode(&bytes) {
+            Ok(ProfileSample::OffCpu(s)) => {
+                assert_eq!((s.user_stack, s.kernel_stack), stacks, "{name}")
+            }
+            other => panic!("profile_sample {name}: {other:?}"),
+        }
+        seeds.push(seed("profile_sample", name, bytes));
+    }
+    seeds
 }
 
 /// The structs tracer reads from kernel BTF, shaped as Linux 6.18 lays them out where it matters

@@ -112,6 +112,9 @@ fn profile_the_workload(
         "{summary}\nleaves: {:?}\ninner by caller: {:?}",
         split.by_leaf, split.inner_by_caller
     );
+    eprintln!("{report}");
+    // Samples carry their frames: none is lost, however distinct the JIT'd stacks.
+    assert_eq!(summary.losses.total(), 0, "nothing lost: {report}");
     assert!(inner > 500 && other > 250, "Inner and Other sampled and named: {report}");
     assert_eq!(summary.processes.len(), 1, "{report}");
     let process = &summary.processes[0];

@@ -3,8 +3,9 @@
 //! helper whose machine code the tests know (tests/native/busy_helper.c): CPU samples land in
 //! the helper's functions in the share of the work each does, with their callers, and only for
 //! the processes chosen; kernel stacks are kernel text; a sleeping thread's off-CPU stretches
-//! add up to its sleep, in the kernel's sleep path, with either `sched_switch` mechanism; stack
-//! ids stay readable while the programs move between the two stack maps.
+//! add up to its sleep, in the kernel's sleep path, with either `sched_switch` mechanism; CPU
+//! samples carry their frames and lose nothing; off-CPU stack ids stay readable while the
+//! programs move between the two stack maps.
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant};
 use tests::native::NativeHelper;
 use tests::process::LineProcess;
 use tracer::kernel::detect::{HookChoice, LifecycleMechanism};
-use tracer::kernel::sampler::{RawSample, Sampler, SamplerOptions, StackError, Targets};
+use tracer::kernel::sampler::{
+    RawSample, Sampler, SamplerLosses, SamplerOptions, StackError, Targets,
+};
 use tracer_common::sampling::{SampleKind, SampleLoss};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -151,20 +154,24 @@ impl Kallsyms {
     }
 }
 
-/// Checks that every stack the stack map had no room for — its hash bucket held another stack,
-/// which no map size rules out: a few in a thousand distinct stacks — is counted once, on the
-/// sample that lacks it, and that nothing was lost in user space. Returns the programs' other
-/// loss counts for `kind`, by reason (summed over CPUs).
-fn other_losses(
-    sampler: &Sampler,
-    samples: &[RawSample],
-    kind: SampleKind,
-) -> HashMap<SampleLoss, u64> {
+/// CPU samples carry their frames: none is lost, and every one has each stack it should.
+fn assert_nothing_lost(sampler: &Sampler, samples: &[RawSample]) {
+    assert_eq!(sampler.losses().unwrap(), SamplerLosses::default());
+    for s in samples {
+        assert_eq!((s.user_stack_error, s.kernel_stack_error), (None, None), "{s:?}");
+    }
+}
+
+/// Off CPU: checks that every stack the stack map had no room for — its hash bucket held
+/// another stack, which no map size rules out: a few in a thousand distinct stacks — is counted
+/// once, on the stretch that lacks it, and that nothing was lost in user space. Returns the
+/// programs' other loss counts, by reason (summed over CPUs).
+fn other_off_cpu_losses(sampler: &Sampler, samples: &[RawSample]) -> HashMap<SampleLoss, u64> {
     let losses = sampler.losses().unwrap();
     assert_eq!((losses.corrupt_records, losses.unresolved_stacks), (0, 0), "{losses:?}");
     let mut counted = HashMap::new();
     for loss in &losses.kernel {
-        assert_eq!(loss.kind, kind, "{losses:?}");
+        assert_eq!(loss.kind, SampleKind::OffCpu, "{losses:?}");
         *counted.entry(loss.reason).or_insert(0u64) += loss.count;
     }
     let collided = |error: fn(&RawSample) -> Option<StackError>| {
@@ -181,24 +188,19 @@ fn other_losses(
     counted
 }
 
-/// Nothing lost but what [`other_losses`] accounts for.
-fn assert_only_collisions_lost(sampler: &Sampler, samples: &[RawSample], kind: SampleKind) {
-    assert_eq!(other_losses(sampler, samples, kind), HashMap::new());
-}
-
 /// Off CPU, also stretches whose switch-in the kernel did not report: this host reports no
 /// switch away from some tasks of its own (measured: the threads of its pid 1), so a thread
 /// those hand the CPU to is seen switching out again without having switched in. Returns how
 /// many.
 fn switch_ins_unseen(sampler: &Sampler, samples: &[RawSample]) -> u64 {
-    let mut others = other_losses(sampler, samples, SampleKind::OffCpu);
+    let mut others = other_off_cpu_losses(sampler, samples);
     let unseen = others.remove(&SampleLoss::SwitchInUnseen).unwrap_or(0);
     assert_eq!(others, HashMap::new());
     unseen
 }
 
-/// The samples with user stacks; each one without lost it to a collision (counted) or was
-/// taken while its thread was exiting, in `do_exit`.
+/// The samples with user stacks; each one without lost it to a collision (off CPU, counted) or
+/// was taken while its thread was exiting, in `do_exit`.
 fn with_user_stacks<'a>(samples: &'a [RawSample], kallsyms: &Kallsyms) -> Vec<&'a RawSample> {
     let exiting = kallsyms.function("do_exit");
     let (stacked, unstacked): (Vec<&RawSample>, Vec<&RawSample>) =
@@ -222,7 +224,7 @@ async fn cpu_samples_land_in_the_functions_of_the_chosen_process_in_their_share(
     let mut sampler =
         Sampler::attach(&SamplerOptions::cpu(FREQUENCY_HZ, Targets::Processes(vec![])))
             .expect("attach");
-    assert_eq!(sampler.switch_hook(), None);
+    assert_eq!((sampler.switch_hook(), sampler.stack_epoch()), (None, None));
     // Targets come and go: the other helper is added and removed again before either spins.
     sampler.add_target(pid).unwrap();
     sampler.add_target(other_pid).unwrap();
@@ -234,7 +236,7 @@ async fn cpu_samples_land_in_the_functions_of_the_chosen_process_in_their_share(
     target.send_line("go").unwrap();
     other.send_line("go").unwrap();
     let samples = sample_until_done(&mut sampler, &mut target).await;
-    assert_only_collisions_lost(&sampler, &samples, SampleKind::Cpu);
+    assert_nothing_lost(&sampler, &samples);
     // The other one spun as long, and none of it was sampled.
     other.wait_line("DONE", TIMEOUT).unwrap();
     let mut late = Vec::new();
@@ -282,7 +284,7 @@ async fn a_syscall_loop_yields_kernel_stacks_in_kernel_text() {
     let kernel_text = kallsyms.kernel_text();
     target.send_line("go").unwrap();
     let samples = sample_until_done(&mut sampler, &mut target).await;
-    assert_only_collisions_lost(&sampler, &samples, SampleKind::Cpu);
+    assert_nothing_lost(&sampler, &samples);
 
     // read() of /dev/zero spends its time zeroing the buffer in the kernel.
     let in_kernel: Vec<&RawSample> =
@@ -355,43 +357,26 @@ async fn sleeps_are_weighed_off_cpu_on_the_classic_tracepoint() {
 }
 
 /// With stack maps of 16 entries the programs move to the other map every two stacks user
-/// space reads: every stack id still reads back (none unresolved), and every stack the kernel
-/// could not store is one counted collision, sample by sample.
-async fn stacks_stay_readable_across_epochs(
-    options: fn(Targets) -> SamplerOptions,
-    kind: SampleKind,
-    helper_args: &[&str],
-) {
-    let helper = NativeHelper::compile("busy_helper");
-    let (mut target, pid, _) = start(&helper, helper_args);
-    let options =
-        SamplerOptions { stack_map_entries: 16, ..options(Targets::Processes(vec![pid])) };
-    let mut sampler = Sampler::attach(&options).expect("attach");
-    target.send_line("go").unwrap();
-    if helper_args[0] == "sleep" {
-        target.expect_line("SLEEPER", TIMEOUT).unwrap();
-    }
-    let samples = sample_until_done(&mut sampler, &mut target).await;
-
-    assert!(sampler.stack_epoch() >= 2, "epoch {}", sampler.stack_epoch());
-    match kind {
-        SampleKind::Cpu => assert_only_collisions_lost(&sampler, &samples, kind),
-        SampleKind::OffCpu => _ = switch_ins_unseen(&sampler, &samples),
-    }
-    let resolved = samples.iter().filter(|s| s.user_stack_error.is_none()).count();
-    assert!(resolved > 0, "{samples:#?}");
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn cpu_stacks_stay_readable_across_epochs() {
-    let options = |targets| SamplerOptions::cpu(FREQUENCY_HZ, targets);
-    stacks_stay_readable_across_epochs(options, SampleKind::Cpu, &["spin", "1000"]).await;
-}
-
+/// space reads: every stack id of a blocked thread still reads back (none unresolved), and every
+/// stack the kernel could not store is one counted collision, stretch by stretch.
 #[tokio::test(flavor = "current_thread")]
 async fn blocked_threads_stacks_stay_readable_across_epochs() {
-    let args = ["sleep", &NAPS.to_string(), &NAP_MS.to_string()];
-    stacks_stay_readable_across_epochs(SamplerOptions::off_cpu, SampleKind::OffCpu, &args).await;
+    let helper = NativeHelper::compile("busy_helper");
+    let (mut target, pid, _) = start(&helper, &["sleep", &NAPS.to_string(), &NAP_MS.to_string()]);
+    let options = SamplerOptions {
+        stack_map_entries: 16,
+        ..SamplerOptions::off_cpu(Targets::Processes(vec![pid]))
+    };
+    let mut sampler = Sampler::attach(&options).expect("attach");
+    target.send_line("go").unwrap();
+    target.expect_line("SLEEPER", TIMEOUT).unwrap();
+    let samples = sample_until_done(&mut sampler, &mut target).await;
+
+    let epoch = sampler.stack_epoch().expect("off-CPU stack epochs");
+    assert!(epoch >= 2, "epoch {epoch}");
+    switch_ins_unseen(&sampler, &samples);
+    let resolved = samples.iter().filter(|s| s.user_stack_error.is_none()).count();
+    assert!(resolved > 0, "{samples:#?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

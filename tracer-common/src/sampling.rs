@@ -1,19 +1,24 @@
 //! Wire types and limits of the sampling programs (the `tracer-sampler` object: CPU samples on a
 //! perf event, off-CPU stretches on `sched_switch`; docs/protocol/profiling.md "Sampling in the
-//! kernel"). User space decodes [`SampleRecord`]s from untrusted bytes
-//! (`tracer_decode::profile_sample`).
+//! kernel"). User space decodes the ring's records ([`CpuSampleHeader`] and its frames,
+//! [`OffCpuRecord`]) from untrusted bytes (`tracer_decode::profile_sample`).
 
-/// Frames a stack map entry holds: the kernel's `PERF_MAX_STACK_DEPTH`, which is also the most a
-/// kernel allows by default (`kernel.perf_event_max_stack`; a map of deeper entries is refused).
-/// Deeper stacks are cut: their outermost frames are lost.
+/// Frames of a stack at most: the kernel's `PERF_MAX_STACK_DEPTH`, which is also the most a
+/// kernel allows by default (`kernel.perf_event_max_stack`; a stack map of deeper entries is
+/// refused). Deeper stacks are cut: their outermost frames are lost.
 pub const STACK_DEPTH: usize = 127;
 
-/// Stacks each of the two stack maps holds (their `max_entries`; user space may set another
-/// size at load). The kernel preallocates every entry, 127 frames each: 18 MiB of locked kernel
-/// memory for both maps (their `memlock`, measured). A stack whose hash bucket another stack
-/// holds is not stored (counted as a collision): the fuller a map, the likelier, so user space
-/// moves the programs to the other map once it has read a [`STACK_EPOCH_FILL_DIVISOR`]th of
-/// this many stacks from it.
+/// Bytes of one stack's frames at most (`STACK_DEPTH` u64 addresses): the buffer size the CPU
+/// program gives `bpf_get_stack`.
+pub const STACK_BYTES: usize = STACK_DEPTH * 8;
+
+/// Off-CPU: stacks each of the two stack maps holds (their `max_entries`; user space may set
+/// another size at load, and cuts them to one entry when it samples CPUs, whose records carry
+/// their frames). The kernel preallocates every entry, 127 frames each: 16.3 MiB of locked
+/// kernel memory for both maps (their `memlock`, measured). A stack whose hash bucket another
+/// stack holds is not stored (counted as a collision): the fuller a map, the likelier, so user
+/// space moves the programs to the other map once it has read a [`STACK_EPOCH_FILL_DIVISOR`]th
+/// of this many stacks from it.
 pub const STACK_MAP_ENTRIES: u32 = 8192;
 
 /// User space starts a new stack epoch once it has read `entries / STACK_EPOCH_FILL_DIVISOR`
@@ -29,17 +34,20 @@ pub const BLOCKED_THREAD_ENTRIES: u32 = 16384;
 /// Processes sampled at once (`PROFILE_TARGETS`); adding one more is refused.
 pub const MAX_PROFILE_TARGETS: u32 = 4096;
 
-/// Bytes of the sample ring: about 18 700 records (48 bytes and the ring's 8-byte header), nine
-/// seconds of 999 Hz samples on two CPUs, so a reader that drains it every 100 ms has a
-/// ninetyfold margin.
-pub const SAMPLE_RING_BYTES: u32 = 1 << 20;
+/// Bytes of the sample ring. A CPU sample's record is [`CPU_SAMPLE_HEADER_BYTES`] and 8 bytes a
+/// frame, plus the ring's 8-byte header: about 125 bytes for the tests' CoreCLR 8 workload
+/// (measured: about ten frames), 520 for a 60-frame stack, 2 072 at most. At 999 Hz on two busy
+/// CPUs the ring holds 17 s of the former, 4 s of the latter, and 1 s if every sample had both
+/// stacks at full depth: ten times the reader's 100 ms drain interval at worst.
+pub const SAMPLE_RING_BYTES: u32 = 4 << 20;
 
-/// A stack id field that holds no stack because there is none to take: the kernel stack of a
+/// A stack field that holds no stack because there is none to take: the kernel stack of a
 /// sample taken in user mode, the user stack of a kernel thread or of a thread that is exiting.
 /// Errors are negative errnos.
 pub const NO_STACK: i32 = i32::MIN;
 
-/// What a [`SampleRecord`] stands for. Values are the wire encoding.
+/// What a sample record stands for: the first 4 bytes of every record on the ring, which tell
+/// its layout ([`CpuSampleHeader`] or [`OffCpuRecord`]). Values are the wire encoding.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SampleKind {
@@ -75,16 +83,18 @@ pub enum SampleLoss {
     RingFull = 0,
     /// `BLOCKED_THREADS` was full: a thread's blocked stretch is not sampled.
     BlockedTableFull = 1,
-    /// The user stack's bucket in the stack map held another stack (`-EEXIST`): the sample has
-    /// no user stack.
+    /// Off-CPU: the user stack's bucket in the stack map held another stack (`-EEXIST`): the
+    /// stretch has no user stack. (CPU samples carry their frames: they have no stack map.)
     UserStackCollision = 2,
     /// The same for the kernel stack.
     KernelStackCollision = 3,
-    /// The user stack could not be taken (`-EFAULT`: no callchain buffer free on the CPU).
+    /// The user stack could not be taken (`-EFAULT`: no callchain buffer free on the CPU, or
+    /// nothing to walk).
     UserStackUnreadable = 4,
     /// The kernel stack could not be taken (`-EFAULT`).
     KernelStackUnreadable = 5,
-    /// `bpf_get_stackid` failed otherwise (`-ENOMEM`: no free entry; `-EINVAL`).
+    /// `bpf_get_stack` or `bpf_get_stackid` failed otherwise (`-ENOMEM`: no free stack map
+    /// entry; `-EINVAL`).
     StackFailed = 6,
     /// A blocked thread switched out again (or exited) with no switch-in seen since: the
     /// kernel did not report it (e.g. hosts that report no switch away from some tasks of
@@ -128,18 +138,57 @@ impl SampleLoss {
 /// Entries of the per-CPU `SAMPLE_LOSSES` array.
 pub const SAMPLE_LOSS_COUNTERS: u32 = (SampleKind::ALL.len() * SampleLoss::COUNT) as u32;
 
-/// One record on the sample ring (48 bytes).
+/// The fixed part of a CPU sample's record on the ring (32 bytes). The user stack's frames
+/// follow it, then the kernel stack's: u64 addresses, innermost first, as many as the two stack
+/// fields say. The record is exactly that long; its weight is 1.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SampleRecord {
-    /// A [`SampleKind`].
+pub struct CpuSampleHeader {
+    /// [`SampleKind::Cpu`].
     pub kind: u32,
-    /// The CPU the sample was taken on (off-CPU: where the thread switched out).
+    /// The CPU the sample was taken on.
     pub cpu: u32,
-    /// CLOCK_MONOTONIC nanoseconds the stacks were taken at: the sample's tick, or when the
-    /// blocked thread switched out.
+    /// CLOCK_MONOTONIC nanoseconds of the sample's tick.
     pub time_ns: u64,
-    /// 1 for a CPU sample; an off-CPU stretch's nanoseconds.
+    pub tgid: u32,
+    pub tid: u32,
+    /// What `bpf_get_stack` returned for the user stack: the bytes of frames that follow (a
+    /// multiple of 8, at most [`STACK_BYTES`]), a negative errno, or [`NO_STACK`] (none
+    /// taken, no frames follow).
+    pub user_stack: i32,
+    /// The same for the kernel stack, whose frames follow the user stack's.
+    pub kernel_stack: i32,
+}
+
+/// Bytes of [`CpuSampleHeader`].
+pub const CPU_SAMPLE_HEADER_BYTES: usize = core::mem::size_of::<CpuSampleHeader>();
+
+/// Where the CPU program assembles a record (a per-CPU scratch value): the header and room for
+/// both stacks at their deepest. The kernel stack is taken right behind the user stack's
+/// frames, so the record is this buffer's first `header + frames` bytes, copied to the ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CpuSampleBuffer {
+    pub header: CpuSampleHeader,
+    pub frames: [u64; 2 * STACK_DEPTH],
+}
+
+/// Bytes of the longest CPU sample record: both stacks [`STACK_DEPTH`] deep.
+pub const CPU_SAMPLE_MAX_BYTES: usize = core::mem::size_of::<CpuSampleBuffer>();
+
+/// An off-CPU stretch's record on the ring (48 bytes): its stacks are ids in a stack map,
+/// taken when the thread switched out.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuRecord {
+    /// [`SampleKind::OffCpu`].
+    pub kind: u32,
+    /// Where the thread switched out.
+    pub cpu: u32,
+    /// CLOCK_MONOTONIC nanoseconds the stacks were taken at: when the blocked thread switched
+    /// out.
+    pub time_ns: u64,
+    /// The stretch's nanoseconds.
     pub weight: u64,
     pub tgid: u32,
     pub tid: u32,
@@ -160,14 +209,16 @@ pub struct BlockedThread {
     pub cpu: u32,
     /// CLOCK_MONOTONIC nanoseconds it switched out at.
     pub since_ns: u64,
-    /// As in [`SampleRecord`], taken when it switched out.
+    /// As in [`OffCpuRecord`], taken when it switched out.
     pub user_stack_id: i32,
     pub kernel_stack_id: i32,
     pub stack_epoch: u32,
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<SampleRecord>() == 48);
+const _: () = assert!(CPU_SAMPLE_HEADER_BYTES == 32);
+const _: () = assert!(CPU_SAMPLE_MAX_BYTES == CPU_SAMPLE_HEADER_BYTES + 2 * STACK_BYTES);
+const _: () = assert!(core::mem::size_of::<OffCpuRecord>() == 48);
 const _: () = assert!(core::mem::size_of::<BlockedThread>() == 32);
 
 /// Settings user space writes into `SAMPLER_CONFIG` (index 0) before attaching.

@@ -127,12 +127,11 @@ const READING_THE_NUMBERS: &str = "
 Reading the numbers:
 * The program runs on every tick of every CPU, also when the CPU runs something else (then it
   returns after the process check); \"per sample\" spreads all its runs over the samples taken.
-  Most of a sample's cost is `bpf_get_stackid`: walking the user stack's frame pointers
-  (reading user memory from the interrupt) and hashing the frames into the stack map. At 99 Hz
-  each run meets cold caches, so a run costs more than at 999 Hz.
+  Most of a sample's cost is `bpf_get_stack`: walking the user stack's frame pointers
+  (reading user memory from the interrupt); the frames are then copied to the ring with the
+  record. At 99 Hz each run meets cold caches, so a run costs more than at 999 Hz.
 * The sampler's user-space CPU is this process's time while the helper ran: the 100 ms drain
-  timer, decoding the records and looking up stack ids (each one read from the kernel once per
-  stack epoch).
+  timer and decoding the records, frames included.
 * The throughput ratio is the helper's loss to the sampling interrupts and programs. What the
   programs take (the BPF CPU column, summed over the CPUs) is a fraction of a percent of the
   CPUs, less than rounds of the helper differ on a shared machine: the per-round ratios show

@@ -4,7 +4,7 @@
 //! in its `throughput` mode (one spinning thread per online CPU) for that long, with tracer's CPU
 //! sampler attached to it at that frequency (or not), reading samples as `tracer profile` would.
 //! Prints one JSON object: the helper's work units per second, the samples read, the sampler's
-//! own CPU time while it ran (this process: its reads, decoding, stack look-ups), the programs'
+//! own CPU time while it ran (this process: its reads and decoding), the programs'
 //! run statistics (run time only with `kernel.bpf_stats_enabled`) and the losses.
 use std::io::Read as _;
 use std::process::{Command, Stdio};

@@ -1,21 +1,25 @@
 //! Sampling for `tracer profile` (docs/protocol/profiling.md "Sampling in the kernel").
 //!
-//! * `sample_cpu`: a perf_event program on each CPU's cpu-clock event. At each tick it takes the
-//!   interrupted thread's user and kernel stacks into a stack map, if the thread belongs to a
-//!   sampled process, and sends one record (time, thread, CPU, the two stack ids or their
-//!   errors) to the sample ring.
+//! * `sample_cpu`: a perf_event program on each CPU's cpu-clock event. At each tick, if the
+//!   interrupted thread belongs to a sampled process, it sends one record to the sample ring:
+//!   time, thread, CPU and the frames of its user and kernel stacks (`bpf_get_stack`), or their
+//!   errors. Nearly every tick of JIT-compiled code is a stack of its own, so a sample carries
+//!   its frames: nothing is shared between samples that could fill up or collide.
 //! * `sched_switch` (classic tracepoint) and `btf_sched_switch` (`tp_btf`, where the kernel
 //!   loads it), one body: a sampled thread switching out blocked leaves its stacks and the time
 //!   in `BLOCKED_THREADS`; when it switches in again the stretch goes to the ring, weighted by
 //!   its length.
 //!
-//! Stacks are stored in one of two stack maps, by the stack epoch user space sets: it reads a
-//! stack the first time it sees its id, moves the programs to the other map once this one fills,
-//! and clears the old one when no record can name it any more. Every loss is counted per CPU, per
+//! Off-CPU stacks are stored in one of two stack maps (they must outlive the stretch, and a
+//! thread blocks at few distinct places), by the stack epoch user space sets: it reads a stack
+//! the first time it sees its id, moves the programs to the other map once this one fills, and
+//! clears the old one when no record can name it any more. Every loss is counted per CPU, per
 //! sample kind and reason (`SAMPLE_LOSSES`).
 use aya_ebpf::{
+    EbpfContext,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id, bpf_get_stack,
+        bpf_ktime_get_ns,
     },
     macros::{btf_tracepoint, map, perf_event, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -24,8 +28,9 @@ use aya_ebpf::{
     },
 };
 use tracer_common::sampling::{
-    BLOCKED_THREAD_ENTRIES, BlockedThread, MAX_PROFILE_TARGETS, NO_STACK, SAMPLE_LOSS_COUNTERS,
-    SAMPLE_RING_BYTES, STACK_MAP_ENTRIES, SampleKind, SampleLoss, SampleRecord, SamplerConfig,
+    BLOCKED_THREAD_ENTRIES, BlockedThread, CPU_SAMPLE_HEADER_BYTES, CpuSampleBuffer,
+    CpuSampleHeader, MAX_PROFILE_TARGETS, NO_STACK, OffCpuRecord, SAMPLE_LOSS_COUNTERS,
+    SAMPLE_RING_BYTES, STACK_BYTES, STACK_MAP_ENTRIES, SampleKind, SampleLoss, SamplerConfig,
 };
 
 use crate::shared::{self, kernel_value_at};
@@ -37,6 +42,12 @@ static SAMPLES: RingBuf = RingBuf::with_byte_size(SAMPLE_RING_BYTES, 0);
 /// wanted at once, so below it they wake nobody and user space drains the ring on a timer.
 const LAZY_WAKEUP_BYTES: u64 = SAMPLE_RING_BYTES as u64 / 4;
 
+/// Where `sample_cpu` assembles its record before copying the part used to the ring: one per
+/// CPU, used by one run at a time (the program runs from the CPU's timer interrupt, and the
+/// kernel skips a perf-event program while another runs on the CPU: `bpf_prog_active`).
+#[map]
+static CPU_SAMPLE_BUFFER: PerCpuArray<CpuSampleBuffer> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU loss counters, indexed by `SampleLoss::counter_index(kind, reason)`.
 #[map]
 static SAMPLE_LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(SAMPLE_LOSS_COUNTERS, 0);
@@ -44,8 +55,9 @@ static SAMPLE_LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(SAMPLE_LO
 #[map]
 static SAMPLER_CONFIG: Array<SamplerConfig> = Array::with_max_entries(1, 0);
 
-/// The stack epoch (index 0), written by user space: stacks are taken into `STACKS_EVEN` while
-/// it is even, `STACKS_ODD` while odd, and every record names the epoch of its ids.
+/// The stack epoch (index 0), written by user space: off-CPU stacks are taken into
+/// `STACKS_EVEN` while it is even, `STACKS_ODD` while odd, and every stretch names the epoch of
+/// its ids.
 #[map]
 static STACK_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 
@@ -53,9 +65,10 @@ static STACK_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 static PROFILE_TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_PROFILE_TARGETS, 0);
 
-/// Stack id → frames (`bpf_get_stackid`): one stack per hash bucket, identical stacks share an
-/// id. A stack whose bucket another holds is not stored (`-EEXIST`, counted), so user space
-/// empties a map once the programs have moved to the other one.
+/// Off-CPU: stack id → frames (`bpf_get_stackid`): one stack per hash bucket, identical stacks
+/// share an id. A stack whose bucket another holds is not stored (`-EEXIST`, counted), so user
+/// space empties a map once the programs have moved to the other one. (Cut to one entry when
+/// CPUs are sampled.)
 #[map]
 static STACKS_EVEN: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
 #[map]
@@ -67,7 +80,7 @@ static STACKS_ODD: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 
 static BLOCKED_THREADS: HashMap<u32, BlockedThread> =
     HashMap::with_max_entries(BLOCKED_THREAD_ENTRIES, 0);
 
-/// `bpf_get_stackid` flag: the user stack (else the kernel's).
+/// `bpf_get_stack(id)` flag: the user stack (else the kernel's).
 const BPF_F_USER_STACK: u64 = 1 << 8;
 /// `bpf_map_update_elem` flag: create only.
 const BPF_NOEXIST: u64 = 1;
@@ -125,68 +138,48 @@ fn has_user_stack(cfg: &SamplerConfig) -> bool {
         .is_none_or(|flags| flags & (PF_KTHREAD | PF_USER_WORKER | PF_EXITING) == 0)
 }
 
-/// The two stack ids of the current thread (or their negative errnos, or [`NO_STACK`]), in the
-/// stack map of `epoch`.
-struct Stacks {
-    user: i32,
-    kernel: i32,
-    epoch: u32,
-}
-
-/// Takes the current thread's user stack (if it has user memory) and its kernel stack (if it
-/// is in the kernel) into the current epoch's stack map.
+/// Counts a stack the kernel did not take (`errno` negative), by the reason it gave.
 #[inline(always)]
-fn take_stacks(
-    ctx: &impl StackIdContext,
-    cfg: &SamplerConfig,
-    kind: SampleKind,
-    in_kernel: bool,
-) -> Stacks {
-    let epoch = STACK_EPOCH.get(0).copied().unwrap_or(0);
-    let user =
-        if has_user_stack(cfg) { stack_id(ctx, epoch, kind, BPF_F_USER_STACK) } else { NO_STACK };
-    let kernel = if in_kernel { stack_id(ctx, epoch, kind, 0) } else { NO_STACK };
-    Stacks { user, kernel, epoch }
-}
-
-/// One `bpf_get_stackid` into the map of `epoch`: the id, or the negative errno, counted.
-#[inline(always)]
-fn stack_id(ctx: &impl StackIdContext, epoch: u32, kind: SampleKind, flags: u64) -> i32 {
-    let taken = if epoch & 1 == 0 {
-        ctx.get_stackid(&STACKS_EVEN, flags)
-    } else {
-        ctx.get_stackid(&STACKS_ODD, flags)
+fn count_stack_loss(kind: SampleKind, flags: u64, errno: i32) {
+    let user = flags & BPF_F_USER_STACK != 0;
+    let reason = match -errno {
+        EEXIST if user => SampleLoss::UserStackCollision,
+        EEXIST => SampleLoss::KernelStackCollision,
+        EFAULT if user => SampleLoss::UserStackUnreadable,
+        EFAULT => SampleLoss::KernelStackUnreadable,
+        _ => SampleLoss::StackFailed,
     };
-    match taken {
-        Ok(id) => id as i32,
-        Err(errno) => {
-            let user = flags & BPF_F_USER_STACK != 0;
-            let reason = match -errno {
-                EEXIST if user => SampleLoss::UserStackCollision,
-                EEXIST => SampleLoss::KernelStackCollision,
-                EFAULT if user => SampleLoss::UserStackUnreadable,
-                EFAULT => SampleLoss::KernelStackUnreadable,
-                _ => SampleLoss::StackFailed,
-            };
-            count_loss(kind, reason);
-            errno
-        }
-    }
+    count_loss(kind, reason);
 }
 
-/// Sends one record to the ring, or counts it lost.
+/// One `bpf_get_stack` of the current thread into `frames` (room for `STACK_BYTES`): the bytes
+/// of frames written, or the negative errno, counted.
 #[inline(always)]
-fn emit(kind: SampleKind, record: SampleRecord) {
-    match SAMPLES.reserve::<SampleRecord>(0) {
-        Some(mut entry) => {
-            entry.write(record);
-            entry.submit(shared::lazy_wakeup(&SAMPLES, LAZY_WAKEUP_BYTES));
-        }
-        None => count_loss(kind, SampleLoss::RingFull),
+fn take_frames(ctx: &PerfEventContext, frames: *mut u64, flags: u64) -> i32 {
+    // SAFETY: `frames` has room for `STACK_BYTES` bytes (the caller's buffer), which is all the
+    // helper writes; the context is this run's.
+    let taken = unsafe { bpf_get_stack(ctx.as_ptr(), frames.cast(), STACK_BYTES as u32, flags) };
+    if taken < 0 {
+        count_stack_loss(SampleKind::Cpu, flags, taken as i32);
+    }
+    taken as i32
+}
+
+/// The bytes of frames a `take_frames` result says follow the header, bounded for the verifier
+/// (the kernel never writes more than it was given room for).
+#[inline(always)]
+fn frame_bytes(taken: i32) -> usize {
+    if taken <= 0 {
+        0
+    } else if taken as usize > STACK_BYTES {
+        STACK_BYTES
+    } else {
+        taken as usize
     }
 }
 
-/// A tick of the cpu-clock event on this CPU: the thread it interrupted, if sampled.
+/// A tick of the cpu-clock event on this CPU: the thread it interrupted, if sampled, with its
+/// stacks' frames.
 #[perf_event]
 pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
     // SAFETY: a helper without preconditions.
@@ -197,25 +190,71 @@ pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
     if !sampled(cfg, tgid) {
         return 0;
     }
+    let Some(buffer) = CPU_SAMPLE_BUFFER.get_ptr_mut(0) else { return 0 };
     // A direct load of the context's saved registers, which the verifier allows.
     // SAFETY: `ctx.ctx` is the kernel's `bpf_perf_event_data` for this run.
     let cs = unsafe { core::ptr::read_volatile(&raw const (*ctx.ctx).regs.cs) };
-    let stacks = take_stacks(&ctx, cfg, SampleKind::Cpu, cs & USER_PRIVILEGE == 0);
-    let record = SampleRecord {
+    // SAFETY: the map value is this CPU's, used by this run alone (see CPU_SAMPLE_BUFFER).
+    let frames = unsafe { (&raw mut (*buffer).frames).cast::<u64>() };
+    let user =
+        if has_user_stack(cfg) { take_frames(&ctx, frames, BPF_F_USER_STACK) } else { NO_STACK };
+    let user_bytes = frame_bytes(user);
+    // The kernel stack right behind the user stack's frames: the record has no gap.
+    let kernel = if cs & USER_PRIVILEGE == 0 {
+        // SAFETY: `user_bytes` is at most STACK_BYTES, so STACK_BYTES of room remain.
+        take_frames(&ctx, unsafe { frames.byte_add(user_bytes) }, 0)
+    } else {
+        NO_STACK
+    };
+    let header = CpuSampleHeader {
         kind: SampleKind::Cpu as u32,
         // SAFETY: a helper without preconditions.
         cpu: unsafe { bpf_get_smp_processor_id() },
         time_ns,
-        weight: 1,
         tgid,
         tid: pid_tgid as u32,
-        user_stack_id: stacks.user,
-        kernel_stack_id: stacks.kernel,
-        stack_epoch: stacks.epoch,
-        _pad: 0,
+        user_stack: user,
+        kernel_stack: kernel,
     };
-    emit(SampleKind::Cpu, record);
+    let len = CPU_SAMPLE_HEADER_BYTES + user_bytes + frame_bytes(kernel);
+    // SAFETY: as above; the header is written before the buffer's first `len` bytes are read,
+    // all within it (`len` is at most the header and both stacks at their deepest).
+    let record = unsafe {
+        (&raw mut (*buffer).header).write(header);
+        core::slice::from_raw_parts(buffer.cast::<u8>(), len)
+    };
+    let flags = shared::lazy_wakeup(&SAMPLES, LAZY_WAKEUP_BYTES);
+    if SAMPLES.output::<[u8]>(record, flags).is_err() {
+        count_loss(SampleKind::Cpu, SampleLoss::RingFull);
+    }
     0
+}
+
+/// The current thread's user stack (if it has user memory) and kernel stack (it is in the
+/// scheduler) into the current epoch's stack map: their ids, or negative errnos (counted), or
+/// [`NO_STACK`]; and the epoch.
+#[inline(always)]
+fn take_blocked_stacks(ctx: &impl StackIdContext, cfg: &SamplerConfig) -> (i32, i32, u32) {
+    let epoch = STACK_EPOCH.get(0).copied().unwrap_or(0);
+    let user = if has_user_stack(cfg) { stack_id(ctx, epoch, BPF_F_USER_STACK) } else { NO_STACK };
+    (user, stack_id(ctx, epoch, 0), epoch)
+}
+
+/// One `bpf_get_stackid` into the map of `epoch`: the id, or the negative errno, counted.
+#[inline(always)]
+fn stack_id(ctx: &impl StackIdContext, epoch: u32, flags: u64) -> i32 {
+    let taken = if epoch & 1 == 0 {
+        ctx.get_stackid(&STACKS_EVEN, flags)
+    } else {
+        ctx.get_stackid(&STACKS_ODD, flags)
+    };
+    match taken {
+        Ok(id) => id as i32,
+        Err(errno) => {
+            count_stack_loss(SampleKind::OffCpu, flags, errno);
+            errno
+        }
+    }
 }
 
 /// What the off-CPU body needs from a `sched_switch` context, classic or BTF-typed. The
@@ -278,16 +317,15 @@ fn switched_out(ctx: &impl SwitchArgs, cfg: &SamplerConfig, now: u64, tgid: u32,
         }
         return;
     }
-    // In the scheduler the thread is in the kernel: both stacks.
-    let stacks = take_stacks(ctx, cfg, SampleKind::OffCpu, true);
+    let (user_stack_id, kernel_stack_id, stack_epoch) = take_blocked_stacks(ctx, cfg);
     let blocked = BlockedThread {
         tgid,
         // SAFETY: a helper without preconditions.
         cpu: unsafe { bpf_get_smp_processor_id() },
         since_ns: now,
-        user_stack_id: stacks.user,
-        kernel_stack_id: stacks.kernel,
-        stack_epoch: stacks.epoch,
+        user_stack_id,
+        kernel_stack_id,
+        stack_epoch,
         _pad: 0,
     };
     match BLOCKED_THREADS.insert(&tid, &blocked, BPF_NOEXIST) {
@@ -325,7 +363,7 @@ fn switched(ctx: &impl SwitchArgs) -> u32 {
     let Some(next) = ctx.next_tid(cfg) else { return 0 };
     // SAFETY: the value is copied out before the entry is removed.
     let Some(blocked) = (unsafe { BLOCKED_THREADS.get(&next) }).copied() else { return 0 };
-    let record = SampleRecord {
+    let record = OffCpuRecord {
         kind: SampleKind::OffCpu as u32,
         cpu: blocked.cpu,
         time_ns: blocked.since_ns,
@@ -337,7 +375,13 @@ fn switched(ctx: &impl SwitchArgs) -> u32 {
         stack_epoch: blocked.stack_epoch,
         _pad: 0,
     };
-    emit(SampleKind::OffCpu, record);
+    match SAMPLES.reserve::<OffCpuRecord>(0) {
+        Some(mut entry) => {
+            entry.write(record);
+            entry.submit(shared::lazy_wakeup(&SAMPLES, LAZY_WAKEUP_BYTES));
+        }
+        None => count_loss(SampleKind::OffCpu, SampleLoss::RingFull),
+    }
     // Removed only after the record is submitted: user space, before it empties a stack map,
     // keeps the stacks of the entries it finds, so an entry gone means its record is in the ring.
     let _ = BLOCKED_THREADS.remove(&next);

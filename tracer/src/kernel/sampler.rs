@@ -1,9 +1,10 @@
 //! Loads and attaches the sampling programs for `tracer profile` (the `tracer-sampler` BPF
 //! object, docs/protocol/profiling.md "Sampling in the kernel"): on-CPU samples from a cpu-clock
 //! perf event on every CPU, or off-CPU stretches from `sched_switch`. Reads their ring through
-//! tokio, turns stack ids into frames from the two stack maps (moving the programs from one to
-//! the other as one fills, and emptying the one left behind), and reports every loss: the
-//! programs' per-CPU counters, records that did not decode, stacks no longer readable.
+//! tokio: CPU samples carry their frames; off-CPU stretches name stack ids, turned into frames
+//! from the two stack maps (moving the programs from one to the other as one fills, and
+//! emptying the one left behind). Reports every loss: the programs' per-CPU counters, records
+//! that did not decode, stacks no longer readable.
 use std::collections::HashMap as StdHashMap;
 use std::io;
 use std::sync::Arc;
@@ -17,10 +18,10 @@ use aya::{Ebpf, EbpfLoader};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tracer_common::sampling::{
-    BlockedThread, MAX_PROFILE_TARGETS, STACK_EPOCH_FILL_DIVISOR, STACK_MAP_ENTRIES, SampleKind,
-    SampleLoss, SamplerConfig,
+    BLOCKED_THREAD_ENTRIES, BlockedThread, MAX_PROFILE_TARGETS, STACK_EPOCH_FILL_DIVISOR,
+    STACK_MAP_ENTRIES, SampleKind, SampleLoss, SamplerConfig,
 };
-use tracer_decode::profile_sample::{self, ProfileSample, StackRef};
+use tracer_decode::profile_sample::{self, CpuSample, OffCpuSample, ProfileSample, Stack};
 
 use crate::kernel::btf::{SamplerOffsets, sampler_offsets};
 use crate::kernel::detect::{
@@ -35,8 +36,8 @@ use crate::time::PeriodicTimer;
 /// waiting.
 pub const SAMPLE_DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// How long after moving the programs to the other stack map user space waits before it empties
-/// the old one: a program that read the old epoch has long finished by then (runs take
+/// Off-CPU: how long after moving the programs to the other stack map user space waits before
+/// it empties the old one: a program that read the old epoch has long finished by then (runs take
 /// microseconds, with interrupts or preemption off).
 const EPOCH_GRACE: Duration = Duration::from_millis(10);
 
@@ -73,7 +74,7 @@ pub struct SamplerOptions {
     /// Off-CPU: whether `sched_switch` runs as a `tp_btf` program (where the kernel loads it)
     /// or a classic tracepoint, chosen as for the detection's lifecycle hooks.
     pub hooks: HookChoice,
-    /// Entries of each stack map ([`STACK_MAP_ENTRIES`]; at least
+    /// Off-CPU: entries of each stack map ([`STACK_MAP_ENTRIES`]; at least
     /// [`STACK_EPOCH_FILL_DIVISOR`]).
     pub stack_map_entries: u32,
     /// [`SAMPLE_DRAIN_INTERVAL`]; above zero.
@@ -103,14 +104,26 @@ impl SamplerOptions {
 /// Why a sample has no frames for one of its stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StackError {
-    /// Its hash bucket in the stack map held another stack (`EEXIST`).
+    /// Off-CPU: its hash bucket in the stack map held another stack (`EEXIST`).
     Collision,
     /// The kernel could not take it (`EFAULT`).
     Unreadable,
-    /// `bpf_get_stackid` failed with this errno (`ENOMEM`: no free entry).
+    /// `bpf_get_stack` or `bpf_get_stackid` failed with this errno (`ENOMEM`: no free stack
+    /// map entry).
     Failed(i32),
-    /// Its id could no longer be read: its stack map had been emptied.
+    /// Off-CPU: its id could no longer be read: its stack map had been emptied.
     Unresolved,
+}
+
+impl StackError {
+    /// The error of a stack the kernel did not take: `errno` as the helper returned it, negated.
+    fn of_errno(errno: i32) -> StackError {
+        match errno {
+            libc::EEXIST => StackError::Collision,
+            libc::EFAULT => StackError::Unreadable,
+            errno => StackError::Failed(errno),
+        }
+    }
 }
 
 /// One sample, with its stacks' frames (innermost first) as the kernel saw them.
@@ -171,10 +184,9 @@ pub struct Sampler {
     /// The programs attached at start; still loaded (their statistics readable) after `detach`.
     programs: Vec<&'static str>,
     targets: Option<HashMap<MapData, u32, u8>>,
-    /// Off-CPU: the threads switched out blocked, whose stacks must outlive their stack map.
-    blocked: Option<HashMap<MapData, u32, BlockedThread>>,
+    /// Off-CPU: the stack maps the stretches' stack ids name.
+    stacks: Option<StackTables>,
     switch_hook: Option<LifecycleMechanism>,
-    stacks: StackTables,
     corrupt_records: u64,
 }
 
@@ -186,7 +198,9 @@ impl Sampler {
         if let SampleMode::Cpu { frequency_hz } = options.mode {
             check_frequency(frequency_hz)?;
         }
-        if options.stack_map_entries < STACK_EPOCH_FILL_DIVISOR {
+        if options.mode == SampleMode::OffCpu
+            && options.stack_map_entries < STACK_EPOCH_FILL_DIVISOR
+        {
             bail!(
                 "stack maps of {} entries are too small: at least {STACK_EPOCH_FILL_DIVISOR}",
                 options.stack_map_entries
@@ -221,9 +235,7 @@ impl Sampler {
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| e.into_parts().1)
             .context("registering the BPF sample ring with tokio")?;
-        let stacks = StackTables::new(&mut ebpf, options.stack_map_entries)?;
-
-        let (links, switch_hook, blocked) = match options.mode {
+        let (links, switch_hook, stacks) = match options.mode {
             SampleMode::Cpu { frequency_hz } => {
                 (attach_cpu_clock(&mut ebpf, frequency_hz)?, None, None)
             }
@@ -231,8 +243,8 @@ impl Sampler {
                 let (link, mechanism) =
                     attach_switch_hook(&mut ebpf, options.hooks, &offsets, &mut config)?;
                 log::info!("off-CPU sched_switch hook: {mechanism}");
-                let blocked = HashMap::try_from(take_map(&mut ebpf, "BLOCKED_THREADS")?)?;
-                (vec![link], Some(mechanism), Some(blocked))
+                let stacks = StackTables::new(&mut ebpf, options.stack_map_entries)?;
+                (vec![link], Some(mechanism), Some(stacks))
             }
         };
         let drain_timer = PeriodicTimer::new(options.drain_interval)
@@ -247,9 +259,8 @@ impl Sampler {
             drain_timer,
             links,
             targets,
-            blocked,
-            switch_hook,
             stacks,
+            switch_hook,
             corrupt_records: 0,
         })
     }
@@ -288,31 +299,22 @@ impl Sampler {
     /// Decodes every record already in the ring into `out`, without waiting: every sample
     /// taken before a thread did something the caller then saw (a line it printed) is in it.
     pub fn drain(&mut self, out: &mut Vec<RawSample>) {
-        self.drain_ring(out);
-        if self.stacks.retiring_is_due() {
-            if let Some(blocked) = &self.blocked {
-                self.stacks.keep_blocked_stacks(blocked);
-            }
+        let ring = self.ring.get_mut();
+        let corrupt = &mut self.corrupt_records;
+        let Some(stacks) = &mut self.stacks else {
+            drain_ring(ring, None, corrupt, out);
+            return;
+        };
+        drain_ring(ring, Some(stacks), corrupt, out);
+        if stacks.retiring_is_due() {
+            stacks.keep_blocked_stacks();
             // Records submitted while the blocked threads were read may name stacks only the
             // retiring map holds.
-            self.drain_ring(out);
-            self.stacks.empty_retiring();
+            drain_ring(ring, Some(stacks), corrupt, out);
+            stacks.empty_retiring();
         }
-        if let Err(e) = self.stacks.next_epoch_if_full() {
+        if let Err(e) = stacks.next_epoch_if_full() {
             log::warn!("{e:#}: stacks stay in the current map, which fills (collisions counted)");
-        }
-    }
-
-    fn drain_ring(&mut self, out: &mut Vec<RawSample>) {
-        let ring = self.ring.get_mut();
-        while let Some(item) = ring.next() {
-            match profile_sample::decode(&item) {
-                Ok(sample) => out.push(self.stacks.resolve(&sample)),
-                Err(e) => {
-                    self.corrupt_records += 1;
-                    log::warn!("corrupt sample record ({} bytes) skipped: {e}", item.len());
-                }
-            }
         }
     }
 
@@ -341,7 +343,7 @@ impl Sampler {
         Ok(SamplerLosses {
             kernel,
             corrupt_records: self.corrupt_records,
-            unresolved_stacks: self.stacks.unresolved,
+            unresolved_stacks: self.stacks.as_ref().map_or(0, |stacks| stacks.unresolved),
         })
     }
 
@@ -350,15 +352,68 @@ impl Sampler {
         self.switch_hook.as_ref()
     }
 
-    /// The stack epoch the programs take stacks in (it starts at 0 and goes up by one each
-    /// time a stack map fills).
-    pub fn stack_epoch(&self) -> u32 {
-        self.stacks.current.number
+    /// Off-CPU: the stack epoch the programs take stacks in (it starts at 0 and goes up by one
+    /// each time a stack map fills).
+    pub fn stack_epoch(&self) -> Option<u32> {
+        self.stacks.as_ref().map(|stacks| stacks.current.number)
     }
 
     /// Run statistics of the attached programs (`kernel.bpf_stats_enabled` for run times).
     pub fn program_stats(&self) -> anyhow::Result<Vec<(&'static str, ProgramStats)>> {
         loaded_program_stats(&self.ebpf, &self.programs)
+    }
+}
+
+/// Decodes every record in `ring` into `out`: CPU samples with their frames, off-CPU stretches
+/// with the frames of their stack ids from `stacks` (`None` when CPUs are sampled). A record
+/// that does not decode, or of the mode not sampled, is counted in `corrupt` and logged.
+fn drain_ring(
+    ring: &mut RingBuf<MapData>,
+    mut stacks: Option<&mut StackTables>,
+    corrupt: &mut u64,
+    out: &mut Vec<RawSample>,
+) {
+    while let Some(item) = ring.next() {
+        let error = match (profile_sample::decode(&item), stacks.as_deref_mut()) {
+            (Ok(ProfileSample::Cpu(sample)), None) => {
+                out.push(cpu_sample(sample));
+                continue;
+            }
+            (Ok(ProfileSample::OffCpu(sample)), Some(stacks)) => {
+                out.push(stacks.resolve(&sample));
+                continue;
+            }
+            (Ok(sample), _) => format!("a sample of the mode not sampled: {sample:?}"),
+            (Err(e), _) => e.to_string(),
+        };
+        *corrupt += 1;
+        log::warn!("corrupt sample record ({} bytes) skipped: {error}", item.len());
+    }
+}
+
+/// A CPU sample: its frames came with it.
+fn cpu_sample(sample: CpuSample) -> RawSample {
+    let (user_frames, user_stack_error) = frames(sample.user_stack);
+    let (kernel_frames, kernel_stack_error) = frames(sample.kernel_stack);
+    RawSample {
+        kind: SampleKind::Cpu,
+        time_ns: sample.time_ns,
+        tgid: sample.tgid,
+        tid: sample.tid,
+        cpu: sample.cpu,
+        kernel_frames,
+        user_frames,
+        weight: 1,
+        kernel_stack_error,
+        user_stack_error,
+    }
+}
+
+fn frames(stack: Stack<Vec<u64>>) -> (Vec<u64>, Option<StackError>) {
+    match stack {
+        Stack::None => (Vec::new(), None),
+        Stack::Taken(frames) => (frames, None),
+        Stack::Failed(errno) => (Vec::new(), Some(StackError::of_errno(errno))),
     }
 }
 
@@ -393,13 +448,13 @@ fn load_object(options: &SamplerOptions, config: SamplerConfig) -> anyhow::Resul
     let mut loader = EbpfLoader::new();
     // No CO-RE relocations: the few kernel offsets come in SAMPLER_CONFIG (as for detection).
     loader.btf(None);
+    // CPU samples carry their frames: the off-CPU maps get one entry instead of their
+    // preallocated tables.
+    let off_cpu_entries = |entries| if options.mode == SampleMode::OffCpu { entries } else { 1 };
     for map in STACK_MAPS {
-        loader.map_max_entries(map, options.stack_map_entries);
+        loader.map_max_entries(map, off_cpu_entries(options.stack_map_entries));
     }
-    if options.mode != SampleMode::OffCpu {
-        // Unused: one entry instead of the preallocated table.
-        loader.map_max_entries("BLOCKED_THREADS", 1);
-    }
+    loader.map_max_entries("BLOCKED_THREADS", off_cpu_entries(BLOCKED_THREAD_ENTRIES));
     let mut ebpf =
         loader.load(crate::SAMPLER_OBJECT).context("loading the embedded sampling BPF object")?;
     write_config(&mut ebpf, config)?;
@@ -565,13 +620,16 @@ impl Epoch {
     }
 }
 
-/// The two stack maps and what user space knows of them. The programs take stacks into the map
+/// Off-CPU: the two stack maps and what user space knows of them. The programs take stacks into
+/// the map
 /// of the current epoch (its low bit); once user space has read a fill limit's worth of
 /// distinct stacks from it, the next epoch starts in the other map, and after `EPOCH_GRACE` the
 /// old one is emptied — but first the stacks of threads still blocked with ids in it are kept.
 struct StackTables {
     maps: [StackTraceMap<MapData>; 2],
     epoch_map: Array<MapData, u32>,
+    /// The threads switched out blocked, whose stacks must outlive their stack map.
+    blocked: HashMap<MapData, u32, BlockedThread>,
     current: Epoch,
     /// The previous epoch, from when the programs left it until its map is emptied.
     retiring: Option<(Epoch, Instant)>,
@@ -590,6 +648,7 @@ impl StackTables {
                 StackTraceMap::try_from(take_map(ebpf, odd)?)?,
             ],
             epoch_map: Array::try_from(take_map(ebpf, "STACK_EPOCH")?)?,
+            blocked: HashMap::try_from(take_map(ebpf, "BLOCKED_THREADS")?)?,
             current: Epoch::new(0),
             retiring: None,
             kept: StdHashMap::new(),
@@ -598,12 +657,12 @@ impl StackTables {
         })
     }
 
-    fn resolve(&mut self, sample: &ProfileSample) -> RawSample {
-        let (user_frames, user_stack_error) = self.stack(sample.stack_epoch, sample.user_stack);
+    fn resolve(&mut self, sample: &OffCpuSample) -> RawSample {
+        let (user_frames, user_stack_error) = self.stack(sample.stack_epoch, &sample.user_stack);
         let (kernel_frames, kernel_stack_error) =
-            self.stack(sample.stack_epoch, sample.kernel_stack);
+            self.stack(sample.stack_epoch, &sample.kernel_stack);
         RawSample {
-            kind: sample.kind,
+            kind: SampleKind::OffCpu,
             time_ns: sample.time_ns,
             tgid: sample.tgid,
             tid: sample.tid,
@@ -616,13 +675,11 @@ impl StackTables {
         }
     }
 
-    fn stack(&mut self, epoch: u32, stack: StackRef) -> (Vec<u64>, Option<StackError>) {
-        let id = match stack {
-            StackRef::None => return (Vec::new(), None),
-            StackRef::Failed(libc::EEXIST) => return (Vec::new(), Some(StackError::Collision)),
-            StackRef::Failed(libc::EFAULT) => return (Vec::new(), Some(StackError::Unreadable)),
-            StackRef::Failed(errno) => return (Vec::new(), Some(StackError::Failed(errno))),
-            StackRef::Id(id) => id,
+    fn stack(&mut self, epoch: u32, stack: &Stack<u32>) -> (Vec<u64>, Option<StackError>) {
+        let id = match *stack {
+            Stack::None => return (Vec::new(), None),
+            Stack::Failed(errno) => return (Vec::new(), Some(StackError::of_errno(errno))),
+            Stack::Taken(id) => id,
         };
         match self.frames(epoch, id) {
             Some(frames) => (frames.to_vec(), None),
@@ -651,11 +708,11 @@ impl StackTables {
     /// current one — from the retiring map, or from what was kept before — and drops the rest
     /// of what was kept: a stretch's record names its stacks when the thread switches in,
     /// however long after.
-    fn keep_blocked_stacks(&mut self, blocked: &HashMap<MapData, u32, BlockedThread>) {
+    fn keep_blocked_stacks(&mut self) {
         let Some((retiring, _)) = self.retiring.as_mut() else { return };
         let retiring_map = &self.maps[(retiring.number & 1) as usize];
         let mut kept = StdHashMap::new();
-        for entry in blocked.iter() {
+        for entry in self.blocked.iter() {
             let thread = match entry {
                 Ok((_, thread)) => thread,
                 Err(e) => {
