@@ -3,23 +3,28 @@
 //! must decode (to fields or to a reported error) without panicking, be written as JSON byte for
 //! byte as serde_json writes it (the reference of tracer's direct writer), and any runtime
 //! counter sample it carries must be fit for the metrics exposition as it is; method and module
-//! events also go into a profile's method table.
+//! events go into a method table, which names the stacks of the events that carry one, as a
+//! streaming session names them (within the stack budget and the per-line bound).
 //!
 //! Work and output are bounded by input bytes (tracer-decode/src/budget.rs): each event's JSON is within the
 //! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
 //! tracer's streaming session writes them (JSON + envelope, spent from an `OutputBudget` earned
-//! by the bytes fed) never pass `OUTPUT_BYTES_PER_INPUT_BYTE × input + OUTPUT_ALLOWANCE_BYTES`.
+//! by the bytes fed) never pass `OUTPUT_BYTES_PER_INPUT_BYTE × input + OUTPUT_ALLOWANCE_BYTES`,
+//! nor their named stacks `STACK_OUTPUT_BYTES_PER_INPUT_BYTE × input +
+//! STACK_OUTPUT_ALLOWANCE_BYTES`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_decode::budget::{OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget};
+use tracer_decode::budget::{
+    OUTPUT_ALLOWANCE_BYTES, OUTPUT_BYTES_PER_INPUT_BYTE, OutputBudget,
+    STACK_OUTPUT_ALLOWANCE_BYTES, STACK_OUTPUT_BYTES_PER_INPUT_BYTE,
+};
 use tracer_decode::counters::{
     CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS, PROCESS_LABELS,
     RESERVED_PREFIX, counter_sample, output_counter_sample,
 };
-use tracer_decode::nettrace::methods::{
-    MethodEvent, MethodTable, decode_method_code, decode_module, method_event,
-};
+use tracer_decode::nettrace::methods::MethodTable;
+use tracer_decode::nettrace::stacks::{MAX_STACK_JSON_BYTES, NamedStack};
 use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
 
@@ -70,22 +75,34 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
     let (chunks, scale) = if chunks.is_empty() { (&whole[..], data.len()) } else { (chunks, 1) };
     let mut parser = NettraceParser::default();
     let mut budget = OutputBudget::default();
+    let mut stack_budget = OutputBudget::for_stacks();
     let mut lines = Vec::new();
     let mut at = 0;
     let mut result = Ok(());
     let mut over_budget = false;
-    let mut methods = MethodTable::default();
+    let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
     for size in chunks.iter().cycle() {
         if at >= data.len() || result.is_err() {
             break;
         }
         let n = ((usize::from(*size) + 1) * scale).min(data.len() - at);
         budget.earn(n as u64);
+        stack_budget.earn(n as u64);
         let fed = (at + n) as u64;
         result = parser.feed(&data[at..at + n], |e| {
             // An event (header at `offset`, then its payload) lies inside the bytes fed so far.
             assert!(e.offset + e.payload.len() as u64 <= fed, "event at {} beyond {fed}", e.offset);
-            let event = e.output();
+            // The stream's method events name the stacks of the events after them.
+            let time = e.timestamp as u64;
+            let _ = methods.take_event(&e.metadata.provider, e.metadata.event_id, e.payload, time);
+            let mut event = e.output();
+            let mut stack_bytes = 0;
+            if let Some(ips) = e.stack
+                && named.name_within(&mut stack_budget, ips, time, &mut methods)
+            {
+                assert!(named.member_len() <= r#","stack":"#.len() + MAX_STACK_JSON_BYTES);
+                (event.stack, stack_bytes) = (Some(&named), named.member_len());
+            }
             let mut written = Vec::new();
             event.write_json(&mut written);
             let json = String::from_utf8(written).unwrap();
@@ -99,25 +116,10 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
                 }
                 // Decoded straight into JSON: the same bytes as serde_json over the fields tree.
                 assert_eq!(json, serde_json::to_string(&decoded).unwrap());
-                let bound = event_json_bound(e.metadata, e.payload.len());
+                let bound = event_json_bound(e.metadata, e.payload.len()) + stack_bytes;
                 assert!(json.len() <= bound, "{} > {bound}: {json}", json.len());
-                // A profile's method table takes method and module events from the same streams.
-                match method_event(&e.metadata.provider, e.metadata.event_id) {
-                    Some(MethodEvent::Method(kind)) => {
-                        if let Ok(code) = decode_method_code(e.payload) {
-                            methods.method(kind, &code, e.timestamp as u64);
-                            let _ = methods.lookup(code.start, e.timestamp as u64);
-                        }
-                    }
-                    Some(MethodEvent::Module(_)) => {
-                        if let Ok(module) = decode_module(e.payload) {
-                            methods.module(&module);
-                        }
-                    }
-                    None => {}
-                }
             }
-            over_budget |= budget.spend(json.len() as u64 + ENVELOPE).is_err();
+            over_budget |= budget.spend((json.len() - stack_bytes) as u64 + ENVELOPE).is_err();
             lines.push(format!("{} {}", e.offset, json));
         });
         at += n;
@@ -125,6 +127,10 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
         assert!(
             budget.output()
                 <= OUTPUT_BYTES_PER_INPUT_BYTE * at as u64 + OUTPUT_ALLOWANCE_BYTES
+        );
+        assert!(
+            stack_budget.output()
+                <= STACK_OUTPUT_BYTES_PER_INPUT_BYTE * at as u64 + STACK_OUTPUT_ALLOWANCE_BYTES
         );
     }
     let _ = over_budget;

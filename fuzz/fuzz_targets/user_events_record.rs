@@ -35,6 +35,7 @@ fuzz_target!(|input: &[u8]| {
         metadata: &meta,
         payload: parsed.payload,
         pointer_size: 8,
+        stack: None,
         context: EventContext::default(),
     };
     // Decoded straight into JSON: the same bytes as serde_json over the fields tree.

@@ -51,6 +51,7 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
 /// Sub-buffer size of the captured ftrace pages.
 const PAGE_SIZE: usize = 4096;
 const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
+const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler";
 /// GCStart and GCEnd of the runtime provider.
 const GC_START: u32 = 1;
 const GC_END: u32 = 2;
@@ -441,7 +442,72 @@ fn nettrace_seeds() -> Vec<Seed> {
     assert_eq!(nettrace_events(&stream, &chunks, GC_START).len(), 5, "the five induced GCs");
     let input = [&[chunks.len() as u8][..], &chunks, &stream].concat();
     seeds.push(seed("nettrace", "coreclr8_gc_induced5_chunked", input));
+    seeds.push(thread_samples_seed());
     seeds
+}
+
+/// The thread samples capture without its large EventBlocks (the target's inputs stay under
+/// 64 KiB): its metadata, every StackBlock, the sequence point, and the event blocks under
+/// 10 KB, which hold sample profiler events naming stacks and JIT events naming methods.
+fn thread_samples_seed() -> Seed {
+    const SMALL_BLOCK: usize = 10_000;
+    let stream = fixture("nettrace/coreclr8_thread_samples.nettrace");
+    let mut kept = stream[..TRACE_OBJECT_END].to_vec();
+    for (name, content) in nettrace_blocks(&stream) {
+        if name != b"EventBlock" || content.len() < SMALL_BLOCK {
+            push_block(&mut kept, name, content);
+        }
+    }
+    kept.push(NULL_REFERENCE);
+    let mut parser = NettraceParser::default();
+    let (mut samples, mut stacks) = (0, 0);
+    parser
+        .feed(&kept, |e| {
+            samples += u64::from(e.metadata.provider == SAMPLE_PROFILER_PROVIDER);
+            stacks += u64::from(e.stack.is_some());
+        })
+        .expect("the blocks kept parse");
+    parser.finish().expect("ended with its end-of-stream tag");
+    let stats = parser.stats();
+    assert_eq!((kept.len(), stats.stack_blocks, samples, stacks), (34_138, 6, 234, 337));
+    seed("nettrace", "coreclr8_thread_samples_small_blocks", [&[0u8][..], &kept].concat())
+}
+
+/// Where a NetTrace stream's first block starts: the prologue and the Trace object
+/// (docs/protocol/nettrace.md §3.4).
+const TRACE_OBJECT_END: usize = 102;
+const NULL_REFERENCE: u8 = 0x01;
+
+/// (type name, content) of each block of a captured stream, in order (its framing trusted:
+/// docs/protocol/nettrace.md §3.2, §4.1).
+fn nettrace_blocks(stream: &[u8]) -> Vec<(&[u8], &[u8])> {
+    let u32_at = |at: usize| u32::from_le_bytes(stream[at..at + 4].try_into().unwrap()) as usize;
+    let mut blocks = Vec::new();
+    let mut at = TRACE_OBJECT_END;
+    while stream[at] != NULL_REFERENCE {
+        // `05 05 01`, version, minimum reader version, name length, name, `06`, block size.
+        let name_len = u32_at(at + 11);
+        let name = &stream[at + 15..at + 15 + name_len];
+        let size_at = at + 15 + name_len + 1;
+        let content_at = (size_at + 4).next_multiple_of(4);
+        blocks.push((name, &stream[content_at..content_at + u32_at(size_at)]));
+        at = content_at + u32_at(size_at) + 1;
+    }
+    blocks
+}
+
+/// Appends a block object of version 2, padded for where it lands in `stream`.
+fn push_block(stream: &mut Vec<u8>, name: &[u8], content: &[u8]) {
+    stream.extend([0x05, 0x05, 0x01]);
+    stream.extend(2i32.to_le_bytes());
+    stream.extend(2i32.to_le_bytes());
+    stream.extend((name.len() as u32).to_le_bytes());
+    stream.extend(name);
+    stream.push(0x06);
+    stream.extend((content.len() as u32).to_le_bytes());
+    stream.resize(stream.len().next_multiple_of(4), 0);
+    stream.extend(content);
+    stream.push(0x06);
 }
 
 // ---- user_events_record: records as the runtime writes them into its tracepoints ----

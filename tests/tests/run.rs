@@ -156,6 +156,7 @@ fn assert_runtime_events_named_with_samples_and_rundown(lines: &[Value], pid: u3
     for s in &samples {
         assert!(["External", "Managed"].contains(&s["fields"]["Type"].as_str().unwrap()), "{s}");
         assert!(s["stack_id"].as_u64().unwrap() > 0, "a sample names its stack: {s}");
+        assert!(s["stack"].as_array().is_some_and(|frames| !frames.is_empty()), "its frames: {s}");
     }
     // The rundown at the end names the methods and modules for symbolization.
     let rundown = |event: &str| {

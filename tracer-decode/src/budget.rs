@@ -11,11 +11,26 @@
 //! 3.6–9.2 output bytes per input byte, a generous envelope included). Decoding one payload is bounded
 //! separately ([`crate::nettrace::payload::cost_budget`]), so no single event can render more
 //! than O(payload + names) before the budget sees it.
+//!
+//! The named stacks of a session's lines (`stack`: the frames of a stack the stream defined
+//! once, each named by a method event it sent once) are spent from a budget of their own, at
+//! [`STACK_OUTPUT_BYTES_PER_INPUT_BYTE`]: a sample event takes about 10 bytes and names a stack
+//! of tens of frames, so real sampled streams render 25 stack bytes per input byte for 10-frame
+//! stacks and hundreds for an application's deep ones (docs/protocol/nettrace.md §4.6). Naming
+//! a frame examines method-table entries, up to
+//! [`crate::nettrace::methods::MAX_LOOKUP_CANDIDATES`]: each costs the budget a byte, so the
+//! work of naming is bounded by input too. A stack is named only when the budget can pay for
+//! the most it may cost ([`crate::nettrace::stacks::naming_cost_bound`]); a line whose stack it
+//! cannot is written without it (counted), and the session goes on.
 
 /// Output bytes one input byte pays for.
 pub const OUTPUT_BYTES_PER_INPUT_BYTE: u64 = 64;
 /// Output bytes allowed before any input (the first lines of a session).
 pub const OUTPUT_ALLOWANCE_BYTES: u64 = 256 << 10;
+/// Bytes of named stacks one input byte pays for (on top of the line's own budget).
+pub const STACK_OUTPUT_BYTES_PER_INPUT_BYTE: u64 = 512;
+/// Bytes of named stacks allowed before any input.
+pub const STACK_OUTPUT_ALLOWANCE_BYTES: u64 = 1 << 20;
 
 /// Spending `spend` bytes would take the output past the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +62,11 @@ impl Default for OutputBudget {
 }
 
 impl OutputBudget {
+    /// The budget of a session's named stacks ([`STACK_OUTPUT_BYTES_PER_INPUT_BYTE`]).
+    pub fn for_stacks() -> Self {
+        OutputBudget::new(STACK_OUTPUT_BYTES_PER_INPUT_BYTE, STACK_OUTPUT_ALLOWANCE_BYTES)
+    }
+
     pub fn new(per_input_byte: u64, allowance: u64) -> Self {
         OutputBudget { per_input_byte, allowance, input: 0, output: 0 }
     }
@@ -59,6 +79,11 @@ impl OutputBudget {
     /// The most output the input so far pays for.
     pub fn limit(&self) -> u64 {
         self.input.saturating_mul(self.per_input_byte).saturating_add(self.allowance)
+    }
+
+    /// What can still be spent.
+    pub fn remaining(&self) -> u64 {
+        self.limit().saturating_sub(self.output)
     }
 
     /// Spends `bytes` of output, or refuses (spending nothing) when that would pass the limit.

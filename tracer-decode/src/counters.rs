@@ -310,6 +310,7 @@ mod tests {
             activity_id: None,
             related_activity_id: None,
             stack_id: None,
+            stack: None,
             fields,
             decode_error: None,
         }

@@ -468,8 +468,14 @@ mod tests {
         let meta = cache.resolve(77, "DotNETRuntime", RUNTIME, &mut parsed);
         let context = EventContext { thread: 78, timestamp: 5, ..Default::default() };
         let json = serde_json::to_value(
-            OutputEvent { metadata: &meta, payload: parsed.payload, pointer_size: 8, context }
-                .decode(),
+            OutputEvent {
+                metadata: &meta,
+                payload: parsed.payload,
+                pointer_size: 8,
+                context,
+                stack: None,
+            }
+            .decode(),
         )
         .unwrap();
         assert_eq!(json["event"], "GCStart");

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::io::IsTerminal as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
 use crate::metrics::{Publisher, Shared};
 use crate::output::{JsonLines, ReopenRequest};
 use crate::pipeline::admission::AdmissionLimits;
-use crate::pipeline::{audit, check, ftrace, profile, run};
+use crate::pipeline::{audit, check, convert, ftrace, profile, run};
 use crate::session::{SessionConfig, SessionMode};
 
 /// Linux observability for .NET diagnostics and user_events, from the kernel up.
@@ -51,6 +51,7 @@ pub enum Command {
     Audit(AuditArgs),
     Run(RunArgs),
     Profile(ProfileArgs),
+    Convert(ConvertArgs),
     Ftrace(FtraceArgs),
     Ps(PsArgs),
     Check(CheckArgs),
@@ -71,7 +72,10 @@ pub struct Ended {
 impl Command {
     /// Runs the subcommand to its end; errors are printed as `tracer <name>: error: ...`.
     pub fn execute(self) -> ExitCode {
-        if let Ok(tracefs) = Tracefs::find_or_mount() {
+        // Converting a file touches nothing of the machine's tracing state.
+        if !matches!(self, Command::Convert(_))
+            && let Ok(tracefs) = Tracefs::find_or_mount()
+        {
             // Instances left by a tracer that was killed (SIGKILL, OOM) go at any start.
             remove_stale_instances(&tracefs);
         }
@@ -129,6 +133,7 @@ impl Command {
             ),
             Command::Ps(args) => ps_main(args),
             Command::Check(CheckArgs {}) => check::main(),
+            Command::Convert(args) => convert_main(&args),
         }
     }
 }
@@ -217,7 +222,9 @@ fn handle_signals(duration: Option<Duration>, reopen: ReopenRequest) -> anyhow::
 /// `dotnet_ipc_created` or `doublemapper` memfd mapping), and every one already running at start
 /// (found in /proc), gets a session with the selected providers. Each output line is one event:
 /// {"ts","mono_ns","kind":"dotnet_event","pid","provider","event","id","level","keywords",
-/// "thread","fields":{...}}; session_started / session_ended / session_failed lines report the
+/// "thread","stack_id","stack":["Ns.Type.Method","0x7f…",...],"fields":{...}} (`stack`: the
+/// frames of the event's stack, leaf first, named from the session's own method events, else
+/// their address); session_started / session_ended / session_failed lines report the
 /// sessions themselves. Stop with Ctrl-C (SIGINT) or SIGTERM: every session is stopped with
 /// StopTracing, drained, and a summary goes to stderr.
 #[derive(clap::Args, Debug, Clone)]
@@ -232,12 +239,17 @@ pub struct RunArgs {
     /// every second; with --metrics-addr also Prometheus series per process, e.g.
     /// systemruntime_gc_heap_size_bytes{pid,container_id,pod_uid}), and dotnet-trace's own,
     /// with its providers: `dotnet-common` (lightweight runtime events: GC, loader, JIT,
-    /// exceptions, threading), `dotnet-sampled-thread-time` (thread stack samples, ~100 Hz),
-    /// `gc-verbose` (GC, GC handles, exceptions at Verbose: allocation samples), `gc-collect`
-    /// (GC collections only) and `database` (ADO.NET and Entity Framework Core commands).
-    /// dotnet-trace's current default is `dotnet-common,dotnet-sampled-thread-time`.
-    /// (`gc-collect` also asks for the GC-only rundown, on .NET 9+; --rundown asks for the full
-    /// one.)
+    /// exceptions, threading), `dotnet-sampled-thread-time` (every managed thread's stack about
+    /// every millisecond), `gc-verbose` (GC, GC handles, exceptions at Verbose: allocation
+    /// samples), `gc-collect` (GC collections only) and `database` (ADO.NET and Entity Framework
+    /// Core commands). dotnet-trace's current default is
+    /// `dotnet-common,dotnet-sampled-thread-time`. The profiles that sample stacks (`default`,
+    /// `dotnet-sampled-thread-time`) also ask for the runtime's JIT and loader events at Verbose
+    /// (Microsoft-Windows-DotNETRuntime keywords 0x18, level 5; merged into a runtime provider
+    /// the profiles have, whose events then all come at Verbose) and the full rundown: they name
+    /// the frames of each event's `stack`, and of the stacks of a saved .nettrace (`tracer
+    /// convert`). (`gc-collect` also asks for the GC-only rundown, on .NET 9+; --rundown asks
+    /// for the full one.)
     #[arg(long, default_value = "default", value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(PROFILE_NAMES))]
     pub profile: Vec<String>,
     /// Trace these processes (repeatable; dotnet-trace's `-p`) and their children; default:
@@ -659,24 +671,7 @@ impl ProfileArgs {
     /// The pipeline's configuration: each format with the file it goes to.
     pub fn config(&self) -> anyhow::Result<profile::ProfileConfig> {
         use crate::kernel::sampler::SampleMode;
-        let mut formats: Vec<crate::profile::format::Format> =
-            self.format.iter().map(|&f| f.into()).collect();
-        formats.dedup();
-        let outputs = formats
-            .iter()
-            .map(|&format| {
-                let path = match (&self.output, formats.len()) {
-                    (Some(path), 1) => path.clone(),
-                    (Some(base), _) => {
-                        let mut name = base.clone().into_os_string();
-                        name.push(format.file_suffix());
-                        PathBuf::from(name)
-                    }
-                    (None, _) => PathBuf::from(format!("profile{}", format.file_suffix())),
-                };
-                (format, path)
-            })
-            .collect();
+        let outputs = output_files(&self.format, self.output.as_deref(), Path::new("profile"));
         Ok(profile::ProfileConfig {
             mode: match self.mode {
                 ModeArg::Cpu => SampleMode::Cpu { frequency_hz: self.frequency },
@@ -694,6 +689,89 @@ impl ProfileArgs {
             locate_for: run::LOCATE_WINDOW,
             drain_timeout: Duration::from_secs(30),
         })
+    }
+}
+
+/// Each format with the file it goes to: with one format, `output`; with several, `output`
+/// with each format's suffix appended; without `output`, `default_base` with the suffixes.
+fn output_files(
+    formats: &[FormatArg],
+    output: Option<&Path>,
+    default_base: &Path,
+) -> Vec<(crate::profile::format::Format, PathBuf)> {
+    let mut formats: Vec<crate::profile::format::Format> =
+        formats.iter().map(|&f| f.into()).collect();
+    formats.dedup();
+    let count = formats.len();
+    formats
+        .into_iter()
+        .map(|format| {
+            let path = match output {
+                Some(path) if count == 1 => path.to_owned(),
+                base => {
+                    let mut name = base.unwrap_or(default_base).as_os_str().to_owned();
+                    name.push(format.file_suffix());
+                    PathBuf::from(name)
+                }
+            };
+            (format, path)
+        })
+        .collect()
+}
+
+/// Convert a saved .nettrace file into profile files (pprof, speedscope, folded, svg).
+///
+/// Reads a file written by `tracer run --nettrace-dir` or by dotnet-trace, takes the samples
+/// of EventPipe's sample profiler (`Microsoft-DotNETCore-SampleProfiler` ThreadSample events:
+/// thread, time, stack; one every ~1 ms per thread, each a weight of 1 at 1000 Hz) and names
+/// their frames from the file's own method, module and rundown events (the `default` and
+/// `dotnet-sampled-thread-time` profiles of `tracer run` ask for them); a frame no method
+/// names stays `[unknown]+0x<address>`. The sample profiler samples every managed thread,
+/// running or waiting in native code, so the weights are thread time rather than CPU time.
+/// Needs no privileges; writes nothing but the files, created mode 0600, never through a
+/// symlink. A file that ends early (a session that ended abnormally) is converted up to where
+/// it ends, with a warning.
+///
+/// Example: tracer convert /var/tmp/traces/4242_app_20260101_120000_1a.nettrace --format svg
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConvertArgs {
+    /// The .nettrace file.
+    pub input: PathBuf,
+    /// File formats, comma-separated or repeated: pprof (gzip'd profile.proto, `.pb.gz`),
+    /// speedscope (`.speedscope.json`), folded (`.folded`), svg (a flame graph, `.svg`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pprof")]
+    pub format: Vec<FormatArg>,
+    /// Where to write: with one format, this file; with several, this path with each format's
+    /// suffix appended. Default: the input's path without `.nettrace`, with each format's
+    /// suffix. Created mode 0600, never through a symlink.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+impl ConvertArgs {
+    pub fn config(&self) -> convert::ConvertConfig {
+        let base = match self.input.extension() {
+            Some(ext) if ext == "nettrace" => self.input.with_extension(""),
+            _ => self.input.clone(),
+        };
+        convert::ConvertConfig {
+            input: self.input.clone(),
+            outputs: output_files(&self.format, self.output.as_deref(), &base),
+        }
+    }
+}
+
+/// `tracer convert`: no runtime, no signals; the summary on stderr.
+fn convert_main(args: &ConvertArgs) -> ExitCode {
+    match convert::run(&args.config()) {
+        Ok(summary) => {
+            eprint!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tracer convert: error: {}", escape_control(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -904,7 +982,9 @@ mod tests {
 
     #[test]
     fn gc_collect_asks_for_the_gc_rundown_and_rundown_for_the_full_one() {
-        assert_eq!(rundown_keyword(&[]), 0);
+        // The default profile samples stacks: the full rundown names their methods.
+        assert_eq!(rundown_keyword(&[]), DEFAULT_RUNDOWN_KEYWORD);
+        assert_eq!(rundown_keyword(&["--profile", "gc"]), 0);
         assert_eq!(rundown_keyword(&["--profile", "gc-collect"]), 0x1);
         assert_eq!(rundown_keyword(&["--profile", "counters,gc-collect"]), 0x1);
         assert_eq!(rundown_keyword(&["--profile", "gc-collect", "--rundown"]), 0x8002_0139);

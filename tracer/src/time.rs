@@ -260,6 +260,42 @@ pub fn utc_fields(epoch_ns: i128) -> [u16; 8] {
     [y as u16, m as u16, weekday, d as u16, h, min, sec, millis]
 }
 
+/// The eight UTC fields of a NetTrace Trace object ([`utc_fields`]) as nanoseconds since the
+/// epoch; `None` when they name no date (a month of 13, an hour of 24, …). The day of week is
+/// not checked: it follows from the date.
+pub fn epoch_ns_of_utc_fields(fields: [u16; 8]) -> Option<i128> {
+    let [year, month, _, day, hour, minute, second, millis] = fields.map(i64::from);
+    let valid = (1..=12).contains(&month)
+        && (1..=days_in_month(year, month)).contains(&day)
+        && hour < 24
+        && minute < 60
+        && second < 60
+        && millis < 1000;
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
+    valid.then(|| i128::from(seconds) * 1_000_000_000 + i128::from(millis) * 1_000_000)
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// (year, month, day) → days since 1970-01-01; Howard Hinnant's days_from_civil.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 → (year, month, day); Howard Hinnant's civil_from_days.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -330,6 +366,17 @@ mod tests {
         assert_eq!(utc_fields(0), [1970, 1, 4, 1, 0, 0, 0, 0]);
         // 2026-11-29T22:30:00.250Z was a Sunday.
         assert_eq!(utc_fields(1_795_991_400_250_000_000), [2026, 11, 0, 29, 22, 30, 0, 250]);
+    }
+
+    #[test]
+    fn utc_fields_read_back_as_the_time_they_were_made_of() {
+        for epoch_ns in [0, 951_827_696_123_000_000, 1_795_991_400_250_000_000, -86_400_000_000_000]
+        {
+            assert_eq!(epoch_ns_of_utc_fields(utc_fields(epoch_ns)), Some(epoch_ns));
+        }
+        assert_eq!(epoch_ns_of_utc_fields([2026, 13, 0, 1, 0, 0, 0, 0]), None);
+        assert_eq!(epoch_ns_of_utc_fields([2026, 2, 0, 29, 0, 0, 0, 0]), None, "not a leap year");
+        assert_eq!(epoch_ns_of_utc_fields([2026, 11, 0, 29, 24, 0, 0, 0]), None);
     }
 
     #[test]

@@ -140,6 +140,18 @@ pub fn decode_module(payload: &[u8]) -> Result<ModuleInfo, MethodEventError> {
 pub const MAX_METHOD_CODE: usize = 1 << 20;
 /// Modules one process's table keeps; beyond, their methods' frames name no module.
 pub const MAX_MODULES: usize = 1 << 16;
+/// Bytes one table may hold ([`MethodTable::heap_bytes`]): names are up to [`MAX_NAME_UNITS`]
+/// characters, so [`MAX_METHOD_CODE`] entries alone could take gigabytes. Beyond, new entries
+/// are refused (counted). An application's 200 000 methods take about 40 MiB.
+pub const MAX_METHOD_TABLE_BYTES: usize = 64 << 20;
+/// Code entries a lookup examines, highest start first: live code does not overlap, so the
+/// entry that covers an address is the first whose range holds it (older code at the same
+/// addresses, freed and reused, comes next), but a peer can send any number of entries at one
+/// address. Past it the lookup answers with the best entry seen (counted).
+pub const MAX_LOOKUP_CANDIDATES: usize = 64;
+/// What an entry costs besides its name: the entry, its place in the start index and the
+/// (method, start) map, rounded up.
+const CODE_ENTRY_BYTES: usize = 128;
 
 /// Which method owned a code address at a given time, from a process's method and module
 /// events: code addresses are reused (tiered compilation moves a method to new code, freed code
@@ -148,17 +160,24 @@ pub const MAX_MODULES: usize = 1 << 16;
 #[derive(Debug, Default)]
 pub struct MethodTable {
     code: Vec<Code>,
-    /// (start, index into `code`), sorted by start when `sorted`.
-    by_start: Vec<(u64, u32)>,
-    sorted: bool,
+    /// (start, index into `code`), in order: an entry goes in at its place, so events that
+    /// add code and lookups can alternate (a session names stacks as its events arrive).
+    by_start: std::collections::BTreeSet<(u64, u32)>,
     /// The longest code seen: how far back from an address a lookup searches.
     longest: u64,
     modules: std::collections::HashMap<u64, std::sync::Arc<str>>,
     /// (method id, start) → its latest entry: unloads and rundown listings find it in O(1),
     /// whatever a peer sends.
     latest: std::collections::HashMap<(u64, u64), u32>,
-    /// Entries refused past [`MAX_METHOD_CODE`] or [`MAX_MODULES`].
+    /// [`MethodTable::heap_bytes`].
+    bytes: usize,
+    /// Entries refused past [`MAX_METHOD_CODE`], [`MAX_MODULES`] or
+    /// [`MAX_METHOD_TABLE_BYTES`].
     pub refused: u64,
+    /// Lookups that stopped at [`MAX_LOOKUP_CANDIDATES`] (their answer is the best of those).
+    pub lookups_cut: u64,
+    /// Entries all lookups examined: what naming cost.
+    pub entries_examined: u64,
 }
 
 #[derive(Debug)]
@@ -187,6 +206,23 @@ pub struct ManagedFrame {
 }
 
 impl MethodTable {
+    /// Takes the event if it is a method or module event ([`method_event`]): `None` for other
+    /// events, else whether its payload decoded.
+    pub fn take_event(
+        &mut self,
+        provider: &str,
+        event_id: u32,
+        payload: &[u8],
+        time_ns: u64,
+    ) -> Option<Result<(), MethodEventError>> {
+        Some(match method_event(provider, event_id)? {
+            MethodEvent::Method(event) => {
+                decode_method_code(payload).map(|code| self.method(event, &code, time_ns))
+            }
+            MethodEvent::Module(_) => decode_module(payload).map(|module| self.module(&module)),
+        })
+    }
+
     /// Takes what a method event at `time_ns` says about `code`.
     pub fn method(&mut self, event: CodeEvent, code: &MethodCode, time_ns: u64) {
         let key = (code.method_id, code.start);
@@ -200,22 +236,24 @@ impl MethodTable {
             (CodeEvent::Listed, Some(_)) => return,
             _ => {}
         }
-        if self.code.len() >= MAX_METHOD_CODE || code.size == 0 {
+        let name = code.display_name();
+        let bytes = self.bytes + CODE_ENTRY_BYTES + name.len();
+        if self.code.len() >= MAX_METHOD_CODE || bytes > MAX_METHOD_TABLE_BYTES || code.size == 0 {
             self.refused += u64::from(code.size != 0);
             return;
         }
+        self.bytes = bytes;
         let from_ns = (event == CodeEvent::Loaded).then_some(time_ns);
         let end = code.start.saturating_add(code.size.into());
         let index = self.code.len() as u32;
-        self.by_start.push((code.start, index));
+        self.by_start.insert((code.start, index));
         self.latest.insert(key, index);
-        self.sorted = false;
         self.longest = self.longest.max(end - code.start);
         self.code.push(Code {
             method_id: code.method_id,
             osr: code.is_osr(),
             end,
-            name: code.display_name().into(),
+            name: name.into(),
             module_id: code.module_id,
             from_ns,
             until_ns: None,
@@ -224,12 +262,17 @@ impl MethodTable {
 
     /// Takes a module event (its file name names the module of its methods' frames).
     pub fn module(&mut self, module: &ModuleInfo) {
-        if self.modules.len() >= MAX_MODULES && !self.modules.contains_key(&module.module_id) {
+        let file = module.il_path.rsplit(['/', '\\']).next().unwrap_or_default();
+        let known = self.modules.contains_key(&module.module_id);
+        let bytes = self.bytes + CODE_ENTRY_BYTES + file.len();
+        if !known && (self.modules.len() >= MAX_MODULES || bytes > MAX_METHOD_TABLE_BYTES) {
             self.refused += 1;
             return;
         }
-        let file = module.il_path.rsplit(['/', '\\']).next().unwrap_or_default();
-        self.modules.insert(module.module_id, file.into());
+        if let Some(old) = self.modules.insert(module.module_id, file.into()) {
+            self.bytes -= CODE_ENTRY_BYTES + old.len();
+        }
+        self.bytes += CODE_ENTRY_BYTES + file.len();
     }
 
     /// Method code entries kept.
@@ -241,31 +284,88 @@ impl MethodTable {
         self.code.is_empty()
     }
 
+    /// Bytes the entries and their names hold, as counted against [`MAX_METHOD_TABLE_BYTES`].
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// The method whose code covered `address` at `time_ns`: of the code containing it, the
     /// latest compiled at or before that time and not unloaded by then (code a rundown listed
     /// counts as compiled before any time).
     pub fn lookup(&mut self, address: u64, time_ns: u64) -> Option<ManagedFrame> {
-        if !self.sorted {
-            self.by_start.sort_unstable();
-            self.sorted = true;
-        }
-        let after = self.by_start.partition_point(|&(start, _)| start <= address);
         let lowest = address.saturating_sub(self.longest);
-        let best = self.by_start[..after]
-            .iter()
-            .rev()
-            .take_while(|&&(start, _)| start >= lowest)
-            .map(|&(_, i)| &self.code[i as usize])
-            .filter(|c| address < c.end)
-            .filter(|c| c.from_ns.is_none_or(|from| from <= time_ns))
-            .filter(|c| c.until_ns.is_none_or(|until| time_ns < until))
-            .max_by_key(|c| c.from_ns)?;
+        let mut best: Option<&Code> = None;
+        let candidates = self.by_start.range(..=(address, u32::MAX)).rev();
+        for (examined, &(start, i)) in candidates.enumerate() {
+            if start < lowest {
+                break;
+            }
+            if examined == MAX_LOOKUP_CANDIDATES {
+                self.lookups_cut += 1;
+                break;
+            }
+            self.entries_examined += 1;
+            let code = &self.code[i as usize];
+            let covers = address < code.end
+                && code.from_ns.is_none_or(|from| from <= time_ns)
+                && code.until_ns.is_none_or(|until| time_ns < until);
+            if covers && best.is_none_or(|b| code.from_ns > b.from_ns) {
+                best = Some(code);
+            }
+        }
+        let best = best?;
         Some(ManagedFrame {
             name: best.name.clone(),
             module: self.modules.get(&best.module_id).cloned(),
             method_id: best.method_id,
             osr: best.osr,
         })
+    }
+
+    /// The frames of an EventPipe stack (`ips`, leaf first) at `time_ns`, each with the method
+    /// whose code covered it then (`None`: no method did), as [`OsrFrames`] shows them.
+    pub fn name_stack<'t>(
+        &'t mut self,
+        ips: &'t [u64],
+        time_ns: u64,
+    ) -> impl Iterator<Item = (u64, Option<ManagedFrame>)> + 't {
+        let mut osr = OsrFrames::default();
+        ips.iter().enumerate().filter_map(move |(depth, &ip)| {
+            let method = self.lookup(code_address(depth, ip), time_ns);
+            osr.shows(method.as_ref()).then_some((ip, method))
+        })
+    }
+}
+
+/// The address to name a stack's frame at `depth` (0: the leaf) by: below the leaf a frame's
+/// address is a return address, so the call is the byte before it (a call at the very end of a
+/// method is not given to the next one).
+pub fn code_address(depth: usize, address: u64) -> u64 {
+    if depth == 0 { address } else { address.saturating_sub(1) }
+}
+
+/// Which frames of a stack to show, leaf first: code of a method running on-stack-replacement
+/// code runs on the frame of its tier-0 code, which the stack shows next, as its caller; that
+/// frame is the same call and is left out.
+#[derive(Debug, Default)]
+pub struct OsrFrames {
+    /// The method of the OSR frame just shown.
+    osr_method: Option<u64>,
+}
+
+impl OsrFrames {
+    /// Whether the next frame is shown; `method` is the method that names it (`None`: a frame
+    /// no method names).
+    pub fn shows(&mut self, method: Option<&ManagedFrame>) -> bool {
+        let osr_below = self.osr_method.take();
+        match method {
+            Some(m) if osr_below == Some(m.method_id) => false,
+            Some(m) => {
+                self.osr_method = m.osr.then_some(m.method_id);
+                true
+            }
+            None => true,
+        }
     }
 }
 
@@ -464,5 +564,82 @@ mod tests {
         osr.flags = 5 << 7 | 0x8;
         t.method(Loaded, &osr, 1);
         assert!(t.lookup(0xb000, 2).unwrap().osr && !t.lookup(0xa000, 2).unwrap().osr);
+    }
+
+    /// A session names stacks while its method events arrive: code added after a lookup is
+    /// found by the next one.
+    #[test]
+    fn code_added_between_lookups_is_found() {
+        let mut t = MethodTable::default();
+        t.method(CodeEvent::Loaded, &code(1, 0x5000, 0x10, "High"), 1);
+        assert_eq!(named(&mut t, 0x1008, 2), None);
+        t.method(CodeEvent::Loaded, &code(2, 0x1000, 0x10, "Low"), 1);
+        assert_eq!(named(&mut t, 0x1008, 2).as_deref(), Some("W.Low"));
+        assert_eq!(named(&mut t, 0x5008, 2).as_deref(), Some("W.High"));
+        assert_eq!(
+            t.take_event(RUNTIME_PROVIDER, 143, &method_payload("Live", "Event"), 3),
+            Some(Ok(()))
+        );
+        assert_eq!(named(&mut t, 0x7f00_1000, 4).as_deref(), Some("Live.Event"));
+        assert!(t.take_event(RUNTIME_PROVIDER, 143, &[0; 10], 3).unwrap().is_err());
+        assert_eq!(t.take_event(RUNTIME_PROVIDER, 1, &[], 3), None, "not a method event");
+    }
+
+    /// The frames of a method running OSR code: the OSR frame, then the tier-0 frame it runs
+    /// on (the same call, left out), then its caller.
+    #[test]
+    fn a_stack_shows_a_method_in_osr_code_once() {
+        let mut t = MethodTable::default();
+        let mut osr = code(1, 0x1000, 0x100, "Loop");
+        osr.flags = TIER_OSR << TIER_SHIFT;
+        t.method(CodeEvent::Loaded, &osr, 1);
+        t.method(CodeEvent::Loaded, &code(1, 0x2000, 0x100, "Loop"), 1);
+        t.method(CodeEvent::Loaded, &code(2, 0x3000, 0x100, "Caller"), 1);
+        let names = |t: &mut MethodTable, ips: &[u64]| -> Vec<String> {
+            let frames = t.name_stack(ips, 5);
+            frames.map(|(ip, m)| m.map_or(format!("{ip:#x}"), |m| m.name.to_string())).collect()
+        };
+        assert_eq!(names(&mut t, &[0x1010, 0x2010, 0x3010]), ["W.Loop", "W.Caller"]);
+        // Not below OSR code: tier-0 code of a method calling itself shows twice.
+        assert_eq!(names(&mut t, &[0x2010, 0x2020, 0x9000]), ["W.Loop", "W.Loop", "0x9000"]);
+        // An unnamed frame between them: both shown.
+        assert_eq!(names(&mut t, &[0x1010, 0x9000, 0x2010]), ["W.Loop", "0x9000", "W.Loop"]);
+    }
+
+    /// Entries a peer stacks at one address make a lookup stop after MAX_LOOKUP_CANDIDATES,
+    /// with the best entry it saw (counted).
+    #[test]
+    fn a_lookup_examines_a_bounded_number_of_entries() {
+        let mut t = MethodTable::default();
+        t.method(CodeEvent::Loaded, &code(0, 0x1000, 0x1000, "Outer"), 1);
+        for id in 1..=MAX_LOOKUP_CANDIDATES as u64 {
+            t.method(CodeEvent::Loaded, &code(id, 0x1800, 0x10, "Stacked"), 1);
+        }
+        // Below the stacked entries: Outer is the first examined.
+        assert_eq!(named(&mut t, 0x1100, 2).as_deref(), Some("W.Outer"));
+        assert_eq!((t.lookups_cut, t.entries_examined), (0, 1));
+        // Past them, Outer is not reached: the best of those examined names the address.
+        assert_eq!(named(&mut t, 0x1900, 2).as_deref(), None);
+        assert_eq!(named(&mut t, 0x1808, 2).as_deref(), Some("W.Stacked"));
+        let examined = 1 + 2 * MAX_LOOKUP_CANDIDATES as u64;
+        assert_eq!((t.lookups_cut, t.entries_examined), (2, examined));
+    }
+
+    #[test]
+    fn a_table_holds_a_bounded_number_of_bytes() {
+        let mut t = MethodTable::default();
+        let long = "N".repeat(MAX_NAME_UNITS);
+        let entry = CODE_ENTRY_BYTES + 2 * MAX_NAME_UNITS + 1;
+        let fit = (MAX_METHOD_TABLE_BYTES / entry) as u64;
+        for id in 0..fit + 3 {
+            let mut c = code(id, 0x1000 + id * 0x10, 0x10, &long);
+            c.namespace = long.clone();
+            t.method(CodeEvent::Loaded, &c, 1);
+        }
+        assert_eq!((t.len() as u64, t.refused), (fit, 3));
+        assert!(t.heap_bytes() <= MAX_METHOD_TABLE_BYTES);
+        // Less than an entry is left: a module with a name as long does not fit either.
+        t.module(&ModuleInfo { module_id: 1, il_path: "x".repeat(entry) });
+        assert_eq!(t.refused, 4);
     }
 }

@@ -18,6 +18,7 @@ pub mod methods;
 pub mod payload;
 pub mod runtime_events;
 mod sequence;
+pub mod stacks;
 pub mod writer;
 
 use crate::ordered::OrderedMap;
@@ -31,6 +32,7 @@ use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
 pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json};
 use sequence::SequenceTracker;
+use stacks::{NamedStack, StackBlockError, StackFrame, StackTable};
 
 /// Caps on what an untrusted stream may make the parser hold.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +83,8 @@ pub enum NettraceError {
     BlockTooLarge { offset: u64, size: u32, max: u32 },
     #[error("offset {offset}: {what}")]
     Corrupt { offset: u64, what: &'static str },
+    #[error("offset {offset}: StackBlock: {problem}")]
+    BadStackBlock { offset: u64, problem: StackBlockError },
     #[error("offset {offset}: pointer size {size} is neither 4 nor 8")]
     BadPointerSize { offset: u64, size: u32 },
     #[error("offset {offset}: metadata id {id} is 0 or above the limit of {max}")]
@@ -126,6 +130,9 @@ pub struct Event<'a> {
     pub capture_thread_id: u64,
     pub proc_num: u32,
     pub stack_id: u32,
+    /// The instruction pointers of the stack `stack_id` names, leaf first; `None` without a
+    /// stack, or when no stack of that id was kept ([`stacks`]).
+    pub stack: Option<&'a [u64]>,
     /// QPC ticks; CLOCK_MONOTONIC ns on Linux (docs/protocol/nettrace.md §9).
     pub timestamp: i64,
     pub activity_id: [u8; 16],
@@ -178,6 +185,12 @@ pub struct DecodedEvent<'a> {
         serde(skip_serializing_if = "Option::is_none")
     )]
     pub stack_id: Option<u32>,
+    /// The stack's frames named, leaf first (streaming sessions; see [`OutputEvent::stack`]).
+    #[cfg_attr(
+        any(test, feature = "serde-reference"),
+        serde(skip_serializing_if = "Option::is_none")
+    )]
+    pub stack: Option<&'a [StackFrame]>,
     pub fields: Fields<'a>,
     /// Set when the payload did not match its layout; `fields` then holds `raw_payload`.
     #[cfg_attr(
@@ -194,6 +207,7 @@ impl<'a> Event<'a> {
             metadata: self.metadata,
             payload: self.payload,
             pointer_size: self.pointer_size,
+            stack: None,
             context: EventContext {
                 thread: self.thread_id,
                 sequence: Some(self.sequence),
@@ -232,6 +246,9 @@ pub struct OutputEvent<'a> {
     pub metadata: &'a EventMetadata,
     pub payload: &'a [u8],
     pub pointer_size: u32,
+    /// The frames of the event's stack, named by the session that read it (written as `stack`,
+    /// after `stack_id`); `None`: no `stack` member.
+    pub stack: Option<&'a NamedStack>,
     pub context: EventContext,
 }
 
@@ -261,6 +278,7 @@ impl<'a> OutputEvent<'a> {
             activity_id: guid(&context.activity_id),
             related_activity_id: guid(&context.related_activity_id),
             stack_id: (context.stack_id != 0).then_some(context.stack_id),
+            stack: self.stack.map(NamedStack::frames),
             fields,
             decode_error,
         }
@@ -308,6 +326,9 @@ impl<'a> OutputEvent<'a> {
         if context.stack_id != 0 {
             out.extend_from_slice(br#","stack_id":"#);
             json::push_u64(out, context.stack_id.into());
+        }
+        if let Some(stack) = self.stack {
+            stack.write_member(out);
         }
         out.extend_from_slice(br#","fields":"#);
         if let Err(e) = payload::write_payload_json(meta, self.payload, self.pointer_size, out) {
@@ -357,7 +378,11 @@ pub struct NettraceStats {
     pub event_blocks: u64,
     pub metadata_blocks: u64,
     pub stack_blocks: u64,
+    /// Stacks the stream defined.
     pub stacks: u64,
+    /// Stacks not kept ([`stacks::MAX_STACK_FRAMES`] and the table's bounds): events naming them
+    /// carry no stack.
+    pub stacks_refused: u64,
     pub sequence_points: u64,
     /// Events the runtime numbered but never sent (sequence gaps and sequence points).
     pub lost_events: u64,
@@ -452,6 +477,8 @@ pub struct NettraceParser {
     /// [`EventMetadata::heap_bytes`] of the table's entries.
     metadata_bytes: usize,
     sequences: SequenceTracker,
+    /// The stacks defined since the last sequence point.
+    stacks: StackTable,
     stats: NettraceStats,
     failed: Option<NettraceError>,
 }
@@ -475,6 +502,7 @@ impl NettraceParser {
             metadata: Vec::new(),
             metadata_bytes: 0,
             sequences: SequenceTracker::new(limits.max_threads),
+            stacks: StackTable::default(),
             stats: NettraceStats::default(),
             failed: None,
         }
@@ -498,6 +526,12 @@ impl NettraceParser {
     /// [`Limits::max_metadata_bytes`]).
     pub fn metadata_bytes(&self) -> usize {
         self.metadata_bytes
+    }
+
+    /// Bytes the stack table holds (at most [`stacks::MAX_STACK_TABLE_FRAMES`] frames and
+    /// [`stacks::MAX_STACKS`] ids).
+    pub fn stack_bytes(&self) -> usize {
+        self.stacks.heap_bytes()
     }
 
     /// Bytes held for an incomplete object (never more than one object).
@@ -728,7 +762,10 @@ impl NettraceParser {
                     }
                     BlockKind::Stack => {
                         self.stats.stack_blocks += 1;
-                        self.stats.stacks += count_stacks(content, content_offset)?;
+                        let (defined, refused) =
+                            self.stacks.block(content, content_offset, pointer_size)?;
+                        self.stats.stacks += defined;
+                        self.stats.stacks_refused += refused;
                     }
                     BlockKind::SequencePoint => {
                         self.stats.sequence_points += 1;
@@ -784,6 +821,7 @@ impl NettraceParser {
         on_event: &mut F,
     ) -> Result<(), NettraceError> {
         let table = &self.metadata;
+        let stacks = &self.stacks;
         let sequences = &mut self.sequences;
         let events = &mut self.stats.events;
         for_each_blob(content, base, |header, payload, offset| {
@@ -802,6 +840,10 @@ impl NettraceParser {
                 capture_thread_id: header.capture_thread_id,
                 proc_num: header.proc_num,
                 stack_id: header.stack_id,
+                stack: match header.stack_id {
+                    0 => None,
+                    id => stacks.get(id),
+                },
                 timestamp: header.timestamp,
                 activity_id: header.activity_id,
                 related_activity_id: header.related_activity_id,
@@ -828,6 +870,8 @@ impl NettraceParser {
                 .sequence_point(thread, seq)
                 .map_err(|max| NettraceError::TooManyThreads { offset, max })?;
         }
+        // Stack ids start over after a sequence point (docs/protocol/nettrace.md §4.7).
+        self.stacks.clear();
         Ok(())
     }
 }
@@ -869,19 +913,6 @@ fn parse_trace(bytes: &[u8], at: u64) -> Result<TraceInfo, NettraceError> {
         number_of_processors,
         expected_cpu_sampling_rate,
     })
-}
-
-fn count_stacks(content: &[u8], base: u64) -> Result<u64, NettraceError> {
-    let mut cur = Cursor::new(content);
-    let corrupt =
-        |cur: &Cursor, what| NettraceError::Corrupt { offset: base + cur.pos() as u64, what };
-    cur.u32().ok_or_else(|| corrupt(&cur, "StackBlock: truncated first id"))?;
-    let count = cur.u32().ok_or_else(|| corrupt(&cur, "StackBlock: truncated count"))?;
-    for _ in 0..count {
-        let size = cur.u32().ok_or_else(|| corrupt(&cur, "StackBlock: truncated stack size"))?;
-        cur.take(size as usize).ok_or_else(|| corrupt(&cur, "StackBlock: stack exceeds block"))?;
-    }
-    Ok(count.into())
 }
 
 /// Header fields of one blob in an EventBlock or MetadataBlock (docs/protocol/nettrace.md §4.4,

@@ -1,5 +1,7 @@
 use super::*;
 use crate::json::WriteJson;
+use crate::nettrace::methods::MethodTable;
+use crate::nettrace::stacks::{NamedStack, StackBlockError, StackFrame};
 
 /// The event as the JSON object tracer writes.
 fn event_json(event: &OutputEvent) -> String {
@@ -20,7 +22,8 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
 }
 
-/// Every event as its JSON line plus header facts, so two runs can be compared exactly.
+/// Every event as its JSON line after header facts (offset, capture thread, stack id, the
+/// stack's addresses), so two runs can be compared exactly.
 fn parse_chunked(
     data: &[u8],
     mut chunk: impl FnMut(usize) -> usize,
@@ -34,7 +37,14 @@ fn parse_chunked(
         parser
             .feed(&data[at..at + n], |e| {
                 let json = event_json(&e.output());
-                lines.push(format!("{} {} {} {}", e.offset, e.capture_thread_id, e.stack_id, json));
+                let stack = e.stack.map_or("-".to_owned(), |ips| {
+                    format!(
+                        "[{}]",
+                        ips.iter().map(|ip| format!("{ip:x}")).collect::<Vec<_>>().join(",")
+                    )
+                });
+                let (at, thread, id) = (e.offset, e.capture_thread_id, e.stack_id);
+                lines.push(format!("{at} {thread} {id} {stack} {json}"));
             })
             .unwrap();
         at += n;
@@ -90,7 +100,7 @@ fn gc_fixture_json_shape() {
     let (lines, _) = parse_all(&fixture("coreclr8_gc_induced5.nettrace"));
     let start = lines.iter().find(|l| l.contains("\"GCStart\"")).unwrap();
     let json: serde_json::Value =
-        serde_json::from_str(start.splitn(4, ' ').nth(3).unwrap()).unwrap();
+        serde_json::from_str(start.splitn(5, ' ').nth(4).unwrap()).unwrap();
     assert_eq!(json["provider"], "Microsoft-Windows-DotNETRuntime");
     assert_eq!(json["event"], "GCStart");
     assert_eq!(json["id"], 1);
@@ -110,7 +120,7 @@ fn verbose_fixture_decodes_exceptions_allocation_ticks_and_eventsource_fields() 
     assert_eq!(parser.stats().lost_events, 0);
     let events: Vec<serde_json::Value> = lines
         .iter()
-        .map(|l| serde_json::from_str(l.splitn(4, ' ').nth(3).unwrap()).unwrap())
+        .map(|l| serde_json::from_str(l.splitn(5, ' ').nth(4).unwrap()).unwrap())
         .collect();
     assert!(events.iter().all(|e| e.get("decode_error").is_none()));
 
@@ -154,6 +164,7 @@ fn any_chunking_gives_identical_results() {
         ("coreclr8_verbose.nettrace", 694),
         ("coreclr8_threadpool.nettrace", 38),
         ("coreclr8_counters.nettrace", 56),
+        ("coreclr8_thread_samples.nettrace", 1184),
     ] {
         let data = fixture(name);
         let (whole, whole_parser) = parse_all(&data);
@@ -212,6 +223,10 @@ struct Stream(Vec<u8>);
 
 impl Stream {
     fn new() -> Self {
+        Stream::with_pointer_size(8)
+    }
+
+    fn with_pointer_size(pointer_size: u32) -> Self {
         let mut s = Stream(PROLOGUE.to_vec());
         s.header("Trace", 4);
         for v in [2026u16, 11, 0, 29, 22, 0, 0, 0] {
@@ -219,7 +234,7 @@ impl Stream {
         }
         s.0.extend(1000i64.to_le_bytes());
         s.0.extend(1_000_000_000i64.to_le_bytes());
-        for v in [8u32, PID, 2, 1_000_000] {
+        for v in [pointer_size, PID, 2, 1_000_000] {
             s.0.extend(v.to_le_bytes());
         }
         s.0.push(TAG_END);
@@ -335,22 +350,207 @@ fn trace_object_and_first_block_offsets_match_the_reference() {
 
 #[test]
 fn padding_follows_the_absolute_stream_offset() {
-    // Stack blocks of growing size shift the next block through all four alignments.
-    for extra in 0..4u32 {
+    // Event blocks with 0–3 reserved header bytes shift the next block through all four
+    // alignments.
+    for extra in 0..4u16 {
         let mut s = Stream::new();
-        let mut stack = 1u32.to_le_bytes().to_vec();
-        stack.extend(1u32.to_le_bytes());
-        stack.extend(extra.to_le_bytes());
-        stack.extend(vec![0xAA; extra as usize]);
-        s.block("StackBlock", &stack);
         s.block("MetadataBlock", &demo_metadata(1));
-        s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 5)]));
-        let (result, events, parser) = collect(&s.end());
+        let mut empty = (20 + extra).to_le_bytes().to_vec();
+        empty.extend(1u16.to_le_bytes());
+        empty.extend(vec![0; 16 + usize::from(extra)]);
+        s.block("EventBlock", &empty);
+        let content_at = s.block("EventBlock", &blob_block(1, &[demo_event(0, 1, 100, 5)]));
+        assert!(content_at.is_multiple_of(4));
+        let (result, events, _) = collect(&s.end());
         result.unwrap();
         assert_eq!(events.len(), 1, "extra {extra}");
         assert_eq!(events[0].3, 5i32.to_le_bytes());
-        assert_eq!(parser.stats().stacks, 1);
     }
+}
+
+/// A StackBlock's content: its first id, the count, then each stack as its size and its
+/// addresses of `pointer_size` bytes.
+fn stack_block(first_id: u32, stacks: &[&[u64]], pointer_size: usize) -> Vec<u8> {
+    let mut out = first_id.to_le_bytes().to_vec();
+    out.extend((stacks.len() as u32).to_le_bytes());
+    for stack in stacks {
+        out.extend(((stack.len() * pointer_size) as u32).to_le_bytes());
+        for ip in *stack {
+            out.extend(&ip.to_le_bytes()[..pointer_size]);
+        }
+    }
+    out
+}
+
+/// A compressed event naming stack `stack_id` (metadata 1, thread 100, payload an i32).
+fn event_with_stack(first: bool, stack_id: u32, value: i32) -> Vec<u8> {
+    let mut out = vec![0x08 | if first { 0x01 | 0x02 | 0x04 | 0x80 } else { 0 }];
+    if first {
+        out.extend(varuint(1));
+        out.extend(varuint(0));
+        out.extend(varuint(100));
+        out.extend(varuint(0));
+        out.extend(varuint(100));
+    }
+    out.extend(varuint(u64::from(stack_id)));
+    out.extend(varuint(10));
+    if first {
+        out.extend(varuint(4));
+    }
+    out.extend(value.to_le_bytes());
+    out
+}
+
+/// An event's stack id and the addresses the parser hands with it.
+type EventStack = (u32, Option<Vec<u64>>);
+
+/// The stack of every event of `data`, and how the stream ended.
+fn event_stacks(data: &[u8]) -> (Result<(), NettraceError>, Vec<EventStack>) {
+    let mut parser = NettraceParser::default();
+    let mut stacks = Vec::new();
+    let result = parser.feed(data, |e| stacks.push((e.stack_id, e.stack.map(<[u64]>::to_vec))));
+    (result.and_then(|()| parser.finish()), stacks)
+}
+
+#[test]
+fn events_carry_the_addresses_of_the_stack_they_name() {
+    let leaf_first: &[u64] = &[0x7f00_0000_1010, 0x7f00_0000_2020, 0x7f00_0000_3030];
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    // Ids 5 and 6; then 6 again, redefined: an event names the latest definition.
+    s.block("StackBlock", &stack_block(5, &[leaf_first, &[]], 8));
+    let events = [
+        event_with_stack(true, 5, 1),
+        event_with_stack(false, 6, 2),
+        event_with_stack(false, 0, 3),
+        event_with_stack(false, 7, 4),
+    ];
+    s.block("EventBlock", &blob_block(1, &events));
+    s.block("StackBlock", &stack_block(6, &[&[0xAA]], 8));
+    s.block("EventBlock", &blob_block(1, &[event_with_stack(true, 6, 5)]));
+    let (result, stacks) = event_stacks(&s.end());
+    result.unwrap();
+    assert_eq!(
+        stacks,
+        [
+            (5, Some(leaf_first.to_vec())),
+            (6, Some(vec![])),
+            (0, None),
+            (7, None),
+            (6, Some(vec![0xAA])),
+        ]
+    );
+}
+
+#[test]
+fn a_32_bit_stream_has_4_byte_addresses() {
+    let mut s = Stream::with_pointer_size(4);
+    s.block("MetadataBlock", &demo_metadata(1));
+    s.block("StackBlock", &stack_block(1, &[&[0x0804_8000, 0xf7e0_1234]], 4));
+    s.block("EventBlock", &blob_block(1, &[event_with_stack(true, 1, 1)]));
+    let (result, stacks) = event_stacks(&s.end());
+    result.unwrap();
+    assert_eq!(stacks, [(1, Some(vec![0x0804_8000, 0xf7e0_1234]))]);
+}
+
+#[test]
+fn stack_ids_are_forgotten_at_a_sequence_point() {
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    s.block("StackBlock", &stack_block(1, &[&[0x10]], 8));
+    s.block("EventBlock", &blob_block(1, &[event_with_stack(true, 1, 1)]));
+    let mut sp = 0i64.to_le_bytes().to_vec();
+    sp.extend(0u32.to_le_bytes());
+    s.block("SPBlock", &sp);
+    s.block("EventBlock", &blob_block(1, &[event_with_stack(true, 1, 2)]));
+    s.block("StackBlock", &stack_block(1, &[&[0x20]], 8));
+    s.block("EventBlock", &blob_block(1, &[event_with_stack(true, 1, 3)]));
+    let (result, stacks) = event_stacks(&s.end());
+    result.unwrap();
+    assert_eq!(stacks, [(1, Some(vec![0x10])), (1, None), (1, Some(vec![0x20]))]);
+}
+
+#[test]
+fn malformed_stack_blocks_are_refused_with_their_offsets() {
+    let bad = |content: &[u8]| {
+        let mut s = Stream::new();
+        let at = s.block("StackBlock", content) as u64;
+        let (result, _) = event_stacks(&s.end());
+        (at, result.unwrap_err())
+    };
+    let (at, e) = bad(&[1, 0, 0, 0, 1, 0]);
+    let problem = StackBlockError::TruncatedHeader { len: 6 };
+    assert_eq!(e, NettraceError::BadStackBlock { offset: at, problem });
+    // Two stacks announced, one there: the second's size is cut by the block's end.
+    let mut content = stack_block(1, &[&[0x10]], 8);
+    content[4] = 2;
+    content.extend([8, 0]);
+    let (at, e) = bad(&content);
+    let problem = StackBlockError::TruncatedSize { index: 1, count: 2 };
+    assert_eq!(e, NettraceError::BadStackBlock { offset: at + 20, problem });
+    // A size past the block.
+    let mut content = stack_block(1, &[&[0x10]], 8);
+    content[8] = 16;
+    let (at, e) = bad(&content);
+    let problem = StackBlockError::Overrun { index: 0, count: 1, size: 16, left: 8 };
+    assert_eq!(e, NettraceError::BadStackBlock { offset: at + 8, problem });
+    // 12 bytes of 8-byte addresses.
+    let mut content = stack_block(1, &[&[0x10]], 8);
+    content[8] = 12;
+    content.extend([0; 4]);
+    let (at, e) = bad(&content);
+    let problem = StackBlockError::Ragged { index: 0, count: 1, size: 12, pointer_size: 8 };
+    assert_eq!(e, NettraceError::BadStackBlock { offset: at + 8, problem });
+    // Bytes after the last stack.
+    let mut content = stack_block(1, &[&[0x10]], 8);
+    content.extend([0xEE; 3]);
+    let (at, e) = bad(&content);
+    let problem = StackBlockError::TrailingBytes { left: 3 };
+    assert_eq!(e, NettraceError::BadStackBlock { offset: at + 20, problem });
+    assert_eq!(
+        e.to_string(),
+        format!("offset {}: StackBlock: 3 bytes after its last stack", at + 20)
+    );
+}
+
+#[test]
+fn stacks_past_the_bounds_are_refused_and_counted() {
+    use super::stacks::{MAX_STACK_FRAMES, MAX_STACK_TABLE_FRAMES, MAX_STACKS};
+    let deep = vec![0x10u64; MAX_STACK_FRAMES + 1];
+    let longest = vec![0x20u64; MAX_STACK_FRAMES];
+    let mut s = Stream::new();
+    s.block("MetadataBlock", &demo_metadata(1));
+    s.block("StackBlock", &stack_block(1, &[&deep, &longest], 8));
+    let both = [event_with_stack(true, 1, 1), event_with_stack(false, 2, 2)];
+    s.block("EventBlock", &blob_block(1, &both));
+    // Stack 2 redefined too deep: its events name no stack, not the earlier definition.
+    s.block("StackBlock", &stack_block(2, &[&deep], 8));
+    s.block("EventBlock", &blob_block(1, &[event_with_stack(true, 2, 3)]));
+    let data = s.end();
+    let (result, stacks) = event_stacks(&data);
+    result.unwrap();
+    assert_eq!(stacks, [(1, None), (2, Some(longest.clone())), (2, None)]);
+    let (_, parser) = parse_all(&data);
+    assert_eq!((parser.stats().stacks, parser.stats().stacks_refused), (3, 2));
+
+    // The table's frames: full at MAX_STACK_TABLE_FRAMES; and its ids at MAX_STACKS.
+    let mut s = Stream::new();
+    let per_block = (16 << 20) / (8 * MAX_STACK_FRAMES + 4) - 1;
+    let (mut id, mut frames) = (1u32, 0);
+    while frames < MAX_STACK_TABLE_FRAMES {
+        let n = per_block.min((MAX_STACK_TABLE_FRAMES - frames) / MAX_STACK_FRAMES);
+        s.block("StackBlock", &stack_block(id, &vec![&longest[..]; n], 8));
+        (id, frames) = (id + n as u32, frames + n * MAX_STACK_FRAMES);
+    }
+    s.block("StackBlock", &stack_block(id, &[&[0x30], &[]], 8));
+    let empties = vec![&[][..]; MAX_STACKS + 1];
+    s.block("StackBlock", &stack_block(id + 2, &empties, 8));
+    let (_, parser) = parse_all(&s.end());
+    let defined = u64::from(id - 1) + 2 + MAX_STACKS as u64 + 1;
+    let kept = MAX_STACKS as u64;
+    assert_eq!(parser.stats().stacks, defined);
+    // The stack with a frame does not fit; each empty one does, up to MAX_STACKS ids.
+    assert_eq!(parser.stats().stacks_refused, defined - kept);
 }
 
 #[test]
@@ -901,25 +1101,52 @@ fn metadata_table_bytes_are_bounded() {
 /// generously: the fuzz target and these tests charge it on top of the decoded JSON.
 const ENVELOPE: u64 = 160;
 
-/// Feeds `data`, spending each event's JSON (+ envelope) from an [`OutputBudget`] earned by the
-/// bytes fed, as tracer's streaming session does; stops at the first refusal. Returns
-/// (output bytes, events written, the refusal).
-fn render_bounded(data: &[u8]) -> (u64, u64, Option<crate::budget::BudgetExceeded>) {
+/// What [`render_bounded`] wrote of a stream.
+#[derive(Debug, Default)]
+struct Rendered {
+    /// Bytes spent from the line budget, and from the stack budget.
+    output: u64,
+    stack_output: u64,
+    written: u64,
+    /// Lines written without their stack: the stack budget refused it.
+    stacks_unwritten: u64,
+    refused: Option<crate::budget::BudgetExceeded>,
+}
+
+/// Feeds `data`, naming each event's stack from the stream's method events and spending each
+/// line — its JSON and envelope from an [`OutputBudget`], its `stack` from the stack budget,
+/// both earned by the bytes fed — as tracer's streaming session does; stops at the first
+/// refusal of the line budget.
+fn render_bounded(data: &[u8]) -> Rendered {
     let mut budget = crate::budget::OutputBudget::default();
+    let mut stack_budget = crate::budget::OutputBudget::for_stacks();
     budget.earn(data.len() as u64);
+    stack_budget.earn(data.len() as u64);
     let mut parser = NettraceParser::default();
-    let (mut written, mut refused) = (0, None);
+    let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
+    let mut rendered = Rendered::default();
     let _ = parser.feed(data, |e| {
-        if refused.is_some() {
+        if rendered.refused.is_some() {
             return;
         }
-        let json = event_json(&e.output());
-        match budget.spend(json.len() as u64 + ENVELOPE) {
-            Ok(()) => written += 1,
-            Err(e) => refused = Some(e),
+        let time = e.timestamp as u64;
+        methods.take_event(&e.metadata.provider, e.metadata.event_id, e.payload, time);
+        let mut event = e.output();
+        let mut stack_bytes = 0;
+        if let Some(ips) = e.stack {
+            match named.name_within(&mut stack_budget, ips, time, &mut methods) {
+                true => (event.stack, stack_bytes) = (Some(&named), named.member_len()),
+                false => rendered.stacks_unwritten += 1,
+            }
+        }
+        let json = event_json(&event);
+        match budget.spend((json.len() - stack_bytes) as u64 + ENVELOPE) {
+            Ok(()) => rendered.written += 1,
+            Err(e) => rendered.refused = Some(e),
         }
     });
-    (budget.output(), written, refused)
+    (rendered.output, rendered.stack_output) = (budget.output(), stack_budget.output());
+    rendered
 }
 
 #[test]
@@ -935,7 +1162,7 @@ fn long_provider_and_event_names_on_empty_events_exhaust_the_output_budget() {
     let events: Vec<Vec<u8>> = (0..2000).map(|_| event.to_vec()).collect();
     s.block("EventBlock", &blob_block(1, &events));
     let data = s.end();
-    let (output, written, refused) = render_bounded(&data);
+    let Rendered { output, written, refused, .. } = render_bounded(&data);
     let limit = OUTPUT_BYTES_PER_INPUT_BYTE * data.len() as u64 + OUTPUT_ALLOWANCE_BYTES;
     let refused = refused.expect("the budget ends the stream");
     assert_eq!(data.len(), 12_246);
@@ -954,32 +1181,100 @@ const WRITTEN_BEFORE_REFUSAL: u64 = 85;
 
 #[test]
 fn real_captures_stay_far_below_the_output_rate() {
-    for name in [
-        "coreclr8_gc_induced5.nettrace",
-        "coreclr8_threadpool.nettrace",
-        "coreclr8_verbose.nettrace",
+    for (name, rates) in [
+        ("coreclr8_gc_induced5.nettrace", 3.0..=10.0),
+        ("coreclr8_threadpool.nettrace", 3.0..=10.0),
+        ("coreclr8_verbose.nettrace", 3.0..=10.0),
+        ("coreclr8_thread_samples.nettrace", 3.0..=10.0),
     ] {
         let data = fixture(name);
-        let (output, written, refused) = render_bounded(&data);
-        assert_eq!(refused, None, "{name}");
+        let rendered = render_bounded(&data);
+        assert_eq!((rendered.refused, rendered.stacks_unwritten), (None, 0), "{name}");
         let (_, parser) = parse_all(&data);
-        assert_eq!(written, parser.stats().events, "{name}");
+        assert_eq!(rendered.written, parser.stats().events, "{name}");
         // The documented 3.6–9.2 bytes per input byte, well under OUTPUT_BYTES_PER_INPUT_BYTE.
-        let rate = output as f64 / data.len() as f64;
-        assert!((3.0..=10.0).contains(&rate), "{name}: {rate:.2} output bytes per input byte");
+        let rate = rendered.output as f64 / data.len() as f64;
+        assert!(rates.contains(&rate), "{name}: {rate:.2} output bytes per input byte");
+        // Their named stacks: 0.4–2.3 bytes per input byte (in the thread samples' capture the
+        // method events outweigh the samples).
+        let stack_rate = rendered.stack_output as f64 / data.len() as f64;
+        assert!(stack_rate <= 3.0, "{name}: {stack_rate:.2} stack bytes per input byte");
     }
+}
+
+/// A `MethodLoadVerbose` payload (version 0: no ClrInstanceID) of `size` bytes of code at
+/// `start`, named `name`.
+fn method_load_payload(start: u64, size: u32, name: &str) -> Vec<u8> {
+    let mut p = Vec::new();
+    for v in [1u64, 2, start] {
+        p.extend(v.to_le_bytes());
+    }
+    for v in [size, 0x0600_0001, 0] {
+        p.extend(v.to_le_bytes());
+    }
+    for text in ["", name, ""] {
+        p.extend(utf16z(text));
+    }
+    p
+}
+
+/// One method of a 1 000-character name covering every frame of a 100-frame stack, named by
+/// 2 000 events of 7 bytes: each line's stack is cut at 16 KiB, the stack budget pays for a
+/// few hundred of them, and the others are written without it — the lines go on.
+#[test]
+fn deep_long_named_stacks_spend_the_stack_budget_and_not_the_lines() {
+    use crate::budget::{STACK_OUTPUT_ALLOWANCE_BYTES, STACK_OUTPUT_BYTES_PER_INPUT_BYTE};
+    let mut s = Stream::new();
+    let method_meta =
+        metadata_payload(2, runtime_events::RUNTIME_PROVIDER, 143, "", &0u32.to_le_bytes());
+    s.block(
+        "MetadataBlock",
+        &blob_block(
+            1,
+            &[
+                metadata_blob(&metadata_payload(1, "Demo", 7, "Tick", &{
+                    let mut fields = 1u32.to_le_bytes().to_vec();
+                    fields.extend(9u32.to_le_bytes());
+                    fields.extend(utf16z("value"));
+                    fields
+                })),
+                metadata_blob(&method_meta),
+            ],
+        ),
+    );
+    let load = method_load_payload(0x1000, 0x1000, &"N".repeat(1000));
+    let mut method_event = vec![0x01 | 0x02 | 0x04 | 0x80];
+    for v in [2, 0, 100, 0, 100, 1] {
+        method_event.extend(varuint(v));
+    }
+    method_event.extend(varuint(load.len() as u64));
+    method_event.extend(&load);
+    s.block("EventBlock", &blob_block(1, &[method_event]));
+    s.block("StackBlock", &stack_block(1, &[&[0x1010; 100]], 8));
+    let mut events = vec![event_with_stack(true, 1, 0)];
+    // Flags (payload size), timestamp delta, payload size, the i32.
+    events.extend((1..2000).map(|i: i32| [&[0x80, 1, 4][..], &i.to_le_bytes()].concat()));
+    s.block("EventBlock", &blob_block(1, &events));
+    let data = s.end();
+    let rendered = render_bounded(&data);
+    assert_eq!(rendered.refused, None);
+    assert_eq!(rendered.written, 2001);
+    let stack_limit =
+        STACK_OUTPUT_BYTES_PER_INPUT_BYTE * data.len() as u64 + STACK_OUTPUT_ALLOWANCE_BYTES;
+    assert!(rendered.stack_output <= stack_limit);
+    // Each stack costs 16 064 bytes (16 frames of 1 002, the marker) and 17 entries examined;
+    // 616 fit in 512 × 17 328 + 1 MiB with room left for the most a next one may cost.
+    assert_eq!((data.len(), rendered.stacks_unwritten), (17_328, 2000 - 616));
+    assert_eq!(rendered.stack_output, 616 * (16_064 + 17));
+    let left = stack_limit - rendered.stack_output;
+    assert!(left < super::stacks::naming_cost_bound(100), "{left}");
 }
 
 /// Every event of the captured CoreCLR 8 streams (GC, exceptions, allocations, thread pool,
 /// counters) has a name and decodes exactly: the table has each (id, version) the runtime sent.
 #[test]
 fn every_event_of_the_coreclr8_fixtures_is_named_and_decodes_exactly() {
-    for name in [
-        "coreclr8_gc_induced5.nettrace",
-        "coreclr8_verbose.nettrace",
-        "coreclr8_threadpool.nettrace",
-        "coreclr8_counters.nettrace",
-    ] {
+    for name in FIXTURES {
         let mut parser = NettraceParser::default();
         let mut events = 0;
         parser
@@ -1058,11 +1353,12 @@ fn a_records_version_is_the_newest_template_it_fills_exactly() {
     assert_eq!(payload::fitting_version("Other", 4, &[0; 94], 8), None);
 }
 
-const FIXTURES: [&str; 4] = [
+const FIXTURES: [&str; 5] = [
     "coreclr8_gc_induced5.nettrace",
     "coreclr8_verbose.nettrace",
     "coreclr8_threadpool.nettrace",
     "coreclr8_counters.nettrace",
+    "coreclr8_thread_samples.nettrace",
 ];
 
 /// The direct writer against its reference, serde_json over the decoded event's `Serialize`
@@ -1076,10 +1372,17 @@ fn assert_writes_like_serde(event: &OutputEvent) {
 fn every_fixture_event_is_written_byte_for_byte_as_serde_json_writes_it() {
     for name in FIXTURES {
         let mut parser = NettraceParser::default();
+        let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
         let mut events = 0;
         parser
             .feed(&fixture(name), |e| {
                 assert_writes_like_serde(&e.output());
+                if let Some(ips) = e.stack {
+                    let time = e.timestamp as u64;
+                    methods.take_event(&e.metadata.provider, e.metadata.event_id, e.payload, time);
+                    named.name(ips, time, &mut methods);
+                    assert_writes_like_serde(&OutputEvent { stack: Some(&named), ..e.output() });
+                }
                 events += 1;
             })
             .unwrap();
@@ -1164,7 +1467,8 @@ fn edge_values_are_written_byte_for_byte_as_serde_json_writes_them() {
         related_activity_id: [0xff; 16],
         stack_id: u32::MAX,
     };
-    let event = OutputEvent { metadata: &meta, payload: &payload, pointer_size: 8, context };
+    let event =
+        OutputEvent { metadata: &meta, payload: &payload, pointer_size: 8, context, stack: None };
     assert_eq!(event.decode().decode_error, None);
     assert_writes_like_serde(&event);
     // Cut short: the raw payload and the error.
@@ -1177,6 +1481,7 @@ fn edge_values_are_written_byte_for_byte_as_serde_json_writes_them() {
         metadata: &bare,
         payload,
         pointer_size: 8,
+        stack: None,
         context: EventContext::default(),
     };
     assert_writes_like_serde(&bare_event(&[]));
@@ -1236,6 +1541,7 @@ fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
         metadata: &meta,
         payload: &payload,
         pointer_size: 8,
+        stack: None,
         context: EventContext::default(),
     };
     assert_eq!(event.decode().decode_error, None);
@@ -1271,6 +1577,7 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
         metadata: &meta,
         payload,
         pointer_size: 8,
+        stack: None,
         context: EventContext::default(),
     };
     assert_writes_like_serde(&event(&payload));
@@ -1327,7 +1634,13 @@ fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
         ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, id)
     };
     fn event<'a>(metadata: &'a EventMetadata, payload: &'a [u8]) -> OutputEvent<'a> {
-        OutputEvent { metadata, payload, pointer_size: 8, context: EventContext::default() }
+        OutputEvent {
+            metadata,
+            payload,
+            pointer_size: 8,
+            context: EventContext::default(),
+            stack: None,
+        }
     }
     // GCStart v2: Count, Depth, Reason (value map), Type (value map), ClrInstanceID,
     // ClientSequenceNumber.
@@ -1397,7 +1710,13 @@ fn a_flat_layout_writes_strings_and_leaves_the_general_decoder_what_they_do_not_
         payload: &'a [u8],
         pointer_size: u32,
     ) -> OutputEvent<'a> {
-        OutputEvent { metadata, payload, pointer_size, context: EventContext::default() }
+        OutputEvent {
+            metadata,
+            payload,
+            pointer_size,
+            context: EventContext::default(),
+            stack: None,
+        }
     }
     let expected = |name: &str, type_id: u64| {
         format!(
@@ -1439,10 +1758,13 @@ fn a_flat_layout_writes_strings_and_leaves_the_general_decoder_what_they_do_not_
 // ---- work linear in the bytes fed (crate::work) ----
 
 /// Work ([`crate::work`]) of parsing `data` fed in chunks whose sizes cycle through `chunks` and
-/// writing every event's JSON as tracer does; panics unless the stream parses to its end.
+/// writing every event's JSON, its stack named, as tracer does; panics unless the stream parses
+/// to its end.
 fn work_of(data: &[u8], chunks: &[usize]) -> u64 {
     let ((), work) = crate::work::measure(|| {
         let mut parser = NettraceParser::default();
+        let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
+        let mut stack_budget = crate::budget::OutputBudget::for_stacks();
         let mut json = Vec::new();
         let mut at = 0;
         for &size in chunks.iter().cycle() {
@@ -1451,10 +1773,19 @@ fn work_of(data: &[u8], chunks: &[usize]) -> u64 {
             }
             let n = size.min(data.len() - at);
             let piece = &data[at..at + n];
+            stack_budget.earn(n as u64);
             parser
                 .feed(piece, |e| {
+                    let time = e.timestamp as u64;
+                    methods.take_event(&e.metadata.provider, e.metadata.event_id, e.payload, time);
+                    let mut event = e.output();
+                    if let Some(ips) = e.stack
+                        && named.name_within(&mut stack_budget, ips, time, &mut methods)
+                    {
+                        event.stack = Some(&named);
+                    }
                     json.clear();
-                    e.output().write_json(&mut json);
+                    event.write_json(&mut json);
                 })
                 .unwrap();
             at += n;
@@ -1486,7 +1817,8 @@ fn a_stream_fed_a_byte_at_a_time_costs_about_what_it_costs_in_one_piece() {
     let data = fixture("coreclr8_counters.nettrace");
     let whole = work_of(&data, &[usize::MAX]);
     let bytewise = work_of(&data, &[1]);
-    assert_eq!((data.len(), whole, bytewise), (10_538, 25_662, 36_553));
+    // Naming the events' stacks costs 6 256 of the work either way.
+    assert_eq!((data.len(), whole, bytewise), (10_538, 31_918, 42_809));
     // Each byte is copied into the buffer once more, and each object's header is read at the
     // few lengths where it can tell more — not on every feed (that costs up to
     // 2 × UNIT_HEADER_MAX a byte: 1 718 553 here).
@@ -1555,6 +1887,7 @@ fn every_fuzz_seed_costs_work_linear_in_its_bytes() {
             "coreclr8_counters",
             "coreclr8_gc_induced5",
             "coreclr8_gc_induced5_chunked",
+            "coreclr8_thread_samples_small_blocks",
             "coreclr8_threadpool",
             "coreclr8_verbose",
         ]
@@ -1574,4 +1907,58 @@ fn every_fuzz_seed_costs_work_linear_in_its_bytes() {
         }
     }
     crate::work::assert_linear(&runs, SEED_WORK_PER_BYTE_MAX);
+}
+
+/// A real CoreCLR 8 capture of the sample profiler with the JIT and loader events at verbose
+/// (`burn`: `TracerWorkload.Hot`, every method JIT-compiled while the session ran): every
+/// sample names a stack the stream defined, and the stream's own method events name the
+/// workload's frames as a streaming session names them, event by event.
+#[test]
+fn thread_samples_of_a_real_capture_name_their_stacks_from_the_streams_own_methods() {
+    let data = fixture("coreclr8_thread_samples.nettrace");
+    let mut parser = NettraceParser::default();
+    let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
+    let mut samples = 0;
+    let mut by_leaf_and_caller = std::collections::BTreeMap::<(String, String), u64>::new();
+    let frame_name = |frame: Option<&StackFrame>| match frame {
+        Some(StackFrame::Method(name)) => name.trim_start_matches("TracerWorkload.Hot.").to_owned(),
+        Some(StackFrame::Address(_)) => "0x…".to_owned(),
+        Some(StackFrame::Cut) | None => "none".to_owned(),
+    };
+    parser
+        .feed(&data, |e| {
+            let time = e.timestamp as u64;
+            methods.take_event(&e.metadata.provider, e.metadata.event_id, e.payload, time);
+            let Some(ips) = e.stack else { return };
+            named.name(ips, time, &mut methods);
+            if e.metadata.provider == runtime_events::SAMPLE_PROFILER_PROVIDER {
+                samples += 1;
+                let frames = named.frames();
+                let key = (frame_name(frames.first()), frame_name(frames.get(1)));
+                *by_leaf_and_caller.entry(key).or_default() += 1;
+            }
+        })
+        .unwrap();
+    parser.finish().unwrap();
+    let stats = parser.stats();
+    assert_eq!(
+        (stats.stack_blocks, stats.stacks, stats.stacks_refused, stats.lost_events),
+        (6, 145, 0, 0)
+    );
+    assert_eq!((samples, methods.len()), (469, 236));
+    let count =
+        |leaf: &str, caller: &str| by_leaf_and_caller[&(leaf.to_owned(), caller.to_owned())];
+    // Inner under CallerA and CallerB about 3:1, Inner : Other about 2:1.
+    assert_eq!((count("Inner", "CallerA"), count("Inner", "CallerB")), (153, 57));
+    assert_eq!(count("Other", "Run"), 124);
+    // Code compiled moments before a sample whose method event comes later in the stream
+    // (events are in order per thread only) is an address when the sample's line is written;
+    // stubs and Python.Runtime's code, compiled before the session, are addresses too.
+    assert_eq!((count("0x…", "CallerA"), count("0x…", "CallerB")), (31, 11));
+    assert_eq!(count("0x…", "0x…"), 90);
+    assert_eq!(
+        by_leaf_and_caller.len(),
+        9,
+        "and three samples in Python.Runtime: {by_leaf_and_caller:?}"
+    );
 }

@@ -16,10 +16,16 @@
 //! * `counters`: the runtime's counters (GC heap size, CPU usage, thread pool, …) every second,
 //!   as dotnet-counters asks for them: `System.Runtime:0xFFFFFFFF:5:EventCounterIntervalSec=1`.
 //!   With `--metrics-addr` each counter is also a Prometheus series per process.
+//!
+//! Profiles that sample stacks (`default`, `dotnet-sampled-thread-time`) also ask for the
+//! runtime's method events ([`with_method_events`]) and the rundown: they name the frames of
+//! the stacks the sample profiler sends (docs/protocol/nettrace.md §4.6).
 
 use thiserror::Error;
 
-use tracer_decode::diagnostic_ipc::{EventLevel, FilteredProvider, ProviderConfig};
+use tracer_decode::diagnostic_ipc::{
+    DEFAULT_RUNDOWN_KEYWORD, EventLevel, FilteredProvider, ProviderConfig,
+};
 
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 pub const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -181,14 +187,54 @@ fn parse_level(value: &str) -> Option<EventLevel> {
     levels.iter().find(|(name, _)| value.eq_ignore_ascii_case(name)).map(|(_, level)| *level)
 }
 
-/// The providers of several profiles together (`--profile a,b`), each provider once.
+/// The providers of several profiles together (`--profile a,b`), each provider once; with the
+/// method events when one of them samples stacks ([`samples_stacks`]).
 pub fn profiles(names: &[String]) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
     let mut providers = Vec::new();
     for name in names {
         providers.extend(profile(name.trim())?);
     }
     refuse_duplicates(&providers)?;
+    if names.iter().any(|name| samples_stacks(name)) {
+        with_method_events(&mut providers);
+    }
     Ok(providers)
+}
+
+/// The runtime provider's keywords that name managed code: Loader (0x8: module loads, which
+/// name a method's module) and JIT (0x10: method loads and unloads), at verbose level, where
+/// the method events carry names.
+pub const METHOD_EVENTS_KEYWORDS: u64 = 0x8 | 0x10;
+pub const METHOD_EVENTS_LEVEL: EventLevel = EventLevel::Verbose;
+
+/// Whether the profile's sessions sample stacks (the runtime's sample profiler).
+pub fn samples_stacks(profile: &str) -> bool {
+    matches!(profile.trim(), "default" | "dotnet-sampled-thread-time")
+}
+
+/// Makes `providers` ask for the method events ([`METHOD_EVENTS_KEYWORDS`] at
+/// [`METHOD_EVENTS_LEVEL`]): merged into the runtime provider's entry when there is one (a
+/// session enables each provider's events from one entry, so its keywords are OR'd and its
+/// level raised to verbose for all of them), else as an entry of its own.
+pub fn with_method_events(providers: &mut Vec<FilteredProvider>) {
+    let runtime = providers
+        .iter_mut()
+        .find(|p| provider_key(&p.provider.name) == provider_key(RUNTIME_PROVIDER));
+    match runtime {
+        Some(entry) => {
+            entry.provider.keywords |= METHOD_EVENTS_KEYWORDS;
+            entry.provider.level = entry.provider.level.max(METHOD_EVENTS_LEVEL);
+        }
+        None => providers.push(FilteredProvider {
+            provider: ProviderConfig {
+                name: RUNTIME_PROVIDER.to_owned(),
+                keywords: METHOD_EVENTS_KEYWORDS,
+                level: METHOD_EVENTS_LEVEL,
+                arguments: None,
+            },
+            filter: None,
+        }),
+    }
 }
 
 /// The runtime's GC keyword: `gc-collect`'s rundown mask (the GC state at the end, nothing
@@ -197,9 +243,17 @@ pub const GC_RUNDOWN_KEYWORD: u64 = 0x1;
 
 /// The rundown keyword mask the profiles ask for, 0 for none: `gc-collect` asks for the GC-only
 /// rundown, as dotnet-trace's does (runtimes before .NET 9 cannot be asked for a mask: their
-/// sessions run without rundown, docs/protocol/diagnostic-ipc.md §3.3).
+/// sessions run without rundown, docs/protocol/diagnostic-ipc.md §3.3); profiles that sample
+/// stacks for the default one, which lists every method with code when the session stops (a
+/// saved `.nettrace` then names frames of methods compiled before the session).
 pub fn profiles_rundown_keyword(names: &[String]) -> u64 {
-    if names.iter().any(|n| n.trim() == "gc-collect") { GC_RUNDOWN_KEYWORD } else { 0 }
+    names.iter().fold(0, |mask, name| {
+        mask | match name.trim() {
+            "gc-collect" => GC_RUNDOWN_KEYWORD,
+            name if samples_stacks(name) => DEFAULT_RUNDOWN_KEYWORD,
+            _ => 0,
+        }
+    })
 }
 
 /// The providers of a named profile.
@@ -349,6 +403,46 @@ mod tests {
         assert!(PROFILE_NAMES.iter().all(|n| profile(n).is_ok()));
     }
 
+    fn of_profiles(names: &[&str]) -> Vec<ProviderConfig> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        profiles(&names).unwrap().into_iter().map(|p| p.provider).collect()
+    }
+
+    /// Sessions of the profiles that sample stacks ask for the JIT and loader events at
+    /// verbose too: merged into the runtime provider, or as one of their own.
+    #[test]
+    fn profiles_that_sample_stacks_ask_for_the_method_events() {
+        assert_eq!(
+            of_profiles(&["default"]),
+            parsed(
+                "Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4,\
+                 Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:5"
+            )
+        );
+        assert_eq!(
+            of_profiles(&["dotnet-sampled-thread-time"]),
+            parsed(
+                "Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4,\
+                 Microsoft-Windows-DotNETRuntime:0x18:5"
+            )
+        );
+        assert_eq!(
+            of_profiles(&["gc-verbose", "dotnet-sampled-thread-time"]),
+            parsed(
+                "Microsoft-Windows-DotNETRuntime:0x801B:5,\
+                 Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4"
+            )
+        );
+        assert_eq!(of_profiles(&["gc"]), parsed("Microsoft-Windows-DotNETRuntime:0x1:4"));
+        let rundown = |names: &[&str]| {
+            profiles_rundown_keyword(&names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(rundown(&["gc", "counters"]), 0);
+        assert_eq!(rundown(&["gc-collect"]), GC_RUNDOWN_KEYWORD);
+        assert_eq!(rundown(&["default"]), DEFAULT_RUNDOWN_KEYWORD);
+        assert_eq!(rundown(&["gc-collect", "dotnet-sampled-thread-time"]), DEFAULT_RUNDOWN_KEYWORD);
+    }
+
     /// dotnet-trace's profiles, as dotnet-trace's own `--providers` spelling of each.
     #[test]
     fn dotnet_trace_profiles() {
@@ -383,6 +477,14 @@ mod tests {
         let both =
             profiles(&["dotnet-common".into(), "dotnet-sampled-thread-time".into()]).unwrap();
         assert_eq!(both.len(), 2);
+        assert_eq!(
+            of_profiles(&["dotnet-common", "dotnet-sampled-thread-time"]),
+            parsed(
+                "Microsoft-Windows-DotNETRuntime:0x100003801D:5,\
+                 Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4"
+            ),
+            "the method events merged into dotnet-common's runtime provider"
+        );
         assert_eq!(
             profiles(&["gc".into(), "gc-verbose".into()]),
             Err(ProviderSpecError::Duplicate {

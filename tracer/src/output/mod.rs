@@ -461,6 +461,14 @@ pub struct StreamTotals {
     pub bytes_after_exit: u64,
     /// Events decoded but not written: the session passed a byte budget.
     pub unwritten_events: u64,
+    /// Stacks of the stream not kept (too deep, or past the stack table's bounds): their events'
+    /// lines have no `stack` (written only when not 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stacks_refused: u64,
+    /// Lines written without their `stack`: the session's stack budget was spent (written only
+    /// when not 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stacks_unwritten: u64,
     /// Why the runtime did not acknowledge StopTracing, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_error: Option<String>,

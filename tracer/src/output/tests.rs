@@ -9,6 +9,8 @@ use tracer_decode::bpf_event::{
     DetectionEvent, EventBody, EventMeta, Mapping, MemfdCreate, UserEventsIoctl, UserEventsOp,
     UserReg, UserUnreg,
 };
+use tracer_decode::nettrace::methods::MethodTable;
+use tracer_decode::nettrace::stacks::{NamedStack, StackFrame};
 use tracer_decode::nettrace::{DecodedEvent, EventContext, EventMetadata, FieldDef, FieldType};
 use tracer_decode::procfs::parse_maps_line;
 use tracer_decode::unix_socket::{DiagnosticSocketName, listening_diagnostic_sockets};
@@ -415,7 +417,16 @@ fn one_of_each_kind() -> Vec<Value> {
         related_activity_id: [0xb; 16],
         stack_id: 6,
     };
-    let event = OutputEvent { metadata: &meta, payload: &[1], pointer_size: 8, context };
+    let mut stack = NamedStack::default();
+    stack.push(StackFrame::Method("Ns.Type.Method".into()));
+    stack.push(StackFrame::Address(0x7f00_1234));
+    let event = OutputEvent {
+        metadata: &meta,
+        payload: &[1],
+        pointer_size: 8,
+        context,
+        stack: Some(&stack),
+    };
     let identity =
         LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(PROCESS), None, Some(6));
     lines.push(json_of(&identity.line(&clock, 1, event)));
@@ -444,6 +455,8 @@ fn one_of_each_kind() -> Vec<Value> {
                 unread_bytes: 0,
                 bytes_after_exit: 7,
                 unwritten_events: 0,
+                stacks_refused: 2,
+                stacks_unwritten: 3,
                 stop_error: Some("timed out".into()),
                 file: Some(NettraceFileTotals {
                     nettrace_file: "/d/1_app_20261201_000000_10.nettrace".into(),
@@ -771,9 +784,17 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
             continue;
         }
         let mut parser = NettraceParser::default();
+        let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
         parser
             .feed(&std::fs::read(&path).unwrap(), |e| {
                 let i = lines;
+                let time = e.timestamp as u64;
+                methods.take_event(&e.metadata.provider, e.metadata.event_id, e.payload, time);
+                let mut event = e.output();
+                if let Some(ips) = e.stack {
+                    named.name(ips, time, &mut methods);
+                    event.stack = Some(&named);
+                }
                 let (clock, labels) = (&clocks[i % clocks.len()], &labels[i % labels.len()]);
                 let source = if i % 2 == 0 { Source::Nettrace } else { Source::UserEvents };
                 let mono_ns = if i == 0 { u64::MAX } else { e.timestamp as u64 };
@@ -783,7 +804,7 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
                     _ => Incarnation::new(4242, Some(1_230_000_000)),
                 };
                 let session_id = if i == 2 { u64::MAX } else { 0x7f00_0000_1100 };
-                let decoded = e.decode();
+                let decoded = event.decode();
                 let origin = (process, session_id);
                 let want =
                     reference_line(clock, mono_ns, source, origin, labels.as_deref(), &decoded);
@@ -792,7 +813,7 @@ fn dotnet_event_lines_are_written_byte_for_byte_as_serde_json_writes_them() {
                 let identity =
                     LineIdentity::new(kind, source, pid, labels.clone(), Some(session_id));
                 assert_eq!(
-                    text_of(&identity.line(clock, mono_ns, e.output())),
+                    text_of(&identity.line(clock, mono_ns, event)),
                     want,
                     "{}",
                     path.display()

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod audit;
 pub mod check;
+pub mod convert;
 pub mod ftrace;
 pub mod profile;
 pub mod ps;

@@ -20,7 +20,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
-use tracer_decode::nettrace::methods::ManagedFrame;
+use tracer_decode::nettrace::methods::{ManagedFrame, OsrFrames, code_address};
 
 use crate::identity::{ProcessFilter, ProcessTracker};
 use crate::ipc::client::{ClientError, Timeouts};
@@ -202,11 +202,8 @@ impl Namer {
         }
         self.pending_frames += depth;
         let mut frames = Vec::with_capacity(depth);
-        // A frame below the leaf is a return address: the call is the byte before it.
-        let caller =
-            |i: usize, address: u64| if i == 0 { address } else { address.saturating_sub(1) };
         for (i, &address) in sample.kernel_frames.iter().enumerate() {
-            let at = caller(i, address);
+            let at = code_address(i, address);
             let frame = match self.kernel.as_ref().and_then(|k| k.lookup(at)) {
                 Some(s) => Frame::named(FrameKind::Kernel, s.name, Some(s.module)),
                 None => Frame::unnamed(FrameKind::Kernel, Some("[kernel]"), address),
@@ -215,7 +212,7 @@ impl Namer {
         }
         let first_user = sample.kernel_frames.len();
         for (i, &address) in sample.user_frames.iter().enumerate() {
-            let at = caller(first_user + i, address);
+            let at = code_address(first_user + i, address);
             let maps = current_maps(process, sample.tgid, at);
             let Some(maps) = maps else {
                 let module = shared_module(&mut process.modules, "[unknown]");
@@ -424,7 +421,7 @@ pub async fn run(
     let duration_ns = monotonic_ns() - started_mono;
     let mut summary = finish(namer, config.drain_timeout + METHOD_SESSION_GRACE, duration_ns).await;
     for (format, path) in &config.outputs {
-        write_file(&summary.1, *format, path)?;
+        format.write_file(&summary.1, path)?;
         summary.0.files.push(path.clone());
     }
     Ok(summary.0)
@@ -467,26 +464,24 @@ async fn finish(mut namer: Namer, wait: Duration, duration_ns: u64) -> (ProfileS
                 })
                 .collect();
             stack.clear();
-            // The method of the OSR code just below: its tier-0 frame, which the OSR code runs
-            // on, is the same call and is not shown twice.
-            let mut osr_method = None;
+            let mut osr = OsrFrames::default();
             for frame in resolved {
+                let method = match &frame {
+                    Resolved::Managed(m) => Some(m),
+                    _ => None,
+                };
+                if !osr.shows(method) {
+                    continue;
+                }
                 let frame = match frame {
                     Resolved::Id(id) => {
-                        osr_method = None;
                         stack.push(id);
                         continue;
                     }
-                    Resolved::Managed(m) if osr_method == Some(m.method_id) => {
-                        osr_method = None;
-                        continue;
-                    }
                     Resolved::Managed(m) => {
-                        osr_method = m.osr.then_some(m.method_id);
                         Frame::named(FrameKind::Managed, &m.name, m.module.as_deref())
                     }
                     Resolved::Unnamed { module, module_offset } => {
-                        osr_method = None;
                         let kind = match holds_jit_code(&module) {
                             true => FrameKind::Managed,
                             false => FrameKind::Native,
@@ -513,17 +508,6 @@ async fn finish(mut namer: Namer, wait: Duration, duration_ns: u64) -> (ProfileS
     namer.summary.native_refusals = namer.native.counters().refusals();
     namer.summary.limits = namer.profile.limit_counts();
     (namer.summary, namer.profile)
-}
-
-fn write_file(profile: &Profile, format: Format, path: &std::path::Path) -> anyhow::Result<()> {
-    let file = crate::output::private_file()
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .with_context(|| format!("creating {} (a symlink is refused)", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    format.write(profile, &mut out).with_context(|| format!("writing {}", path.display()))?;
-    std::io::Write::flush(&mut out).with_context(|| format!("writing {}", path.display()))
 }
 
 /// What to call a process: its `comm` (its command line may hold secrets).

@@ -97,6 +97,11 @@ pub struct RunSummary {
     pub bytes_after_exit: u64,
     /// Events decoded but not written because their streaming session passed a byte budget.
     pub unwritten_over_budget: u64,
+    /// Stacks streams defined that their parsers did not keep (their events' lines have no
+    /// `stack`).
+    pub stacks_refused: u64,
+    /// Lines written without their `stack`: their session's stack budget was spent.
+    pub stacks_unwritten: u64,
     /// Streaming sessions whose StopTracing the runtime did not acknowledge.
     pub stop_failures: u64,
     /// Processes that had to wait for a session slot.
@@ -166,6 +171,8 @@ impl RunSummary {
             loss("nettrace", "unread_bytes_at_drain_timeout", self.unread_bytes_at_drain),
             loss("nettrace", "bytes_after_exit", self.bytes_after_exit),
             loss("nettrace", "budget_exceeded", self.unwritten_over_budget),
+            loss("nettrace", "stack_refused", self.stacks_refused),
+            loss("nettrace", "stack_budget_exceeded", self.stacks_unwritten),
             loss("user_events", "undecodable_record", self.user_events_decode_errors),
             loss("user_events", "budget_exceeded", self.user_events_over_budget),
             loss("user_events", "metadata_cache_full", self.user_events_metadata_refused),
@@ -712,6 +719,8 @@ fn handle_message(
                 summary.unread_bytes_at_drain += end.unread_bytes;
                 summary.bytes_after_exit += end.bytes_after_exit;
                 summary.unwritten_over_budget += end.unwritten_events;
+                summary.stacks_refused += stats.stacks_refused;
+                summary.stacks_unwritten += end.stacks_unwritten;
                 summary.stop_failures += u64::from(end.stop_error.is_some());
                 summary.count_nettrace_file(end.file.as_ref());
                 if stats.lost_events > 0 {
@@ -732,6 +741,8 @@ fn handle_message(
                     unread_bytes: end.unread_bytes,
                     bytes_after_exit: end.bytes_after_exit,
                     unwritten_events: end.unwritten_events,
+                    stacks_refused: stats.stacks_refused,
+                    stacks_unwritten: end.stacks_unwritten,
                     stop_error: end.stop_error,
                     file: end.file,
                 }

@@ -13,19 +13,12 @@ use tracer_decode::diagnostic_ipc::{
     DEFAULT_RUNDOWN_KEYWORD, FilteredProvider, ProcessInfo, TracingRequest, oldest_collect_tracing,
 };
 use tracer_decode::nettrace::NettraceParser;
-use tracer_decode::nettrace::methods::{
-    MethodEvent, MethodTable, decode_method_code, decode_module, method_event,
-};
+use tracer_decode::nettrace::methods::MethodTable;
 
 use crate::ipc::client::{ClientError, Timeouts};
-use crate::ipc::providers::parse_providers;
+use crate::ipc::providers::with_method_events;
 use crate::ipc::socket::Target;
 use crate::session::{LocateReport, SessionConfig, SessionMode, locate_and_probe};
-
-/// The runtime provider's keywords the session asks for: Loader (0x8: module loads, which name
-/// a method's module) and JIT (0x10: method loads and unloads), at verbose level (5), where the
-/// method events carry names.
-pub const METHOD_EVENTS: &str = "Microsoft-Windows-DotNETRuntime:0x18:5";
 
 /// What a method session gathered.
 #[derive(Debug, Default)]
@@ -45,8 +38,9 @@ pub struct MethodCollection {
 
 /// The request of a method session.
 pub fn request() -> TracingRequest {
-    let providers: Vec<FilteredProvider> =
-        parse_providers(METHOD_EVENTS).expect("the method providers parse");
+    // The runtime's method and module events only (`with_method_events`).
+    let mut providers: Vec<FilteredProvider> = Vec::new();
+    with_method_events(&mut providers);
     TracingRequest {
         circular_buffer_mb: 64,
         providers,
@@ -132,18 +126,13 @@ pub async fn collect(
             }
         };
         let fed = parser.feed(&buf[..n], |ev| {
-            let Some(kind) = method_event(&ev.metadata.provider, ev.metadata.event_id) else {
+            let (meta, time) = (ev.metadata, ev.timestamp as u64);
+            let Some(decoded) =
+                collected.table.take_event(&meta.provider, meta.event_id, ev.payload, time)
+            else {
                 return;
             };
             collected.events += 1;
-            let time = ev.timestamp as u64;
-            let decoded = match kind {
-                MethodEvent::Method(event) => decode_method_code(ev.payload)
-                    .map(|code| collected.table.method(event, &code, time)),
-                MethodEvent::Module(_) => {
-                    decode_module(ev.payload).map(|module| collected.table.module(&module))
-                }
-            };
             collected.undecodable += u64::from(decoded.is_err());
         });
         if let Err(e) = fed {

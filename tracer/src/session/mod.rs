@@ -331,6 +331,8 @@ pub struct StreamEnd {
     pub bytes_after_exit: u64,
     /// Events decoded but not written because the session passed a byte budget (then ended).
     pub unwritten_events: u64,
+    /// Lines written without their named stack: the session's stack budget was spent.
+    pub stacks_unwritten: u64,
     /// Why StopTracing was not acknowledged, when tracer sent it and it was not.
     pub stop_error: Option<String>,
     /// `--nettrace-dir`: the stream's file.
@@ -603,6 +605,7 @@ mod tests {
             metadata: &meta,
             payload: &[],
             pointer_size: 8,
+            stack: None,
             context: EventContext { timestamp, ..EventContext::default() },
         };
         let (clock, labels) = (Clock::new(), Some(Arc::new(ProcessLabels::default())));

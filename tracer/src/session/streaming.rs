@@ -5,15 +5,23 @@
 //!
 //! Events of providers the session did not ask for are dropped and counted, not decoded.
 //!
+//! An event that carries a stack gets its frames named (`stack`) from the stream's own method
+//! and module events (the session's [`MethodTable`]), each frame by the method whose code
+//! covered its address at the event's time, else as its address: only methods whose events the
+//! session asked for are named (docs/protocol/nettrace.md §4.6).
+//!
 //! Bounded by what the peer sends (docs/security.md): the lines written for a session cost at
 //! most [`tracer_decode::budget::OUTPUT_BYTES_PER_INPUT_BYTE`] per byte it sent plus
 //! [`tracer_decode::budget::OUTPUT_ALLOWANCE_BYTES`]; lines are handed on in batches (at
 //! [`super::EVENT_LINES_BATCH_BYTES`] and at the end of each read, `try_send`), and only while
 //! the pipeline is behind are they held, at most
 //! [`MAX_PENDING_LINE_BYTES`] per session and [`MAX_TOTAL_PENDING_LINE_BYTES`] over all sessions;
-//! the metadata tables hold at most [`tracer_decode::nettrace::MAX_METADATA_BYTES`] per session and
-//! [`MAX_TOTAL_METADATA_BYTES`] over all. A session past any of these ends with
-//! [`EndReason::BudgetExceeded`].
+//! the metadata tables hold at most [`tracer_decode::nettrace::MAX_METADATA_BYTES`] per session,
+//! the stack and method tables theirs ([`tracer_decode::nettrace::stacks`],
+//! [`tracer_decode::nettrace::methods::MAX_METHOD_TABLE_BYTES`]), and all of these together
+//! [`MAX_TOTAL_TABLE_BYTES`] over all sessions. A session past any of these ends with
+//! [`EndReason::BudgetExceeded`]. Named stacks are spent from a budget of their own
+//! ([`OutputBudget::for_stacks`]): past it, lines are written without their `stack` (counted).
 use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,7 +34,9 @@ use tracer_decode::diagnostic_ipc::{
     BufferingMode, COLLECT_TRACING4_MAJOR, COLLECT_TRACING6_MAJOR, CommandCode, ProcessInfo,
     ServerError, collect_tracing_for, oldest_collect_tracing, rundown_mask_unsupported,
 };
+use tracer_decode::nettrace::methods::MethodTable;
 use tracer_decode::nettrace::runtime_events::{EVENTPIPE_PROVIDER, RUNDOWN_PROVIDER};
+use tracer_decode::nettrace::stacks::NamedStack;
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
 use super::nettrace_file::NettraceFile;
@@ -42,12 +52,12 @@ use crate::output::Source;
 pub const MAX_PENDING_LINE_BYTES: usize = 8 << 20;
 /// Rendered lines all streaming sessions together may hold while the pipeline is behind.
 pub const MAX_TOTAL_PENDING_LINE_BYTES: usize = 64 << 20;
-/// Metadata table bytes of all streaming sessions together (each is bounded by
-/// [`tracer_decode::nettrace::MAX_METADATA_BYTES`]).
-pub const MAX_TOTAL_METADATA_BYTES: usize = 256 << 20;
+/// Bytes of the metadata, stack and method tables of all streaming sessions together (each
+/// session's are bounded on their own).
+pub const MAX_TOTAL_TABLE_BYTES: usize = 256 << 20;
 
 static PENDING_LINE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static METADATA_BYTES: AtomicUsize = AtomicUsize::new(0);
+static TABLE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// A session's share of a process-wide byte gauge, given back when dropped.
 struct Share {
@@ -209,13 +219,16 @@ pub(super) async fn run(
     let mut unrequested = 0u64;
     let mut parser = NettraceParser::default();
     let mut budget = OutputBudget::default();
+    let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
+    let mut stack_budget = OutputBudget::for_stacks();
+    let mut stacks_unwritten = 0u64;
     let mut outbox = Outbox {
         out: &out,
         held: Vec::new(),
         share: Share::new(&PENDING_LINE_BYTES, MAX_TOTAL_PENDING_LINE_BYTES),
         closed: false,
     };
-    let mut metadata_share = Share::new(&METADATA_BYTES, MAX_TOTAL_METADATA_BYTES);
+    let mut table_share = Share::new(&TABLE_BYTES, MAX_TOTAL_TABLE_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
     // One batch for the session's reads: handed on when full and at the end of a read that
     // rendered lines, so a read without lines allocates nothing.
@@ -293,6 +306,7 @@ pub(super) async fn run(
             file.write(&buf[..n]);
         }
         budget.earn(n as u64);
+        stack_budget.earn(n as u64);
         let mut over: Option<String> = None;
         let mut not_written = 0u64;
         let fed = parser.feed(&buf[..n], |ev| {
@@ -304,13 +318,25 @@ pub(super) async fn run(
                 unrequested += 1;
                 return;
             }
-            let event = ev.output();
+            let time = ev.timestamp as u64;
+            // The stream's own method events name its stacks' frames.
+            methods.take_event(&ev.metadata.provider, ev.metadata.event_id, ev.payload, time);
+            let mut event = ev.output();
+            let mut stack_bytes = 0;
+            if let Some(ips) = ev.stack {
+                if named.name_within(&mut stack_budget, ips, time, &mut methods) {
+                    event.stack = Some(&named);
+                    stack_bytes = named.member_len();
+                } else {
+                    stacks_unwritten += 1;
+                }
+            }
             if !stopping_matched
                 && config.stopping_event.as_ref().is_some_and(|s| s.matches(&event))
             {
                 stopping_matched = true;
             }
-            let spend = |len: usize| match budget.spend(len as u64) {
+            let spend = |len: usize| match budget.spend((len - stack_bytes) as u64) {
                 Ok(()) => true,
                 Err(e) => {
                     over = Some(e.to_string());
@@ -344,10 +370,11 @@ pub(super) async fn run(
             log::info!("pid {pid}: the stopping event arrived: stopping the session");
             drain_deadline = Some(Instant::now() + config.drain_timeout);
         }
-        let metadata = parser.metadata_bytes();
-        if metadata > metadata_share.held && !metadata_share.take(metadata - metadata_share.held) {
+        let tables = parser.metadata_bytes() + parser.stack_bytes() + methods.heap_bytes();
+        if tables > table_share.held && !table_share.take(tables - table_share.held) {
             over = over.or(Some(format!(
-                "metadata tables of all sessions would pass {MAX_TOTAL_METADATA_BYTES} bytes"
+                "metadata, stack and method tables of all sessions would pass \
+                 {MAX_TOTAL_TABLE_BYTES} bytes"
             )));
         }
         if let Some(why) = over {
@@ -388,6 +415,7 @@ pub(super) async fn run(
         unread_bytes,
         bytes_after_exit,
         unwritten_events,
+        stacks_unwritten,
         stop_error,
         // The end tag arrived only when the session ended this way.
         file: file

@@ -640,6 +640,7 @@ impl Hub {
             metadata: &meta,
             payload: record.payload,
             pointer_size: info.pointer_size,
+            stack: None,
             context,
         };
         if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&event))

@@ -7,6 +7,9 @@
 //! * [`folded`] — folded stacks, one line per distinct stack (flamegraph.pl, inferno);
 //! * [`svg`] — a flame graph to open in a browser, rendered by inferno from the folded stacks.
 use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context as _;
 
 use super::model::{ProcessInfo, Profile};
 
@@ -34,6 +37,19 @@ impl Format {
             Format::Folded => ".folded",
             Format::Svg => ".svg",
         }
+    }
+
+    /// Writes `profile` as this format to the file `path`, created mode 0600 and never through
+    /// a symlink (its names come from the traced processes).
+    pub fn write_file(self, profile: &Profile, path: &Path) -> anyhow::Result<()> {
+        let file = crate::output::private_file()
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .with_context(|| format!("creating {} (a symlink is refused)", path.display()))?;
+        let mut out = std::io::BufWriter::new(file);
+        self.write(profile, &mut out).with_context(|| format!("writing {}", path.display()))?;
+        out.flush().with_context(|| format!("writing {}", path.display()))
     }
 
     /// Writes `profile` as this format to `out` (unbuffered writes are many and small: give a
