@@ -100,6 +100,8 @@ fn a_cut_file_converts_up_to_where_it_ends() {
 
 /// Seconds of workload traced.
 const BURN_SECONDS: u32 = 4;
+/// Fewest workload samples the shares are judged on.
+const MIN_SAMPLES: u64 = 300;
 const READY: Duration = Duration::from_secs(60);
 const SESSION: Duration = Duration::from_secs(120);
 
@@ -155,7 +157,8 @@ fn a_recorded_coreclr8_workload_converts_with_its_split_and_its_lines_name_their
         samples.len(),
         workload.len()
     );
-    assert!(workload.len() >= 1000 * BURN_SECONDS as usize / 2, "{report}");
+    // Enough samples for the shares below; how many come depends on the machine's load.
+    assert!(workload.len() >= MIN_SAMPLES as usize, "{report}");
     // Inner under CallerA is half the workload's samples (95 % of the samples have a named leaf
     // in a run on the development host: the leaf of a sample taken in code compiled moments
     // before, whose method event comes later in the stream, is still an address).
@@ -174,7 +177,7 @@ fn a_recorded_coreclr8_workload_converts_with_its_split_and_its_lines_name_their
     let (inner, other) = (by_leaf[INNER], by_leaf[OTHER]);
     let (a, b) = (inner_by_caller[CALLER_A], inner_by_caller[CALLER_B]);
     let report = format!("{summary}leaves: {by_leaf:?}\ninner by caller: {inner_by_caller:?}");
-    assert!(inner + other >= 1000 * BURN_SECONDS as u64 / 2, "{report}");
+    assert!(inner + other >= MIN_SAMPLES, "{report}");
     assert!(within_25_percent(inner as f64 / other as f64, 2.0), "Inner : Other 2:1: {report}");
     assert!(within_25_percent(a as f64 / b as f64, 3.0), "CallerA : CallerB 3:1: {report}");
     assert_eq!(a + b, inner, "every Inner sample has its caller: {report}");

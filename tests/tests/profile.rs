@@ -28,6 +28,7 @@ const INNER: &str = "TracerWorkload.Hot.Inner_[j]";
 const OTHER: &str = "TracerWorkload.Hot.Other_[j]";
 const CALLER_A: &str = "TracerWorkload.Hot.CallerA_[j]";
 const CALLER_B: &str = "TracerWorkload.Hot.CallerB_[j]";
+const BURN: &str = "TracerWorkload.Hot.Burn_[j]";
 
 fn config(pids: Vec<u32>, dir: &Path, frequency_hz: u64) -> ProfileConfig {
     ProfileConfig {
@@ -62,6 +63,11 @@ struct Split {
     total: u64,
     by_leaf: BTreeMap<String, u64>,
     inner_by_caller: BTreeMap<String, u64>,
+}
+
+/// The weight of the stacks `keep` selects.
+fn weight(stacks: &[(Vec<String>, u64)], keep: impl Fn(&[String]) -> bool) -> u64 {
+    stacks.iter().filter(|(frames, _)| keep(frames)).map(|(_, w)| w).sum()
 }
 
 fn split(stacks: &[(Vec<String>, u64)]) -> Split {
@@ -125,8 +131,14 @@ fn profile_the_workload(
         assert!(within_15_percent(inner as f64 / other as f64, 2.0), "Inner : Other 2:1: {report}");
         assert!(within_15_percent(a as f64 / b as f64, 3.0), "CallerA : CallerB 3:1: {report}");
         assert!((a + b) as f64 >= 0.85 * inner as f64, "Inner's samples carry a caller: {report}");
-        let s = &process.summary;
-        assert!(s.leaf_named_samples as f64 >= 0.95 * s.samples as f64, "named leaves: {report}");
+        // The workload thread's samples: the runtime's own threads (the JIT compiling in the
+        // background, in stripped libclrjit.so) take a share that grows with the machine's
+        // load; `cargo xtask bench profile` reports the whole process's share on a quiet one.
+        let workload = |f: &[String]| f.iter().any(|n| n == BURN);
+        let named_leaf = |f: &[String]| f.last().is_some_and(|l| !l.contains("+0x"));
+        let on_workload = weight(&stacks, workload);
+        let named = weight(&stacks, |f| workload(f) && named_leaf(f));
+        assert!(named as f64 >= 0.95 * on_workload as f64, "named leaves: {report}");
     }
     (summary, split)
 }

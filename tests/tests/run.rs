@@ -112,11 +112,12 @@ fn dotnet_trace_default_profiles_with_rundown_name_and_decode_every_runtime_even
     assert_runtime_events_named_with_samples_and_rundown(&lines, pid);
 }
 
-/// tracer's own `default` profile (CPU samples + the runtime's default keywords) with rundown:
-/// every runtime event named and decoded, as with dotnet-trace's profiles.
+/// tracer's own `default` profile (the runtime's default keywords) with thread samples and
+/// rundown: every runtime event named and decoded, as with dotnet-trace's profiles.
 #[test]
 fn the_default_profile_with_rundown_names_and_decodes_every_runtime_event() {
-    let providers = tracer::ipc::providers::profile("default").expect("default");
+    let names = ["default".to_string(), "dotnet-sampled-thread-time".to_string()];
+    let providers = tracer::ipc::providers::profiles(&names).expect("default");
     let mut config = with_providers(config("Microsoft-Windows-DotNETRuntime:0x1:4"), providers);
     config.session.request.rundown_keyword = tracer_decode::diagnostic_ipc::DEFAULT_RUNDOWN_KEYWORD;
     let mut tracer = start(config);

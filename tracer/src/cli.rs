@@ -234,8 +234,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub providers: Option<String>,
     /// Named provider sets used when --providers is absent, comma-separated (their providers
-    /// together, each once): `gc` (GC events at Informational), `default` (CPU sampling +
-    /// runtime events, dotnet-trace's former default), `counters` (the System.Runtime counters
+    /// together, each once): `gc` (GC events at Informational), `default` (the runtime's
+    /// events at Informational: GC, loader, JIT, exceptions, contention, thread pool; no
+    /// sampling — `tracer profile` samples CPU in the kernel), `counters` (the System.Runtime counters
     /// every second; with --metrics-addr also Prometheus series per process, e.g.
     /// systemruntime_gc_heap_size_bytes{pid,container_id,pod_uid}), and dotnet-trace's own,
     /// with its providers: `dotnet-common` (lightweight runtime events: GC, loader, JIT,
@@ -243,8 +244,8 @@ pub struct RunArgs {
     /// every millisecond), `gc-verbose` (GC, GC handles, exceptions at Verbose: allocation
     /// samples), `gc-collect` (GC collections only) and `database` (ADO.NET and Entity Framework
     /// Core commands). dotnet-trace's current default is
-    /// `dotnet-common,dotnet-sampled-thread-time`. The profiles that sample stacks (`default`,
-    /// `dotnet-sampled-thread-time`) also ask for the runtime's JIT and loader events at Verbose
+    /// `dotnet-common,dotnet-sampled-thread-time`. The profile that samples stacks
+    /// (`dotnet-sampled-thread-time`) also asks for the runtime's JIT and loader events at Verbose
     /// (Microsoft-Windows-DotNETRuntime keywords 0x18, level 5; merged into a runtime provider
     /// the profiles have, whose events then all come at Verbose) and the full rundown: they name
     /// the frames of each event's `stack`, and of the stacks of a saved .nettrace (`tracer
@@ -982,8 +983,10 @@ mod tests {
 
     #[test]
     fn gc_collect_asks_for_the_gc_rundown_and_rundown_for_the_full_one() {
-        // The default profile samples stacks: the full rundown names their methods.
-        assert_eq!(rundown_keyword(&[]), DEFAULT_RUNDOWN_KEYWORD);
+        // The default profile samples no stacks: no rundown; the one that does, the full one.
+        assert_eq!(rundown_keyword(&[]), 0);
+        let sampled = ["--profile", "dotnet-sampled-thread-time"];
+        assert_eq!(rundown_keyword(&sampled), DEFAULT_RUNDOWN_KEYWORD);
         assert_eq!(rundown_keyword(&["--profile", "gc"]), 0);
         assert_eq!(rundown_keyword(&["--profile", "gc-collect"]), 0x1);
         assert_eq!(rundown_keyword(&["--profile", "counters,gc-collect"]), 0x1);

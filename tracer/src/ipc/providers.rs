@@ -209,7 +209,7 @@ pub const METHOD_EVENTS_LEVEL: EventLevel = EventLevel::Verbose;
 
 /// Whether the profile's sessions sample stacks (the runtime's sample profiler).
 pub fn samples_stacks(profile: &str) -> bool {
-    matches!(profile.trim(), "default" | "dotnet-sampled-thread-time")
+    profile.trim() == "dotnet-sampled-thread-time"
 }
 
 /// Makes `providers` ask for the method events ([`METHOD_EVENTS_KEYWORDS`] at
@@ -266,10 +266,13 @@ pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
     let provider = |name: &str, keywords, level| with_arguments(name, keywords, level, None);
     match name {
         "gc" => Ok(vec![provider(RUNTIME_PROVIDER, 0x1, EventLevel::Informational)]),
-        "default" => Ok(vec![
-            provider(SAMPLE_PROFILER_PROVIDER, 0xF000_0000_0000, EventLevel::Informational),
-            provider(RUNTIME_PROVIDER, 0x14_C14F_CCBD, EventLevel::Informational),
-        ]),
+        // The runtime's events only: EventPipe's sample profiler suspends the runtime about a
+        // thousand times a second (6 % of a CPU-bound workload's throughput, and its
+        // suspensions are most of the lines, measured: docs/protocol/profiling.md); where CPU
+        // goes is `tracer profile`'s question, sampled in the kernel.
+        "default" => {
+            Ok(vec![provider(RUNTIME_PROVIDER, 0x14_C14F_CCBD, EventLevel::Informational)])
+        }
         "counters" => Ok(vec![with_arguments(
             SYSTEM_RUNTIME_PROVIDER,
             0xFFFF_FFFF,
@@ -389,13 +392,7 @@ mod tests {
         let gc: Vec<_> = profile("gc").unwrap().into_iter().map(|p| p.provider).collect();
         assert_eq!(gc, parsed("Microsoft-Windows-DotNETRuntime:0x1:4"));
         let default: Vec<_> = profile("default").unwrap().into_iter().map(|p| p.provider).collect();
-        assert_eq!(
-            default,
-            parsed(
-                "Microsoft-DotNETCore-SampleProfiler:0x0000F00000000000:4,\
-                 Microsoft-Windows-DotNETRuntime:0x00000014C14FCCBD:4"
-            )
-        );
+        assert_eq!(default, parsed("Microsoft-Windows-DotNETRuntime:0x00000014C14FCCBD:4"));
         let counters: Vec<_> =
             profile("counters").unwrap().into_iter().map(|p| p.provider).collect();
         assert_eq!(counters, parsed("System.Runtime:0xFFFFFFFF:5:EventCounterIntervalSec=1"));
@@ -413,11 +410,15 @@ mod tests {
     #[test]
     fn profiles_that_sample_stacks_ask_for_the_method_events() {
         assert_eq!(
-            of_profiles(&["default"]),
+            of_profiles(&["default", "dotnet-sampled-thread-time"]),
             parsed(
-                "Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4,\
-                 Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:5"
+                "Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:5,\
+                 Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4"
             )
+        );
+        assert_eq!(
+            of_profiles(&["default"]),
+            parsed("Microsoft-Windows-DotNETRuntime:0x14C14FCCBD:4")
         );
         assert_eq!(
             of_profiles(&["dotnet-sampled-thread-time"]),
@@ -439,7 +440,7 @@ mod tests {
         };
         assert_eq!(rundown(&["gc", "counters"]), 0);
         assert_eq!(rundown(&["gc-collect"]), GC_RUNDOWN_KEYWORD);
-        assert_eq!(rundown(&["default"]), DEFAULT_RUNDOWN_KEYWORD);
+        assert_eq!(rundown(&["default"]), 0);
         assert_eq!(rundown(&["gc-collect", "dotnet-sampled-thread-time"]), DEFAULT_RUNDOWN_KEYWORD);
     }
 
