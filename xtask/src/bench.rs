@@ -70,7 +70,18 @@ impl Tracer {
         if !status.success() {
             bail!("tracer exited with {status}");
         }
-        Ok(self.stderr.try_iter().collect::<Vec<_>>().join("\n"))
+        // Until its reader thread has seen the pipe close: the summary's last lines may still
+        // be on their way when the process has been reaped.
+        Ok(self.stderr.iter().collect::<Vec<_>>().join("\n"))
+    }
+}
+
+/// A benchmark that fails midway leaves no tracer running.
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        // Once `stop` has reaped it, std knows it exited and sends no signal.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -132,6 +143,31 @@ pub fn write_docs_section(section: &str, report: &str) -> anyhow::Result<()> {
     fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
     println!("(recorded in docs/benchmarks.md, section \"{section}\")");
     Ok(())
+}
+
+/// Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ on Linux).
+pub const USER_HZ: f64 = 100.0;
+
+/// CPU time (utime + stime, clock ticks) a process has used, its exited threads included.
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    stat_cpu_ticks(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time (utime + stime, clock ticks) one thread of a process has used.
+pub fn thread_cpu_ticks(pid: u32, tid: u32) -> anyhow::Result<u64> {
+    stat_cpu_ticks(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+fn stat_cpu_ticks(path: &str) -> anyhow::Result<u64> {
+    let stat = fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').with_context(|| format!("{path}: {stat:?}"))?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| -> anyhow::Result<u64> {
+        let value = fields.get(i).with_context(|| format!("{path}: {stat:?}"))?;
+        value.parse().with_context(|| format!("{path}: field {}: {value:?}", i + 3))
+    };
+    Ok(field(11)? + field(12)?)
 }
 
 /// A process's resident memory, its peak, and its open files.

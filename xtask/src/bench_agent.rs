@@ -17,7 +17,8 @@ use anyhow::{Context as _, bail};
 use serde_json::Value;
 
 use crate::bench::{
-    Process, TIMEOUT, Tracer, context_line, spawn_ready, usage, write_docs_section,
+    Process, TIMEOUT, Tracer, USER_HZ, context_line, cpu_ticks, spawn_ready, usage,
+    write_docs_section,
 };
 use crate::util;
 
@@ -27,8 +28,6 @@ const SCRAPE_INTERVAL: Duration = Duration::from_secs(5);
 /// Runtimes settle (JIT, first counters) before the window starts.
 const SETTLE: Duration = Duration::from_secs(10);
 const WINDOW: Duration = Duration::from_secs(60);
-/// Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ on Linux).
-const USER_HZ: f64 = 100.0;
 const DOUBLE: &str = "tests/dotnet/dotnet10_double.py";
 /// Events of the export throughput burst, in event blocks of [`BURST_BLOCK`] (a runtime's blocks
 /// are small: one block of everything would pass a session's pending-line budget).
@@ -250,14 +249,6 @@ fn export_burst(bin: &std::path::Path) -> anyhow::Result<Burst> {
 }
 
 /// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').context("/proc/<pid>/stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
-}
-
 /// `GET /metrics` (classic text), the body.
 fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
     let mut stream = TcpStream::connect(addr)?;

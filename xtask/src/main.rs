@@ -14,6 +14,7 @@ mod bench_ftrace;
 mod bench_hostile;
 mod bench_ipc;
 mod bench_nettrace;
+mod bench_profile;
 mod bench_sampler;
 mod fuzz;
 mod gen_events;
@@ -75,11 +76,13 @@ enum Command {
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
-    /// `agent`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`, `sampler`.
+    /// `agent`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`, `sampler`,
+    /// `profile [--rounds N] [--seconds S]`.
     Bench {
         name: String,
-        /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run).
-        #[arg(trailing_var_arg = true)]
+        /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run; profile:
+        /// its rounds and seconds per run).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// Regenerate the runtime-event layout table (tracer-decode/src/nettrace/runtime_events/
@@ -114,8 +117,10 @@ fn main() -> ExitCode {
             "hostile" => bench_hostile::run(),
             "ftrace" => bench_ftrace::run(&args),
             "sampler" => bench_sampler::run(),
+            "profile" => bench_profile::run(&args),
             other => Err(anyhow::anyhow!(
-                "unknown benchmark {other:?} (known: agent, detect, ipc, ftrace, hostile, sampler)"
+                "unknown benchmark {other:?} (known: agent, detect, ipc, ftrace, hostile, \
+                 sampler, profile)"
             )),
         },
     };

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use crate::util::{output, run_cmd, workspace_root};
 
 /// Debian packages: LLVM 22 for bpf-linker, qemu/busybox and kernel build tools (with pahole)
-/// for the user_events test kernel, trace-cmd for the ftrace comparison benchmark.
+/// for the user_events test kernel, trace-cmd and perf for the comparison benchmarks.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "qemu-system-x86",
@@ -28,6 +28,8 @@ const APT_PACKAGES: &[&str] = &[
     // pahole, which turns the test kernel's DWARF into BTF (CONFIG_DEBUG_INFO_BTF).
     "dwarves",
     "trace-cmd",
+    // `perf record`, which `cargo xtask bench profile` compares `tracer profile` with.
+    "linux-perf",
     // The metrics tests: a real Prometheus server and `promtool check metrics`.
     "prometheus",
     // `systemd-analyze verify` of deploy/systemd/.

@@ -42,6 +42,10 @@ pub const MAX_PENDING_FRAMES: usize = 8 << 20;
 /// How long after its last read a process's mappings are read again when a frame lies outside
 /// all of them (a library loaded since).
 pub const MAPS_REFRESH: Duration = Duration::from_millis(200);
+/// Frames named by address and kept for the samples that follow, all processes together
+/// (stacks repeat: naming a frame again costs a symbol lookup and its strings); the cache starts
+/// over when full. About 64 bytes an address.
+pub const MAX_NAMED_ADDRESSES: usize = 1 << 16;
 /// How long a method session may take, beyond the drain timeout, to hand over its table at the
 /// end.
 const METHOD_SESSION_GRACE: Duration = Duration::from_secs(5);
@@ -141,6 +145,7 @@ impl fmt::Display for ProfileSummary {
 }
 
 /// A frame of a sample still to be named.
+#[derive(Clone)]
 enum Pending {
     Named(FrameId),
     /// A user address no file named: a JIT frame for the method table to name at the end,
@@ -173,6 +178,9 @@ struct Profiled {
     id: crate::profile::ProcessId,
     maps: Option<ProcessMaps>,
     maps_read: Instant,
+    /// Counts the reads of `maps` that replaced them: what was named from older ones is not
+    /// used.
+    maps_generation: u64,
     /// Module names, shared by the frames that carry them.
     modules: HashMap<String, Arc<str>>,
     samples: Vec<Stored>,
@@ -185,6 +193,10 @@ struct Namer {
     kernel: Option<KernelSymbols>,
     native: NativeSymbolizer,
     processes: HashMap<u32, Profiled>,
+    /// (kernel address, whether it is the leaf) → frame: the kernel's symbols do not change.
+    kernel_frames: HashMap<(u64, bool), FrameId>,
+    /// (pid, user address) → (its maps' generation, frame).
+    user_frames: HashMap<(u32, u64), (u64, Pending)>,
     pending_frames: usize,
     summary: ProfileSummary,
 }
@@ -203,34 +215,50 @@ impl Namer {
         self.pending_frames += depth;
         let mut frames = Vec::with_capacity(depth);
         for (i, &address) in sample.kernel_frames.iter().enumerate() {
+            let key = (address, i == 0);
+            if let Some(&id) = self.kernel_frames.get(&key) {
+                frames.push(Pending::Named(id));
+                continue;
+            }
             let at = code_address(i, address);
             let frame = match self.kernel.as_ref().and_then(|k| k.lookup(at)) {
                 Some(s) => Frame::named(FrameKind::Kernel, s.name, Some(s.module)),
                 None => Frame::unnamed(FrameKind::Kernel, Some("[kernel]"), address),
             };
-            frames.push(Pending::Named(self.profile.intern_frame(frame)));
+            let id = self.profile.intern_frame(frame);
+            remember(&mut self.kernel_frames, key, id);
+            frames.push(Pending::Named(id));
         }
         let first_user = sample.kernel_frames.len();
         for (i, &address) in sample.user_frames.iter().enumerate() {
             let at = code_address(first_user + i, address);
-            let maps = current_maps(process, sample.tgid, at);
-            let Some(maps) = maps else {
+            refresh_stale_maps(process, sample.tgid, at);
+            let Some(maps) = process.maps.as_ref() else {
                 let module = shared_module(&mut process.modules, "[unknown]");
                 frames.push(Pending::User { address: at, module, module_offset: at });
                 continue;
             };
-            let native = self.native.symbolize(maps, at);
-            if native.named() {
-                let frame = Frame::named(FrameKind::Native, &native.name, Some(&native.module));
-                frames.push(Pending::Named(self.profile.intern_frame(frame)));
-            } else {
-                let module = shared_module(&mut process.modules, &native.module);
-                frames.push(Pending::User {
-                    address: at,
-                    module,
-                    module_offset: native.module_offset,
-                });
+            let key = (sample.tgid, at);
+            match self.user_frames.get(&key) {
+                Some((generation, pending)) if *generation == process.maps_generation => {
+                    frames.push(pending.clone());
+                    continue;
+                }
+                _ => {}
             }
+            let native = self.native.symbolize(maps, at);
+            let pending = if native.named() {
+                let frame = Frame::named(FrameKind::Native, &native.name, Some(&native.module));
+                Pending::Named(self.profile.intern_frame(frame))
+            } else {
+                Pending::User {
+                    address: at,
+                    module: shared_module(&mut process.modules, &native.module),
+                    module_offset: native.module_offset,
+                }
+            };
+            remember(&mut self.user_frames, key, (process.maps_generation, pending.clone()));
+            frames.push(pending);
         }
         process.samples.push(Stored {
             time_ns: sample.time_ns,
@@ -241,9 +269,9 @@ impl Namer {
     }
 }
 
-/// The process's mappings, read again when `address` is outside them and they are older than
-/// [`MAPS_REFRESH`]; `None` once the process is gone before they could be read.
-fn current_maps(process: &mut Profiled, pid: u32, address: u64) -> Option<&ProcessMaps> {
+/// Reads the process's mappings again when `address` is outside them and they are older than
+/// [`MAPS_REFRESH`] (they stay `None` once the process is gone before they could be read).
+fn refresh_stale_maps(process: &mut Profiled, pid: u32, address: u64) {
     let stale = match &process.maps {
         Some(maps) => {
             maps.mapping(address).is_none() && process.maps_read.elapsed() >= MAPS_REFRESH
@@ -254,9 +282,17 @@ fn current_maps(process: &mut Profiled, pid: u32, address: u64) -> Option<&Proce
         process.maps_read = Instant::now();
         if let Ok(maps) = ProcessMaps::read(pid) {
             process.maps = Some(maps);
+            process.maps_generation += 1;
         }
     }
-    process.maps.as_ref()
+}
+
+/// Keeps a named frame, emptying the cache first when it holds [`MAX_NAMED_ADDRESSES`].
+fn remember<K: std::hash::Hash + Eq, V>(cache: &mut HashMap<K, V>, key: K, value: V) {
+    if cache.len() >= MAX_NAMED_ADDRESSES {
+        cache.clear();
+    }
+    cache.insert(key, value);
 }
 
 fn shared_module(modules: &mut HashMap<String, Arc<str>>, name: &str) -> Arc<str> {
@@ -317,6 +353,8 @@ pub async fn run(
         kernel,
         native: NativeSymbolizer::new(),
         processes: HashMap::new(),
+        kernel_frames: HashMap::new(),
+        user_frames: HashMap::new(),
         pending_frames: 0,
         summary: ProfileSummary { mode: Some(config.mode), ..ProfileSummary::default() },
     };
@@ -360,6 +398,7 @@ pub async fn run(
                     id,
                     maps: ProcessMaps::read(pid).ok(),
                     maps_read: Instant::now(),
+                    maps_generation: 0,
                     modules: HashMap::new(),
                     samples: Vec::new(),
                     methods: Some(methods),
@@ -515,4 +554,21 @@ fn process_name(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim_end().to_string())
         .unwrap_or_else(|_| format!("pid {pid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_named_address_cache_starts_over_when_full() {
+        let mut cache = HashMap::new();
+        for address in 0..MAX_NAMED_ADDRESSES as u64 {
+            remember(&mut cache, address, ());
+        }
+        assert_eq!(cache.len(), MAX_NAMED_ADDRESSES);
+        remember(&mut cache, u64::MAX, ());
+        assert_eq!(cache.len(), 1);
+        assert!(cache.contains_key(&u64::MAX));
+    }
 }
