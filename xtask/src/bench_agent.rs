@@ -1,14 +1,18 @@
 //! `cargo xtask bench agent`: tracer as a node agent. `tracer run --profile counters` with its
-//! metrics endpoint and OTLP export on, next to 50 real CoreCLR 8 runtimes that each report
-//! their 27 `System.Runtime` counters every second; a scraper reads `/metrics` every 5 s and a
-//! loopback OTLP/HTTP collector takes every record. Measured over a fixed window once every
-//! runtime is traced: tracer's CPU (share of one core), resident memory and its peak, the
-//! series served, and the records exported per second (targets: RSS ≤ 32 MiB, CPU ≤ 2 %).
+//! metrics endpoint on, next to 50 real CoreCLR 8 runtimes that each report their 27
+//! `System.Runtime` counters every second; a scraper reads `/metrics` every 5 s. Three rows,
+//! each over a fixed window once every runtime is traced: without OTLP export; with every line
+//! exported to a loopback OTLP/HTTP collector that takes every record; and with export under
+//! process churn (a driver starting [`CHURN_RATE`] short-lived processes a second: fork, exec
+//! and exit of `/bin/true`, while [`CHURN_RUNTIMES`] new runtimes start among them: each must be
+//! detected, and the kernel's detection losses stay 0). Each row: tracer's CPU (share of one
+//! core), resident memory and its peak, the series served, the lines written per second
+//! (targets: RSS ≤ 32 MiB; CPU ≤ 1 % without export, ≤ 2 % with it, ≤ 5 % under churn).
 //! Then the export's throughput: a .NET 10 test double emits a burst of events, and the
 //! collector counts the records that reach it and how fast.
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +32,13 @@ const SCRAPE_INTERVAL: Duration = Duration::from_secs(5);
 /// Runtimes settle (JIT, first counters) before the window starts.
 const SETTLE: Duration = Duration::from_secs(10);
 const WINDOW: Duration = Duration::from_secs(60);
+/// Short-lived processes started per second during the churn row, and for how long.
+const CHURN_RATE: u32 = 1000;
+const CHURN_WINDOW: Duration = Duration::from_secs(30);
+/// Threads of the churn driver (each starts and reaps its share of the processes).
+const CHURN_THREADS: u32 = 4;
+/// Runtimes started during the churn row: each must be detected and traced.
+const CHURN_RUNTIMES: usize = 5;
 const DOUBLE: &str = "tests/dotnet/dotnet10_double.py";
 /// Events of the export throughput burst, in event blocks of [`BURST_BLOCK`] (a runtime's blocks
 /// are small: one block of everything would pass a session's pending-line budget).
@@ -37,44 +48,60 @@ const BURST_BLOCK: u64 = 1_000;
 pub fn run() -> anyhow::Result<()> {
     util::require_root("the benchmark loads BPF programs")?;
     util::cargo(&["build", "--release", "-p", "tracer", "--bins"])?;
-    let root = util::workspace_root();
+    let bin = util::workspace_root().join("target/release/tracer");
+    let (runtimes, pids) = start_runtimes(RUNTIMES)?;
+
+    let metrics = TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
+    let plain_args = ["run", "--profile", "counters", "--session", "streaming"];
+    let mut args = plain_args.to_vec();
+    args.extend(["--metrics-addr", &metrics]);
+    let without = {
+        let tracer = Tracer::start(&bin, &args, "watching for .NET processes")?;
+        let measured = measure(&tracer, metrics.parse()?, &pids, None);
+        (measured?, tracer.stop()?)
+    };
+
     let collector = Collector::start()?;
-    let metrics = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let bin = root.join("target/release/tracer");
-    let (metrics_arg, otlp_arg) = (metrics.to_string(), format!("http://{}", collector.addr));
-    let args = [
-        "run",
-        "--profile",
-        "counters",
-        "--session",
-        "streaming",
-        "--metrics-addr",
-        &metrics_arg,
-        "--otlp-endpoint",
-        &otlp_arg,
-    ];
+    let otlp_arg = format!("http://{}", collector.addr);
+    args.extend(["--otlp-endpoint", &otlp_arg]);
     let tracer = Tracer::start(&bin, &args, "watching for .NET processes")?;
-    let measured = measure(&tracer, metrics, &collector);
+    let with = measure(&tracer, metrics.parse()?, &pids, Some(&collector));
+    let churn = with.and_then(|with| Ok((with, churn(&tracer, metrics.parse()?)?)));
     let summary = tracer.stop();
-    let m = measured?;
+    let (with, churn) = churn?;
     let summary = summary?;
-    let line = |key: &str| {
+    drop(runtimes);
+    let line = |summary: &str, key: &str| {
         summary.lines().find(|l| l.contains(key)).map(str::trim).unwrap_or("?").to_string()
     };
+    // The kernel's detection losses by reason, e.g. `kernel ringbuf_full: 0`.
+    let detection_losses = summary
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("kernel ") || l.starts_with("detection cpu"))
+        .collect::<Vec<_>>();
+    if detection_losses.iter().any(|l| !l.ends_with(": 0")) {
+        bail!("detections lost under churn: {detection_losses:?}");
+    }
 
     let burst = export_burst(&bin)?;
 
     let mut r = context_line("cargo xtask bench agent");
     r += &format!(
-        "`tracer run --profile counters --session streaming --metrics-addr … --otlp-endpoint …` \
-         with {RUNTIMES} real CoreCLR 8.0.4 runtimes (each its 27 System.Runtime counters every \
-         1 s), `/metrics` scraped every {} s, every line exported to a loopback OTLP/HTTP \
-         collector that answers 200 at once; measured over {} s once all were traced and had \
-         settled {} s:\n\n\
-         | tracer CPU (one core) | VmRSS | VmHWM | open fds | series served | scrape size | lines (= OTLP records) per second | OTLP requests per second |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|\n\
-         | {:.2} % | {:.1} MiB | {:.1} MiB | {} | {} | {:.0} KiB | {:.0} | {:.1} |\n\n\
-         Targets: RSS ≤ 32 MiB, CPU ≤ 2 % of one core. Summary at exit: {}; {}; {}.\n\n\
+        "`tracer run --profile counters --session streaming --metrics-addr …` with {RUNTIMES} \
+         real CoreCLR 8.0.4 runtimes (each its 27 System.Runtime counters every 1 s), \
+         `/metrics` scraped every {} s; each row measured over {} s once all were traced and \
+         had settled {} s. \"OTLP\": with `--otlp-endpoint …`, every line exported to a \
+         loopback OTLP/HTTP collector that answers 200 at once. \"churn\": the same tracer \
+         right after, for {} s, beside a driver starting `/bin/true` (fork + exec + exit) \
+         from {CHURN_THREADS} threads at up to {CHURN_RATE} a second, while {CHURN_RUNTIMES} \
+         new runtimes started (each was detected and traced).\n\n\
+         | row | tracer CPU (one core) | VmRSS | VmHWM | open fds | series served | scrape size | lines per second | OTLP requests per second | processes started per second |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+         {}{}{}\n\
+         Targets: RSS ≤ 32 MiB; CPU ≤ 1 % of one core without export, ≤ 2 % with it, ≤ 5 % \
+         under churn. Summary at exit without export: {}; {}. With export and churn: {}; {}; \
+         {}; {}; detection losses: {}.\n\n\
          Export throughput: `tracer run --providers TestDouble --session streaming \
          --otlp-endpoint …`, a .NET 10 test double emitting {BURST} events at once (blocks of \
          {BURST_BLOCK}): {} of them \
@@ -83,17 +110,17 @@ pub fn run() -> anyhow::Result<()> {
         SCRAPE_INTERVAL.as_secs(),
         WINDOW.as_secs(),
         SETTLE.as_secs(),
-        m.cpu_percent,
-        m.rss_kib as f64 / 1024.0,
-        m.hwm_kib as f64 / 1024.0,
-        m.fds,
-        m.series,
-        m.scrape_bytes as f64 / 1024.0,
-        m.lines_per_sec,
-        m.requests_per_sec,
-        line("sessions:"),
-        line("OTLP records sent"),
-        line("losses:"),
+        CHURN_WINDOW.as_secs(),
+        without.0.row("without OTLP", None),
+        with.row("OTLP", None),
+        churn.measured.row("OTLP + churn", Some(churn.started_per_sec)),
+        line(&without.1, "sessions:"),
+        line(&without.1, "losses:"),
+        line(&summary, "processes detected"),
+        line(&summary, "sessions:"),
+        line(&summary, "OTLP records sent"),
+        line(&summary, "losses:"),
+        detection_losses.join(", "),
         burst.records,
         burst.secs,
         burst.records as f64 / burst.secs,
@@ -111,27 +138,49 @@ struct Measured {
     series: usize,
     scrape_bytes: usize,
     lines_per_sec: f64,
-    requests_per_sec: f64,
+    requests_per_sec: Option<f64>,
 }
 
-fn measure(
-    tracer: &Tracer,
-    metrics: SocketAddr,
-    collector: &Collector,
-) -> anyhow::Result<Measured> {
+impl Measured {
+    fn row(&self, name: &str, started_per_sec: Option<f64>) -> String {
+        let or_dash = |v: Option<f64>, precision: usize| {
+            v.map_or("–".to_string(), |v| format!("{v:.precision$}"))
+        };
+        format!(
+            "| {name} | {:.2} % | {:.1} MiB | {:.1} MiB | {} | {} | {:.0} KiB | {:.0} | {} | {} |\n",
+            self.cpu_percent,
+            self.rss_kib as f64 / 1024.0,
+            self.hwm_kib as f64 / 1024.0,
+            self.fds,
+            self.series,
+            self.scrape_bytes as f64 / 1024.0,
+            self.lines_per_sec,
+            or_dash(self.requests_per_sec, 1),
+            or_dash(started_per_sec, 0),
+        )
+    }
+}
+
+/// `count` CoreCLR hosts, and their pids.
+fn start_runtimes(count: usize) -> anyhow::Result<(Vec<Process>, std::collections::HashSet<u64>)> {
     let host = util::workspace_root().join(HOST);
-    let mut runtimes: Vec<Process> = Vec::with_capacity(RUNTIMES);
+    let mut runtimes: Vec<Process> = Vec::with_capacity(count);
     let mut pids = std::collections::HashSet::new();
-    for _ in 0..RUNTIMES {
+    for _ in 0..count {
         let mut command = Command::new("python3");
         command.arg(&host);
         let (process, ready) = spawn_ready(command)?;
         pids.insert(ready.split_whitespace().nth(1).context("READY <pid>")?.parse::<u64>()?);
         runtimes.push(process);
     }
-    // Every runtime traced.
+    Ok((runtimes, pids))
+}
+
+/// Reads `tracer`'s lines until each of `pids` has a session (or `TIMEOUT` passes between two
+/// lines); a failed session of one of them is an error.
+fn await_sessions(tracer: &Tracer, pids: &std::collections::HashSet<u64>) -> anyhow::Result<()> {
     let mut traced = std::collections::HashSet::new();
-    while traced.len() < RUNTIMES {
+    while traced.len() < pids.len() {
         let (_, line) = tracer.lines.recv_timeout(TIMEOUT).context("runtimes not all traced")?;
         let v: Value = serde_json::from_str(&line)?;
         let pid = v["pid"].as_u64().unwrap_or(0);
@@ -141,50 +190,149 @@ fn measure(
             _ => {}
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let scraper = {
-        let stop = stop.clone();
-        std::thread::spawn(move || -> anyhow::Result<(usize, usize)> {
+    Ok(())
+}
+
+/// Lines that arrive until `until`.
+fn drain(tracer: &Tracer, until: Instant) -> u64 {
+    let mut n = 0u64;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        if tracer.lines.recv_timeout(left).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A thread scraping `/metrics` every [`SCRAPE_INTERVAL`] until stopped.
+struct Scrapes {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<(usize, usize)>>,
+}
+
+impl Scrapes {
+    fn start(metrics: SocketAddr) -> Scrapes {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || -> anyhow::Result<(usize, usize)> {
             let mut last = (0, 0);
-            while !stop.load(Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 let body = scrape(metrics)?;
                 let series = body.lines().filter(|l| l.starts_with("systemruntime_")).count();
                 last = (series, body.len());
                 std::thread::sleep(SCRAPE_INTERVAL);
             }
             Ok(last)
+        });
+        Scrapes { stop, thread }
+    }
+
+    /// The last scrape's series and size.
+    fn stop(self) -> anyhow::Result<(usize, usize)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the scraper does not panic")
+    }
+}
+
+/// One row: once every runtime in `pids` is traced and has settled, tracer's cost over
+/// [`WINDOW`].
+fn measure(
+    tracer: &Tracer,
+    metrics: SocketAddr,
+    pids: &std::collections::HashSet<u64>,
+    collector: Option<&Collector>,
+) -> anyhow::Result<Measured> {
+    await_sessions(tracer, pids)?;
+    let scrapes = Scrapes::start(metrics);
+    drain(tracer, Instant::now() + SETTLE);
+    let requests = || collector.map(|c| c.requests.load(Ordering::Relaxed));
+    let (window, requests0) = (Window::start(tracer)?, requests());
+    let lines = drain(tracer, window.start + WINDOW);
+    let mut measured = window.finish(tracer, lines, scrapes)?;
+    measured.requests_per_sec = requests()
+        .zip(requests0)
+        .map(|(now, before)| (now - before) as f64 / window.start.elapsed().as_secs_f64());
+    Ok(measured)
+}
+
+/// A measurement window: tracer's CPU time and the clock at its start.
+struct Window {
+    start: Instant,
+    cpu_ticks: u64,
+}
+
+impl Window {
+    fn start(tracer: &Tracer) -> anyhow::Result<Window> {
+        Ok(Window { cpu_ticks: cpu_ticks(tracer.pid())?, start: Instant::now() })
+    }
+
+    /// tracer's cost since the start, `lines` having arrived; stops `scrapes`.
+    fn finish(&self, tracer: &Tracer, lines: u64, scrapes: Scrapes) -> anyhow::Result<Measured> {
+        let secs = self.start.elapsed().as_secs_f64();
+        let cpu = (cpu_ticks(tracer.pid())? - self.cpu_ticks) as f64 / USER_HZ;
+        let u = usage(tracer.pid())?;
+        let (series, scrape_bytes) = scrapes.stop()?;
+        Ok(Measured {
+            cpu_percent: 100.0 * cpu / secs,
+            rss_kib: u.rss_kib,
+            hwm_kib: u.hwm_kib,
+            fds: u.fds,
+            series,
+            scrape_bytes,
+            lines_per_sec: lines as f64 / secs,
+            requests_per_sec: None,
         })
-    };
-    let drain = |until: Instant| {
-        let mut n = 0u64;
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            if tracer.lines.recv_timeout(left).is_ok() {
-                n += 1;
-            }
-        }
-        n
-    };
-    drain(Instant::now() + SETTLE);
-    let (cpu0, requests0) = (cpu_ticks(tracer.pid())?, collector.requests.load(Ordering::Relaxed));
-    let start = Instant::now();
-    let lines = drain(start + WINDOW);
-    let secs = start.elapsed().as_secs_f64();
-    let cpu = (cpu_ticks(tracer.pid())? - cpu0) as f64 / USER_HZ;
-    let requests = collector.requests.load(Ordering::Relaxed) - requests0;
-    let u = usage(tracer.pid())?;
+    }
+}
+
+struct Churn {
+    measured: Measured,
+    started_per_sec: f64,
+}
+
+/// The churn row: [`CHURN_WINDOW`] of short-lived processes beside the runtimes, with
+/// [`CHURN_RUNTIMES`] new runtimes started halfway, each of which must get a session.
+fn churn(tracer: &Tracer, metrics: SocketAddr) -> anyhow::Result<Churn> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicU64::new(0));
+    let per_thread = Duration::from_secs(1) / (CHURN_RATE / CHURN_THREADS);
+    let drivers = (0..CHURN_THREADS)
+        .map(|_| {
+            let (stop, started) = (stop.clone(), started.clone());
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let mut next = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut child = Command::new("/bin/true")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .context("starting /bin/true")?;
+                    child.wait()?;
+                    started.fetch_add(1, Ordering::Relaxed);
+                    next += per_thread;
+                    if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect::<Vec<_>>();
+    let scrapes = Scrapes::start(metrics);
+    let (window, started0) = (Window::start(tracer)?, started.load(Ordering::Relaxed));
+    let mut lines = drain(tracer, window.start + CHURN_WINDOW / 2);
+    let (new_runtimes, new_pids) = start_runtimes(CHURN_RUNTIMES)?;
+    await_sessions(tracer, &new_pids).context("runtimes started during the churn")?;
+    lines += drain(tracer, window.start + CHURN_WINDOW);
+    let started = started.load(Ordering::Relaxed) - started0;
+    let measured = window.finish(tracer, lines, scrapes)?;
+    let started_per_sec = started as f64 / window.start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let (series, scrape_bytes) = scraper.join().expect("the scraper does not panic")?;
-    drop(runtimes);
-    Ok(Measured {
-        cpu_percent: 100.0 * cpu / secs,
-        rss_kib: u.rss_kib,
-        hwm_kib: u.hwm_kib,
-        fds: u.fds,
-        series,
-        scrape_bytes,
-        lines_per_sec: lines as f64 / secs,
-        requests_per_sec: requests as f64 / secs,
-    })
+    for driver in drivers {
+        driver.join().expect("a churn driver does not panic")?;
+    }
+    drop(new_runtimes);
+    Ok(Churn { measured, started_per_sec })
 }
 
 struct Burst {
