@@ -480,3 +480,140 @@ fn a_peer_making_up_counters_is_capped_and_counted() {
         serde_json::json!({"source":"metrics","reason":"series_limit","count":EXTRA})
     );
 }
+
+/// The endpoint on a runtime of its own, as the pipelines run it (one worker), healthy.
+fn start_endpoint() -> (tokio::runtime::Runtime, SocketAddr, Arc<Shared>) {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let shared = Shared::new();
+    let addr = runtime.block_on(tracer::metrics::serve(free_port(), shared.clone())).unwrap();
+    Publisher::new(shared.clone()).set_health(Health::Running);
+    (runtime, addr, shared)
+}
+
+/// The endpoint's own counters: accepted, evicted, timed out.
+fn connection_counts(shared: &Arc<Shared>) -> (f64, f64, f64) {
+    let s = samples(&shared.exposition().unwrap());
+    let value = |series: &str| *s.get(series).unwrap_or_else(|| panic!("no {series} in {s:#?}"));
+    (
+        value("tracer_endpoint_connections_total"),
+        value(r#"tracer_endpoint_connections_closed_total{reason="evicted"}"#),
+        value(r#"tracer_endpoint_connections_closed_total{reason="timed_out"}"#),
+    )
+}
+
+/// Polls the counters until `done` holds (each poll is a read of memory, not a request).
+fn await_counts(shared: &Arc<Shared>, done: impl Fn((f64, f64, f64)) -> bool) -> (f64, f64, f64) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let counts = connection_counts(shared);
+        if done(counts) {
+            return counts;
+        }
+        assert!(Instant::now() < deadline, "counts stuck at {counts:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Probes and scrapes, alternately, each on a new connection; their latencies.
+fn probe_latencies(addr: SocketAddr, count: usize) -> Vec<Duration> {
+    (0..count)
+        .map(|i| {
+            let (path, expected) = if i % 2 == 0 { ("/healthz", "ok\n") } else { ("/metrics", "") };
+            let start = Instant::now();
+            let answer = get(addr, path, &[]).unwrap();
+            let took = start.elapsed();
+            assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+            assert!(answer.body.starts_with(expected), "{path}: {}", answer.body);
+            took
+        })
+        .collect()
+}
+
+const IDLE: usize = 500;
+const DRIBBLING: usize = 500;
+
+/// A neighbour holding 1 000 connections — half of them silent, half sending a request head a
+/// byte a second (slowloris) — does not hold up a probe or a scrape: each is answered at once,
+/// while every one of the 1 000 is still open. Served in turn by a few slots (as the endpoint
+/// once was) the first probe waited for the silent ones to time out: seconds, not milliseconds.
+#[test]
+fn probes_and_scrapes_are_answered_beside_a_thousand_idle_and_dribbling_connections() {
+    use std::io::Write as _;
+    let (_runtime, addr, shared) = start_endpoint();
+    let mut held: Vec<std::net::TcpStream> =
+        (0..IDLE + DRIBBLING).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+    for stream in &mut held[IDLE..] {
+        stream.write_all(b"G").unwrap();
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dribbler = {
+        let mut dribbling: Vec<_> = held[IDLE..].iter().map(|s| s.try_clone().unwrap()).collect();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(1));
+                for stream in &mut dribbling {
+                    let _ = stream.write_all(b"E");
+                }
+            }
+        })
+    };
+    let total = (IDLE + DRIBBLING) as f64;
+    assert_eq!(await_counts(&shared, |(accepted, ..)| accepted == total), (total, 0.0, 0.0));
+
+    let mut latencies = probe_latencies(addr, 10);
+    // None of the 1 000 was closed meanwhile (they time out only after REQUEST_TIMEOUT).
+    assert_eq!(connection_counts(&shared), (total + 10.0, 0.0, 0.0));
+    latencies.sort();
+    let (median, max) = (latencies[latencies.len() / 2], latencies[latencies.len() - 1]);
+    eprintln!("probe and scrape latencies beside 1 000 held connections: {latencies:?}");
+    assert!(median < Duration::from_millis(100), "median {median:?} of {latencies:?}");
+    // A margin for a loaded 2-CPU machine; waiting for a slot takes REQUEST_TIMEOUT or more.
+    assert!(max < tracer::metrics::REQUEST_TIMEOUT / 5, "slowest {max:?} of {latencies:?}");
+
+    // Then each of the 1 000 is closed for sending no whole request in time, and counted.
+    assert_eq!(
+        await_counts(&shared, |(.., timed_out)| timed_out == total),
+        (total + 10.0, 0.0, total)
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    dribbler.join().unwrap();
+    for mut stream in held {
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(std::io::Read::read(&mut stream, &mut buf).unwrap(), 0, "closed by tracer");
+    }
+}
+
+/// Past MAX_CONNECTIONS, each new connection closes the oldest one: a neighbour cannot fill
+/// the endpoint, the oldest of its connections go first, and each eviction is counted.
+#[test]
+fn connections_past_the_limit_close_the_oldest_and_are_counted() {
+    use std::io::Read as _;
+    const EXTRA: usize = 50;
+    let (_runtime, addr, shared) = start_endpoint();
+    let n = tracer::metrics::MAX_CONNECTIONS + EXTRA;
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(std::net::TcpStream::connect(addr).unwrap());
+    }
+    let counts = await_counts(&shared, |(accepted, ..)| accepted == n as f64);
+    assert_eq!(counts, (n as f64, EXTRA as f64, 0.0));
+    // The EXTRA oldest are closed; the others are open (a read would block).
+    for (i, stream) in held.iter_mut().enumerate() {
+        let mut buf = [0u8; 64];
+        if i < EXTRA {
+            stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+            assert_eq!(stream.read(&mut buf).unwrap(), 0, "connection {i} closed");
+        } else {
+            stream.set_nonblocking(true).unwrap();
+            let e = stream.read(&mut buf).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "connection {i} open");
+        }
+    }
+    // A probe still gets its answer, at the cost of the oldest connection left.
+    let health = get(addr, "/healthz", &[]).unwrap();
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    assert_eq!(connection_counts(&shared), (n as f64 + 1.0, EXTRA as f64 + 1.0, 0.0));
+}

@@ -11,6 +11,23 @@ pub mod threads;
 pub mod tracefs;
 pub mod user_events;
 
+/// Raises the soft limit of open files to the hard limit: every session holds sockets and a
+/// pidfd, every connection to the metrics endpoint a socket: running out would leave real
+/// runtimes untraced and probes unanswered.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                log::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+}
+
 /// How often a forced exit points instance files away and removes the instances before it
 /// gives up (and says which instance is left).
 const FORCED_EXIT_REMOVE_ATTEMPTS: u32 = 5;

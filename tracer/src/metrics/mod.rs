@@ -17,6 +17,7 @@ pub mod runtime;
 mod server;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,6 +59,17 @@ impl Health {
     }
 }
 
+/// The endpoint's own counts (`tracer_endpoint_connections_total`,
+/// `tracer_endpoint_connections_closed_total{reason}`).
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionCounts {
+    pub accepted: AtomicU64,
+    /// Closed to make room for a new connection at [`MAX_CONNECTIONS`].
+    pub evicted: AtomicU64,
+    /// Closed after [`REQUEST_TIMEOUT`] without a whole request.
+    pub timed_out: AtomicU64,
+}
+
 #[derive(Debug)]
 struct State {
     health: Health,
@@ -69,6 +81,7 @@ struct State {
 pub struct Shared {
     state: Mutex<State>,
     kernel: String,
+    pub(crate) connections: ConnectionCounts,
 }
 
 impl Shared {
@@ -76,6 +89,7 @@ impl Shared {
         Arc::new(Shared {
             state: Mutex::new(State { health: Health::Starting, families: Families::default() }),
             kernel: kernel_release(),
+            connections: ConnectionCounts::default(),
         })
     }
 
@@ -284,6 +298,30 @@ impl Collector for Shared {
              trampolines cost only the hooked syscalls, syscall_tracepoints every syscall.",
             MetricType::Gauge,
             f.detection_hooks.iter().map(|m| (vec![("mechanism", *m)], ConstGauge::new(1i64))),
+        )?;
+        let connections = &self.connections;
+        encode_family(
+            &mut encoder,
+            "tracer_endpoint_connections",
+            "Connections the metrics endpoint accepted.",
+            MetricType::Counter,
+            std::iter::once((
+                vec![],
+                ConstCounter::new(connections.accepted.load(Ordering::Relaxed)),
+            )),
+        )?;
+        encode_family(
+            &mut encoder,
+            "tracer_endpoint_connections_closed",
+            "Connections the metrics endpoint closed before they sent a whole request: evicted \
+             (the oldest, when a new one came at the limit of open connections) or timed_out (no \
+             whole request head in time).",
+            MetricType::Counter,
+            [("evicted", &connections.evicted), ("timed_out", &connections.timed_out)]
+                .into_iter()
+                .map(|(reason, n)| {
+                    (vec![("reason", reason)], ConstCounter::new(n.load(Ordering::Relaxed)))
+                }),
         )?;
         let version = env!("CARGO_PKG_VERSION");
         encode_family(

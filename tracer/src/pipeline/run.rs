@@ -307,22 +307,6 @@ impl RunSummary {
 /// What starts a session: pid, uid, and the process pinned at detection.
 type Candidate = (u32, u32, Result<Target, SocketError>);
 
-/// Raises the soft limit of open files to the hard limit: every session holds sockets and a
-/// pidfd, and running out would leave real runtimes untraced.
-fn raise_fd_limit() {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-                log::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
-            }
-        }
-    }
-}
-
 fn loss(source: &'static str, reason: &'static str, count: u64) -> LossCount {
     LossCount { source, reason, count }
 }
@@ -379,7 +363,7 @@ pub async fn run(
     let mut admission = Admission::new(config.admission);
     // The uid each session's slot belongs to.
     let mut slot_uids: HashMap<tokio::task::Id, u32> = HashMap::new();
-    raise_fd_limit();
+    crate::kernel::raise_open_file_limit();
 
     let context = SessionContext {
         config: config.session.clone(),
