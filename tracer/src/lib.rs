@@ -27,6 +27,7 @@ pub mod pipeline;
 pub mod profile;
 pub mod registrations;
 pub mod session;
+pub mod summary;
 pub mod time;
 
 /// The detection programs' eBPF object, built from `tracer-ebpf` by build.rs.

@@ -43,7 +43,7 @@ use super::proto::{
     InstrumentationScope, KeyValue, KeyValueList, LogRecord, Resource, ResourceLogs, ScopeLogs,
     Value,
 };
-use crate::output::{JsonLines, LossCount};
+use crate::output::{JsonLines, LineTap, LossCount};
 use crate::time::{Clock, format_iso8601};
 
 /// Lines waiting for the exporter; a line offered to a full queue is dropped (`queue_full`).
@@ -192,9 +192,9 @@ pub struct LineExport {
     counters: Arc<Counters>,
 }
 
-impl LineExport {
+impl LineTap for LineExport {
     /// Queues a copy of one line (JSON, no newline), or counts it as `queue_full`: never waits.
-    pub fn offer(&self, json: &[u8]) {
+    fn offer(&self, json: &[u8]) {
         match self.tx.try_send(Msg::Line(json.to_vec())) {
             Ok(()) => self.counters.queued.fetch_add(1, Ordering::Relaxed),
             // Closed only if the exporter task is gone (it ends when the queue closes).

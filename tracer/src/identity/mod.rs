@@ -8,7 +8,6 @@
 mod filter;
 
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -17,6 +16,7 @@ use tracer_decode::procfs::cgroup_v2_path;
 
 pub use self::filter::{EnvRequirement, ProcessFilter};
 pub use crate::kernel::procfs::cgroup_v2_mount;
+use crate::kernel::procfs::read_bounded;
 pub use crate::output::ProcessLabels;
 
 /// Bytes read from `/proc/<pid>/cgroup`: one line per v1 hierarchy plus the v2 `0::` line, each
@@ -34,15 +34,6 @@ pub const MAX_TRACKED_PROCESSES: usize = 32 * 1024;
 pub const MAX_CGROUP_IDS: usize = 4096;
 /// Cgroup directories one look-up of a cgroup id may examine in the cgroup2 hierarchy.
 pub const MAX_CGROUP_WALK: usize = 65_536;
-
-/// Reads at most `max` bytes of a file another process controls.
-pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut buf)?;
-    let truncated = buf.len() as u64 > max;
-    buf.truncate(max as usize);
-    Ok((buf, truncated))
-}
 
 /// The cgroup path, container id and pod uid of `pid`, or `None` when it is gone.
 pub fn read_labels(pid: u32) -> Option<ProcessLabels> {
@@ -313,14 +304,5 @@ mod tests {
         let env = read_environ(me).unwrap();
         assert!(tracer_decode::container::environ_has(&env, b"PATH", None));
         assert_eq!(read_labels(u32::MAX), None);
-    }
-
-    #[test]
-    fn bounded_reads_cut_and_say_so() {
-        let dir = std::env::temp_dir().join(format!("tracer-identity-{}", std::process::id()));
-        std::fs::write(&dir, b"0123456789").unwrap();
-        assert_eq!(read_bounded(&dir, 4).unwrap(), (b"0123".to_vec(), true));
-        assert_eq!(read_bounded(&dir, 10).unwrap(), (b"0123456789".to_vec(), false));
-        std::fs::remove_file(&dir).unwrap();
     }
 }

@@ -52,6 +52,15 @@ pub struct FoundSocket {
     pub socket: ListeningDiagnosticSocket,
 }
 
+/// Reads at most `max` bytes of a file another process controls.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut buf)?;
+    let truncated = buf.len() as u64 > max;
+    buf.truncate(max as usize);
+    Ok((buf, truncated))
+}
+
 /// Every pid currently in /proc.
 pub fn pids() -> std::io::Result<Vec<u32>> {
     let mut pids: Vec<u32> =
@@ -172,7 +181,7 @@ fn scan_memfd_mappings(pids: &[u32]) -> Vec<MemfdMapping> {
         // Bytes, not UTF-8 text: a process can name files (or memfds) with any bytes, and one such
         // line must not hide its other mappings.
         let path = Path::new(PROC).join(pid.to_string()).join("maps");
-        if let Ok((maps, _)) = crate::identity::read_bounded(&path, MAX_MAPS_BYTES) {
+        if let Ok((maps, _)) = read_bounded(&path, MAX_MAPS_BYTES) {
             out.extend(memfd_mappings(pid, &String::from_utf8_lossy(&maps)));
         }
     }
@@ -215,7 +224,7 @@ impl MappingConfirmer {
             (mapping.flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0).then_some(mapping.addr_hint);
         let path = PathBuf::from(format!("{PROC}/{pid}/maps"));
         let find = || {
-            let (maps, _) = crate::identity::read_bounded(&path, MAX_MAPS_BYTES).ok()?;
+            let (maps, _) = read_bounded(&path, MAX_MAPS_BYTES).ok()?;
             let text = String::from_utf8_lossy(&maps);
             Some(mapped_address(&text, mapping.memfd_kind, mapping.offset, mapping.len, fixed_at))
         };
@@ -361,6 +370,15 @@ pub fn cgroup_v2_mount() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_reads_cut_and_say_so() {
+        let dir = std::env::temp_dir().join(format!("tracer-procfs-{}", std::process::id()));
+        std::fs::write(&dir, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&dir, 4).unwrap(), (b"0123".to_vec(), true));
+        assert_eq!(read_bounded(&dir, 10).unwrap(), (b"0123456789".to_vec(), false));
+        std::fs::remove_file(&dir).unwrap();
+    }
 
     #[test]
     fn descendants_follow_parent_links() {

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use super::runtime::{RuntimeCounters, RuntimeFamilies};
 use crate::kernel::detect::HookMechanism;
 use crate::output::LossCount;
-use crate::pipeline::audit::AuditSummary;
-use crate::pipeline::ftrace::FtraceSummary;
-use crate::pipeline::run::RunSummary;
+use crate::summary::AuditSummary;
+use crate::summary::FtraceSummary;
+use crate::summary::RunSummary;
 
 /// Every series value, by family and labels.
 #[derive(Clone, Debug, Default, PartialEq)]

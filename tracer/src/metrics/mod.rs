@@ -165,19 +165,19 @@ impl Publisher {
         }
     }
 
-    pub fn publish_audit(&self, summary: &crate::pipeline::audit::AuditSummary) {
+    pub fn publish_audit(&self, summary: &crate::summary::AuditSummary) {
         if self.is_enabled() {
             self.publish(Families::of_audit(summary));
         }
     }
 
-    pub fn publish_run(&self, summary: &crate::pipeline::run::RunSummary) {
+    pub fn publish_run(&self, summary: &crate::summary::RunSummary) {
         if self.is_enabled() {
             self.publish(Families::of_run(summary));
         }
     }
 
-    pub fn publish_ftrace(&self, summary: &crate::pipeline::ftrace::FtraceSummary) {
+    pub fn publish_ftrace(&self, summary: &crate::summary::FtraceSummary) {
         if self.is_enabled() {
             self.publish(Families::of_ftrace(summary));
         }

@@ -3,7 +3,7 @@ use tracer_common::{EventKind, LossReason};
 
 use super::*;
 use crate::kernel::detect::{HookMechanism, Loss};
-use crate::pipeline::audit::AuditSummary;
+use crate::summary::AuditSummary;
 
 fn audit_summary() -> AuditSummary {
     let mut s = AuditSummary::default();

@@ -695,13 +695,13 @@ fn readme_lists_every_loss() {
         .take_while(|l| l.starts_with('|'))
         .map(|l| l.split('|').map(str::trim).collect())
         .collect();
-    let run = crate::pipeline::run::RunSummary {
+    let run = crate::summary::RunSummary {
         otlp: Some(Default::default()),
         runtime_counters: Some(Default::default()),
         ..Default::default()
     };
     let mut losses = run.all_losses();
-    losses.extend(crate::pipeline::audit::AuditSummary::default().all_loss_counts());
+    losses.extend(crate::summary::AuditSummary::default().all_loss_counts());
     assert!(losses.len() > 20, "{losses:?}");
     for l in losses {
         let (source, reason) = (format!("`{}`", l.source), format!("`{}`", l.reason));

@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 
 use super::{Line, LineBody, WriteLine};
-use crate::export::otlp::LineExport;
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
 pub const OUTPUT_FILE_MODE: u32 = 0o600;
@@ -41,7 +40,14 @@ pub struct JsonLines {
     /// Inside a [`Batch`]: lines are flushed when it ends, not one by one.
     batching: bool,
     /// `--otlp-endpoint`: every line is also offered to the exporter (never waits).
-    export: Option<LineExport>,
+    export: Option<Box<dyn LineTap>>,
+}
+
+/// Another consumer of every written line (the OTLP exporter's queue): offered each line's JSON,
+/// without its newline, as it is written. It must not wait: the writer is on the pipeline's
+/// path.
+pub trait LineTap: Send {
+    fn offer(&self, json: &[u8]);
 }
 
 /// Set (by the SIGHUP handler) to make the writer reopen its file before the next line.
@@ -225,8 +231,8 @@ impl JsonLines {
     }
 
     /// From now on every line is also offered to `export` (`--otlp-endpoint`).
-    pub fn export_to(&mut self, export: LineExport) {
-        self.export = Some(export);
+    pub fn export_to(&mut self, export: impl LineTap + 'static) {
+        self.export = Some(Box::new(export));
     }
 
     /// Lets go of the exporter's queue, so that it can finish.

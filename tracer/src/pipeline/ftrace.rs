@@ -1,6 +1,5 @@
 //! `tracer ftrace`: stream kernel tracepoints from a private ftrace instance as JSON lines.
 use std::collections::HashMap;
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -8,13 +7,13 @@ use anyhow::Context as _;
 use tokio::sync::oneshot;
 
 use crate::kernel::ftrace_reader::{
-    Event, FtraceReader, Integrity, ReadMode, ReaderConfig, ReaderStats, Tracepoint,
+    Event, FtraceReader, Integrity, ReadMode, ReaderConfig, Tracepoint,
 };
 use crate::kernel::tracefs::{EventSpec, Instance, Tracefs};
-use crate::output::{
-    self, FtraceRecord, Incarnation, JsonLines, Kind, Line, LossCount, Pid, Source,
-};
+use crate::output::{self, FtraceRecord, Incarnation, JsonLines, Kind, Line, Pid, Source};
 use crate::time::Clock;
+
+pub use crate::summary::FtraceSummary;
 
 /// What `tracer ftrace` records and how.
 #[derive(Clone, Debug)]
@@ -30,37 +29,6 @@ pub struct FtraceConfig {
     pub integrity: Integrity,
     /// `--metrics-addr`: counters and health published for the metrics endpoint.
     pub metrics: Option<crate::metrics::Publisher>,
-}
-
-/// What a `tracer ftrace` run read and lost; `Display` is the stderr summary.
-#[derive(Clone, Debug)]
-pub struct FtraceSummary {
-    pub reader: ReaderStats,
-    /// Records whose dynamic fields point outside the record.
-    pub bad_fields: u64,
-    /// Why the output stopped taking lines, when it did.
-    pub output_error: Option<String>,
-    /// Lines not written because the output failed.
-    pub unwritten_lines: u64,
-}
-
-impl FtraceSummary {
-    /// Every loss by where and how (zero counts left out).
-    pub fn losses(&self) -> Vec<LossCount> {
-        output::nonzero(self.all_losses())
-    }
-
-    /// Every kind of loss `ftrace` counts, zero counts included (metrics keep every series).
-    pub fn all_losses(&self) -> Vec<LossCount> {
-        let mut all = output::ftrace_losses("ftrace", &self.reader);
-        all.push(LossCount { source: "ftrace", reason: "bad_fields", count: self.bad_fields });
-        all.push(LossCount {
-            source: "output",
-            reason: "write_failed",
-            count: self.unwritten_lines,
-        });
-        all
-    }
 }
 
 /// Records until `stop` resolves, then drains what is buffered. `ready` is sent once tracing
@@ -217,52 +185,4 @@ fn process_of(tid: i32) -> Option<Incarnation> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
     let tgid = u32::try_from(tracer_decode::procfs::parse_status_tgid(&status)?).ok()?;
     Some(Incarnation::new(tgid, crate::kernel::procfs::process_start_ns(tgid)))
-}
-
-impl fmt::Display for FtraceSummary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stats = &self.reader;
-        let mode = match stats.mode {
-            ReadMode::Mmap => "mmap",
-            _ => "read()",
-        };
-        writeln!(f, "tracer ftrace summary: read mode {mode}")?;
-        if let Some(reason) = &stats.fallback_reason {
-            writeln!(f, "  fallback: {reason}")?;
-        }
-        for c in &stats.cpus {
-            writeln!(
-                f,
-                "  cpu {}: records {}, lost {} (overrun {}, dropped {}, on pages {}, pages with \
-                 unknown loss {}), entries left {}, corrupt pages {}, bad records {}, unknown \
-                 events {}",
-                c.cpu,
-                c.records,
-                c.lost(),
-                c.overrun,
-                c.dropped,
-                c.lost_on_pages,
-                c.pages_with_unknown_loss,
-                c.entries,
-                c.corrupt_pages,
-                c.bad_records,
-                c.unknown_events
-            )?;
-        }
-        if let Some(report) = &stats.last_corruption {
-            writeln!(f, "  last {report}")?;
-        }
-        writeln!(
-            f,
-            "  total: records {}, lost {}, corrupt pages {}, records with bad fields {}",
-            stats.records(),
-            stats.lost(),
-            stats.corrupt_pages(),
-            self.bad_fields
-        )?;
-        if let Some(error) = &self.output_error {
-            writeln!(f, "  output failed: {error} (lines not written: {})", self.unwritten_lines)?;
-        }
-        Ok(())
-    }
 }

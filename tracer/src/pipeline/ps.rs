@@ -12,10 +12,11 @@ use tracer_decode::diagnostic_ipc::major_version;
 use tracer_decode::procfs::coreclr_version;
 use tracer_decode::text::escape_control;
 
-use crate::identity::{read_bounded, read_labels};
+use crate::identity::read_labels;
 use crate::ipc::client::{DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Target};
 use crate::kernel::procfs;
+use crate::kernel::procfs::read_bounded;
 use crate::kernel::tracefs::Tracefs;
 use crate::output::{
     self, DotnetProcess, Incarnation, JsonLines, Kind, Line, Pid, ProcessLabels, Source,

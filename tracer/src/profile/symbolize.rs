@@ -26,8 +26,8 @@ use tracer_decode::symbols::{
 };
 use tracer_decode::text::escape_control;
 
-use crate::identity::read_bounded;
 use crate::ipc::socket::{fstat, openat2};
+use crate::kernel::procfs::read_bounded;
 
 /// Bytes read from `/proc/kallsyms` (some 2×10^5 lines of ~40 bytes with modules loaded).
 pub const MAX_KALLSYMS_BYTES: u64 = 64 << 20;
