@@ -126,23 +126,31 @@ pub fn context_line(command: &str) -> String {
     )
 }
 
-/// Replaces (or appends) the `## <section>` section of docs/benchmarks.md.
-pub fn write_docs_section(section: &str, report: &str) -> anyhow::Result<()> {
+/// Replaces the latest result of benchmark `name` in docs/benchmarks.md: the text between its
+/// markers ([`result_markers`]), which sit under the benchmark's own section after the
+/// description, target and verdict that people write and the benchmark leaves alone. A
+/// benchmark with no markers yet gets a new `## <name>` section at the end.
+pub fn write_docs_section(name: &str, report: &str) -> anyhow::Result<()> {
     let path = util::workspace_root().join("docs/benchmarks.md");
     let old = fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
-    let heading = format!("## {section}\n");
-    let body = format!("{heading}\n{report}");
-    let new = match old.find(&heading) {
-        Some(start) => {
-            let end = old[start + 1..].find("\n## ").map_or(old.len(), |i| start + 1 + i + 1);
-            format!("{}{body}\n{}", &old[..start], &old[end..])
-        }
-        None => format!("{}\n{body}", old.trim_end_matches('\n').to_string() + "\n"),
+    let (start, end) = result_markers(name);
+    let block = format!("{start}\n\n{}\n\n{end}", report.trim_end());
+    let new = match (old.find(&start), old.find(&end)) {
+        (Some(s), Some(e)) if s < e => format!("{}{block}{}", &old[..s], &old[e + end.len()..]),
+        _ => format!("{}\n\n## {name}\n\n{block}\n", old.trim_end()),
     };
     fs::create_dir_all(path.parent().expect("docs dir"))?;
     fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
-    println!("(recorded in docs/benchmarks.md, section \"{section}\")");
+    println!("(recorded in docs/benchmarks.md, the latest result of \"{name}\")");
     Ok(())
+}
+
+/// The comments around benchmark `name`'s latest result in docs/benchmarks.md.
+fn result_markers(name: &str) -> (String, String) {
+    (
+        format!("<!-- latest result of `cargo xtask bench {name}`, written by it -->"),
+        format!("<!-- end of the latest result of `cargo xtask bench {name}` -->"),
+    )
 }
 
 /// Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ on Linux).

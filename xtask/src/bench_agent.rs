@@ -120,7 +120,7 @@ pub fn run() -> anyhow::Result<()> {
         line(&summary, "sessions:"),
         line(&summary, "OTLP records sent"),
         line(&summary, "losses:"),
-        detection_losses.join(", "),
+        if detection_losses.is_empty() { "none".to_string() } else { detection_losses.join(", ") },
         burst.records,
         burst.secs,
         burst.records as f64 / burst.secs,
