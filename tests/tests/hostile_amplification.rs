@@ -1,4 +1,4 @@
-//! Issue 9 §1, hostile peer: a fake runtime (the .NET 10 double in its `amplify` mode, a real
+//! Output amplification by a hostile peer: a fake runtime (the .NET 10 double in its `amplify` mode, a real
 //! process on a real diagnostic socket, detected live) sends a small nettrace stream built to
 //! amplify — a field list of 1 024 objects without fields, and 2-byte events whose event name is
 //! 1 000 control characters (provider `Amplifier`, which the session asks for: events of

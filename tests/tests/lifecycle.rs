@@ -1,4 +1,4 @@
-//! How tracer ends, as a hostile environment would test it (issue: every output and lifecycle
+//! How tracer ends, as a hostile environment would test it (every output and lifecycle
 //! error ends cleanly): a private output file never written through a symlink, a closed pipe
 //! (`| head -1`), SIGHUP log rotation, a second Ctrl-C, an instance left by a SIGKILLed tracer,
 //! control characters from peers on stderr, and operator input that must not panic. The real

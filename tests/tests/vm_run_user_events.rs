@@ -307,7 +307,7 @@ fn streaming_mode_can_still_be_chosen_on_a_user_events_kernel() {
     assert_eq!(lines.iter().filter(|l| is_event(l, pid, "GCStart")).count(), 2);
 }
 
-/// Issue 9 §1: a runtime whose records render far more output than their bytes (an event name
+/// Output amplification: a runtime whose records render far more output than their bytes (an event name
 /// of 1 000 control characters, each escaped to 6 bytes, named by records of 15 bytes) ends its
 /// own session with `budget_exceeded`, its unwritten records counted in its `session_ended` and
 /// the summary; another target traced at the same time loses nothing.
@@ -366,7 +366,7 @@ fn registered_events(tracefs: &std::path::Path) -> usize {
     status.lines().take_while(|l| !l.is_empty()).count()
 }
 
-/// Issue 9 §2: the `user_events_data` fd is granted by uid. A process of another user (nobody)
+/// Granting the `user_events_data` fd: it is granted by uid. A process of another user (nobody)
 /// gets a streaming session by default and so has no fd to register (and pin) host-wide
 /// user_events with; granted (`--user-events-uids all`), the same process can — which is what
 /// the default prevents.

@@ -240,7 +240,7 @@ fn close_keeps_the_enabler_until_unregister() {
     assert_eq!(unregister(&data, addr, ENABLE_BIT), Ok(()));
 }
 
-/// Issue 9 §2: registering a name again through tracer's `UserEventsData` would replace (and
+/// Registering a name twice: registering a name again through tracer's `UserEventsData` would replace (and
 /// free) the enable word the kernel still writes: it is refused, and the first word keeps
 /// working until it is unregistered.
 #[test]
