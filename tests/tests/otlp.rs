@@ -201,3 +201,89 @@ fn audit_lines_arrive_as_log_records_and_a_stopped_collector_costs_counted_recor
         [("queue_full", 0), ("send_failed", total - got), ("rejected", 0), ("shutdown_timeout", 0)]
     );
 }
+
+/// What the record of a runtime event's line must carry as attributes: the envelope (identity
+/// fields under their OpenTelemetry names, the start apart as above) and the event's identity;
+/// its payload stays in the body (tracer/src/output/otlp.rs).
+fn expected_event_attributes(line: &Value) -> Value {
+    const EVENT_IDENTITY: [&str; 8] =
+        ["provider", "event", "id", "version", "level", "keywords", "thread", "sequence"];
+    let mut all = expected_attributes(line);
+    let all = all.as_object_mut().unwrap();
+    all.retain(|k, _| {
+        [
+            "mono_ns",
+            "kind",
+            "source",
+            "process.pid",
+            "cgroup",
+            "container.id",
+            "k8s.pod.uid",
+            "session_id",
+        ]
+        .contains(&k.as_str())
+            || EVENT_IDENTITY.contains(&k.as_str())
+    });
+    Value::Object(all.clone())
+}
+
+/// `tracer run` exporting a runtime's events: each `dotnet_event` line arrives as a record
+/// encoded with the line (no conversion from its JSON), decoded by the reference bindings:
+/// the same instant, name and body as the line, the envelope and the event's identity as
+/// attributes.
+#[test]
+fn runtime_events_arrive_as_records_encoded_with_their_lines() {
+    use tests::double::Dotnet10Double;
+    use tests::pipeline::{run_config, start_run};
+    use tests::scratch::ScratchDir;
+    const TICKS: u32 = 20;
+    let (mut receiver, port) = Receiver::start();
+    let mut config = run_config(
+        "TestDouble",
+        tracer::session::SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    let tmp = ScratchDir::new("otlp-double");
+    let mut double = Dotnet10Double::spawn(tmp.path()).expect("double");
+    let pid = double.pid();
+    config.otlp = Some(OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap());
+    // Only this double: other tests' runtimes are theirs to trace.
+    config.target_pids = vec![pid];
+    let mut tracer = start_run(Duration::from_secs(60), config);
+    let started = tracer.wait_for("session_started", TIMEOUT * 3, |l| {
+        l["kind"] == "session_started" && l["pid"] == pid
+    });
+    double.emit(TICKS).expect("emit");
+    let is_tick =
+        |r: &Value| r["event_name"] == "TestDouble/Tick" && r["attributes"]["process.pid"] == pid;
+    let mut ticks: Vec<Value> = Vec::new();
+    while ticks.len() < TICKS as usize {
+        let record = receiver.next();
+        if is_tick(&record) {
+            ticks.push(record);
+        }
+    }
+    let (lines, summary) = tracer.stop();
+    let tick_lines: Vec<&Value> =
+        lines.iter().filter(|l| l["event"] == "Tick" && l["pid"] == pid).collect();
+    assert_eq!(tick_lines.len(), TICKS as usize);
+    for (record, line) in ticks.iter().zip(tick_lines) {
+        let body: Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+        assert_eq!(&body, line);
+        assert_eq!(record["time_unix_nano"], epoch_ns(line["ts"].as_str().unwrap()), "{line}");
+        // TestDouble's Tick is an Informational (4) event.
+        assert_eq!(line["level"], 4);
+        assert_eq!(
+            (&record["severity_number"], &record["severity_text"]),
+            (&json!(9), &json!("Informational"))
+        );
+        let mut attributes = record["attributes"].clone();
+        let created = creation_time_ns(&mut attributes);
+        let want = boottime_as_epoch_ns(line["process_start_ns"].as_u64().expect("a start"));
+        assert!(created.abs_diff(want) < 1_000_000, "{created} vs {want}: {line}");
+        assert_eq!(attributes, expected_event_attributes(line), "{line}");
+        assert_eq!(attributes["session_id"], started["session_id"]);
+    }
+    assert_eq!(summary.otlp.map(|s| s.lost()), Some(0));
+}

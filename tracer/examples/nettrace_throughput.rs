@@ -2,12 +2,15 @@
 //! prologue, Trace object, metadata and stack blocks once, then its event and sequence-point
 //! blocks replayed, re-framed so block padding stays correct) and parses it.
 //!
-//! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536] [parse|decode|json|both]
+//! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536]
+//!        [parse|decode|json|otlp|otlp-from-json|both]
 //! Prints MB/s for the parser alone (events counted), with every payload decoded into a fields tree (`decode`: what counters and the stopping
 //! event inspect), and
 //! with every event rendered as the `dotnet_event` line a streaming session writes (`json`:
 //! envelope, process labels, decoded event, into the batches a session hands on, each written
-//! by the pipeline's writer to nowhere); `both` is `parse` and `json`.
+//! by the pipeline's writer to nowhere); `otlp`: `json` and each line's OTLP log record encoded
+//! with it (`--otlp-endpoint`); `otlp-from-json`: `json` and each record converted from the
+//! line's JSON instead, as other lines are; `both` is `parse` and `json`.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -60,6 +63,8 @@ fn main() {
         "parse" => &[Mode::Parse],
         "decode" => &[Mode::Decode],
         "json" => &[Mode::Json],
+        "otlp" => &[Mode::Otlp],
+        "otlp-from-json" => &[Mode::OtlpFromJson],
         _ => &[Mode::Parse, Mode::Json],
     };
 
@@ -92,7 +97,19 @@ fn main() {
         // As tracer/src/session/streaming.rs renders each read's events and the pipeline
         // writes them (here to nowhere).
         let mut sink = JsonLines::writer(std::io::sink());
-        let mut lines = EventLines::new();
+        let mut lines = EventLines::new(mode == Mode::Otlp);
+        let mut from_json = tracer::output::otlp::EncodedRecords::default();
+        let mut emit = |lines: &mut EventLines, json_bytes: &mut usize| {
+            *json_bytes += lines.lines.len_bytes();
+            let full = lines.take();
+            if mode == Mode::OtlpFromJson {
+                for line in full.lines.iter() {
+                    from_json.push_json_line(line, &clock, 0);
+                }
+                drop(std::hint::black_box(std::mem::take(&mut from_json)));
+            }
+            sink.emit_batch(&full.lines, full.records.as_ref());
+        };
         for piece in stream.chunks(chunk) {
             parser
                 .feed(piece, |e| {
@@ -100,7 +117,7 @@ fn main() {
                     match mode {
                         Mode::Parse => {}
                         Mode::Decode => drop(std::hint::black_box(e.decode())),
-                        Mode::Json => {
+                        Mode::Json | Mode::Otlp | Mode::OtlpFromJson => {
                             let process = Incarnation::new(4242, Some(1_230_000_000));
                             lines.push_if(
                                 &clock,
@@ -111,16 +128,14 @@ fn main() {
                                 |_| true,
                             );
                             if lines.lines.len_bytes() >= EVENT_LINES_BATCH_BYTES {
-                                json_bytes += lines.lines.len_bytes();
-                                sink.emit_batch(&lines.take().lines);
+                                emit(&mut lines, &mut json_bytes);
                             }
                         }
                     }
                 })
                 .unwrap();
             if !lines.lines.is_empty() {
-                json_bytes += lines.lines.len_bytes();
-                sink.emit_batch(&lines.take().lines);
+                emit(&mut lines, &mut json_bytes);
             }
         }
         parser.finish().unwrap();
@@ -131,10 +146,12 @@ fn main() {
                 Mode::Parse => "parse (events delivered)",
                 Mode::Decode => "parse + decode payloads into trees",
                 Mode::Json => "parse + decode + dotnet_event lines",
+                Mode::Otlp => "parse + decode + lines + OTLP records encoded with them",
+                Mode::OtlpFromJson => "parse + decode + lines + OTLP records from their JSON",
             },
             mb / secs,
             events as f64 / secs / 1e6,
-            if mode == Mode::Json {
+            if mode != Mode::Parse && mode != Mode::Decode {
                 format!(", {} MB of JSON", json_bytes >> 20)
             } else {
                 String::new()
@@ -148,4 +165,6 @@ enum Mode {
     Parse,
     Decode,
     Json,
+    Otlp,
+    OtlpFromJson,
 }

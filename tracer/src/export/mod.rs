@@ -1,3 +1,2 @@
 //! Exports of the output lines to other systems: `--otlp-endpoint` ([`otlp`]).
 pub mod otlp;
-mod proto;

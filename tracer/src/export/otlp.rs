@@ -1,25 +1,21 @@
 //! `--otlp-endpoint URL`: every output line as an OpenTelemetry log record, sent over OTLP/HTTP
 //! (protobuf, `POST <URL>/v1/logs`) to a collector.
 //!
-//! The hot path only copies a written line into a bounded queue ([`LineExport::offer`], never
-//! waits); a task on tracer's runtime parses the JSON, converts it ([`log_record`]), batches up
-//! to [`MAX_BATCH`] records (or what arrived within [`BATCH_DELAY`]) and posts them, retrying
-//! with exponential backoff. A collector that is down or slow fills the queue, and the lines that
-//! do not fit are dropped: memory stays at most [`QUEUE_CAPACITY`] lines plus the batch in
-//! flight, and tracing never waits for the collector. Every record not accepted is counted as a
+//! The hot path only copies records (or a line) into a bounded queue ([`LineExport`]'s
+//! [`LineTap`] side, never waits); a task on tracer's runtime batches up to [`MAX_BATCH`]
+//! records (or what arrived within [`BATCH_DELAY`]) and posts them, retrying with exponential
+//! backoff. A collector that is down or slow fills the queue, and the records that do not fit
+//! are dropped: memory stays at most [`QUEUE_CAPACITY`] records plus the batch in flight, and
+//! tracing never waits for the collector. Every record not accepted is counted as a
 //! loss `("otlp", reason)` ([`ExportStats::losses`]): `queue_full`, `send_failed` (every attempt
 //! failed), `rejected` (the collector refused it: a non-retryable status or a partial success),
 //! `shutdown_timeout` (still queued or in flight when [`SHUTDOWN_TIMEOUT`] ran out at exit).
 //!
-//! A record: `Timestamp` = the line's `mono_ns` in wall-clock time (the same instant as `ts`),
-//! `ObservedTimestamp` = when the exporter converted it, severity from the EventPipe level of a
-//! `dotnet_event` ([`severity`]), `EventName` = `provider/event` of a `dotnet_event`, else the
-//! `kind`; every field but `ts` as an attribute (`pid` as `process.pid`, `process_start_ns` as
-//! `process.creation.time` in ISO-8601, `container_id` as `container.id`, `pod_uid` as
-//! `k8s.pod.uid`; objects and arrays as OTLP maps and arrays); the
-//! body is the JSON line itself. Resource: `service.name` = [`SERVICE_NAME`], `service.version`,
-//! `host.name`, and `k8s.node.name` from the environment variable [`NODE_NAME_ENV`] (the
-//! DaemonSet sets it from the downward API).
+//! What a record holds is the output schema's business (`crate::output::otlp`): runtime events
+//! arrive as records encoded with their lines; other lines arrive as JSON and are encoded here
+//! ([`EncodedRecords::push_json_line`]). The queue counts records. Resource: `service.name` =
+//! [`SERVICE_NAME`], `service.version`, `host.name`, and `k8s.node.name` from the environment
+//! variable [`NODE_NAME_ENV`] (the DaemonSet sets it from the downward API).
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -33,20 +29,20 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use prost::Message as _;
-use serde_json::{Map, Value as Json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::proto::{
-    AnyValue, ArrayValue, ExportLogsServiceRequest, ExportLogsServiceResponse,
-    InstrumentationScope, KeyValue, KeyValueList, LogRecord, Resource, ResourceLogs, ScopeLogs,
-    Value,
-};
+use crate::output::otlp::EncodedRecords;
 use crate::output::{JsonLines, LineTap, LossCount};
-use crate::time::{Clock, format_iso8601};
+use crate::time::Clock;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 
-/// Lines waiting for the exporter; a line offered to a full queue is dropped (`queue_full`).
+/// Records (lines) waiting for the exporter; a line offered to a full queue is dropped
+/// (`queue_full`).
 pub const QUEUE_CAPACITY: usize = 8192;
 /// Most records in one request.
 pub const MAX_BATCH: usize = 512;
@@ -113,17 +109,22 @@ impl OtlpConfig {
     }
 
     fn resource(&self) -> Resource {
+        let attribute = |key: &str, value: &str| KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(Value::StringValue(value.into())) }),
+            ..Default::default()
+        };
         let mut attributes = vec![
-            KeyValue::new("service.name", AnyValue::string(SERVICE_NAME)),
-            KeyValue::new("service.version", AnyValue::string(env!("CARGO_PKG_VERSION"))),
+            attribute("service.name", SERVICE_NAME),
+            attribute("service.version", env!("CARGO_PKG_VERSION")),
         ];
         if let Some(host) = &self.host_name {
-            attributes.push(KeyValue::new("host.name", AnyValue::string(host)));
+            attributes.push(attribute("host.name", host));
         }
         if let Some(node) = &self.node_name {
-            attributes.push(KeyValue::new("k8s.node.name", AnyValue::string(node)));
+            attributes.push(attribute("k8s.node.name", node));
         }
-        Resource { attributes }
+        Resource { attributes, ..Default::default() }
     }
 }
 
@@ -157,7 +158,10 @@ impl ExportStats {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// Records offered and taken into the queue, in all.
     queued: AtomicU64,
+    /// Records in the queue now (at most the queue's capacity).
+    waiting: AtomicU64,
     exported: AtomicU64,
     queue_full: AtomicU64,
     send_failed: AtomicU64,
@@ -180,7 +184,10 @@ impl Counters {
 
 #[derive(Debug)]
 enum Msg {
+    /// A line to convert (not a runtime event).
     Line(Vec<u8>),
+    /// Records encoded with their lines (runtime events).
+    Records(EncodedRecords),
     /// Answered once every line queued before it was sent (or given up).
     Flush(oneshot::Sender<()>),
 }
@@ -190,16 +197,35 @@ enum Msg {
 pub struct LineExport {
     tx: mpsc::Sender<Msg>,
     counters: Arc<Counters>,
+    /// Records the queue holds at most.
+    capacity: u64,
+}
+
+impl LineExport {
+    /// Queues `records` records, or counts them as `queue_full`: never waits. The writer is the
+    /// only producer, so the room checked is still there when the records are added.
+    fn queue(&self, records: u64, msg: impl FnOnce() -> Msg) {
+        let counters = &self.counters;
+        let fits = counters.waiting.load(Ordering::Relaxed) + records <= self.capacity;
+        // Closed only if the exporter task is gone (it ends when the queue closes).
+        if fits && self.tx.try_send(msg()).is_ok() {
+            counters.waiting.fetch_add(records, Ordering::Relaxed);
+            counters.queued.fetch_add(records, Ordering::Relaxed);
+        } else {
+            counters.queue_full.fetch_add(records, Ordering::Relaxed);
+        }
+    }
 }
 
 impl LineTap for LineExport {
-    /// Queues a copy of one line (JSON, no newline), or counts it as `queue_full`: never waits.
+    /// Queues a copy of one line (JSON, no newline), or counts it as `queue_full`.
     fn offer(&self, json: &[u8]) {
-        match self.tx.try_send(Msg::Line(json.to_vec())) {
-            Ok(()) => self.counters.queued.fetch_add(1, Ordering::Relaxed),
-            // Closed only if the exporter task is gone (it ends when the queue closes).
-            Err(_) => self.counters.queue_full.fetch_add(1, Ordering::Relaxed),
-        };
+        self.queue(1, || Msg::Line(json.to_vec()));
+    }
+
+    /// Queues a copy of records encoded with their lines, or counts them as `queue_full`.
+    fn offer_records(&self, records: &EncodedRecords) {
+        self.queue(records.count(), || Msg::Records(records.clone()));
     }
 }
 
@@ -219,7 +245,13 @@ impl Exporter {
         let sender = Sender {
             client: Client::builder(TokioExecutor::new()).build(connector),
             uri: config.logs_uri()?,
-            resource: config.resource(),
+            resource: config.resource().encode_to_vec(),
+            scope: InstrumentationScope {
+                name: SERVICE_NAME.into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
             clock,
             counters: lines.counters.clone(),
             failing: false,
@@ -255,7 +287,7 @@ impl Exporter {
     /// handle ([`crate::output::JsonLines::stop_export`]). Records not sent by then count as
     /// `shutdown_timeout`.
     pub async fn finish(self, deadline: Instant) -> ExportStats {
-        let Exporter { lines: LineExport { tx, counters }, mut task } = self;
+        let Exporter { lines: LineExport { tx, counters, .. }, mut task } = self;
         drop(tx);
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
             task.abort();
@@ -309,23 +341,20 @@ impl PipelineExport {
 }
 
 fn queue(capacity: usize) -> (LineExport, mpsc::Receiver<Msg>) {
+    // Each message holds at least one record: the channel never fills before the count does.
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    (LineExport { tx, counters: Arc::default() }, rx)
+    (LineExport { tx, counters: Arc::default(), capacity: capacity as u64 }, rx)
 }
 
 async fn export_loop(mut rx: mpsc::Receiver<Msg>, mut sender: Sender) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut batch = EncodedRecords::default();
     while let Some(first) = rx.recv().await {
         let mut acks = Vec::new();
-        match first {
-            Msg::Line(line) => batch.push(line),
-            Msg::Flush(ack) => acks.push(ack),
-        }
+        sender.take(first, &mut batch, &mut acks);
         let full_at = Instant::now() + BATCH_DELAY;
-        while acks.is_empty() && batch.len() < MAX_BATCH {
+        while acks.is_empty() && batch.count() < MAX_BATCH as u64 {
             match tokio::time::timeout_at(full_at, rx.recv()).await {
-                Ok(Some(Msg::Line(line))) => batch.push(line),
-                Ok(Some(Msg::Flush(ack))) => acks.push(ack),
+                Ok(Some(msg)) => sender.take(msg, &mut batch, &mut acks),
                 Ok(None) | Err(_) => break,
             }
         }
@@ -341,7 +370,9 @@ async fn export_loop(mut rx: mpsc::Receiver<Msg>, mut sender: Sender) {
 struct Sender {
     client: Client<HttpConnector, Full<Bytes>>,
     uri: Uri,
-    resource: Resource,
+    /// The `Resource` and `InstrumentationScope` messages, encoded once.
+    resource: Vec<u8>,
+    scope: Vec<u8>,
     clock: Clock,
     counters: Arc<Counters>,
     /// The last batch could not be sent (log the change, not every failure).
@@ -357,24 +388,41 @@ enum Failure {
 }
 
 impl Sender {
-    async fn send(&mut self, lines: Vec<Vec<u8>>) {
-        let n = lines.len() as u64;
-        let observed = u64::try_from(crate::time::realtime_ns()).unwrap_or(0);
-        let records = lines.iter().map(|l| log_record(l, &self.clock, observed)).collect();
-        let request = ExportLogsServiceRequest {
-            resource_logs: vec![ResourceLogs {
-                resource: Some(self.resource.clone()),
-                scope_logs: vec![ScopeLogs {
-                    scope: Some(InstrumentationScope {
-                        name: SERVICE_NAME.into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                    }),
-                    log_records: records,
-                }],
-            }],
+    /// Adds a message's records to `batch` (converting a line), or its acknowledgement to
+    /// `acks`.
+    fn take(&self, msg: Msg, batch: &mut EncodedRecords, acks: &mut Vec<oneshot::Sender<()>>) {
+        let taken = match msg {
+            Msg::Line(line) => {
+                let observed = u64::try_from(crate::time::realtime_ns()).unwrap_or(0);
+                batch.push_json_line(&line, &self.clock, observed);
+                1
+            }
+            Msg::Records(records) => {
+                batch.append(&records);
+                records.count()
+            }
+            Msg::Flush(ack) => return acks.push(ack),
         };
-        let body = Bytes::from(request.encode_to_vec());
-        drop(request);
+        self.counters.waiting.fetch_sub(taken, Ordering::Relaxed);
+    }
+
+    /// An `ExportLogsServiceRequest` of one resource and scope with `records`.
+    fn request(&self, records: &EncodedRecords) -> Vec<u8> {
+        let mut scope_logs = Vec::with_capacity(self.scope.len() + records.as_bytes().len() + 8);
+        prost::encoding::bytes::encode(1, &self.scope, &mut scope_logs);
+        scope_logs.extend_from_slice(records.as_bytes());
+        let mut resource_logs = Vec::with_capacity(scope_logs.len() + self.resource.len() + 16);
+        prost::encoding::bytes::encode(1, &self.resource, &mut resource_logs);
+        prost::encoding::bytes::encode(2, &scope_logs, &mut resource_logs);
+        let mut request = Vec::with_capacity(resource_logs.len() + 8);
+        prost::encoding::bytes::encode(1, &resource_logs, &mut request);
+        request
+    }
+
+    async fn send(&mut self, records: EncodedRecords) {
+        let n = records.count();
+        let body = Bytes::from(self.request(&records));
+        drop(records);
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         let (counter, why) = loop {
@@ -444,107 +492,6 @@ impl Sender {
             ))),
         }
     }
-}
-
-/// OTLP `SeverityNumber` and text: of a `dotnet_event`, from its EventPipe level; of a
-/// `session_failed` or `socket_refused`, WARN; of anything else, INFO.
-pub fn severity(kind: &str, level: Option<u64>) -> (i32, &'static str) {
-    const DEBUG: i32 = 5;
-    const INFO: i32 = 9;
-    const WARN: i32 = 13;
-    const ERROR: i32 = 17;
-    const FATAL: i32 = 21;
-    match (kind, level) {
-        ("dotnet_event", Some(0)) => (INFO, "LogAlways"),
-        ("dotnet_event", Some(1)) => (FATAL, "Critical"),
-        ("dotnet_event", Some(2)) => (ERROR, "Error"),
-        ("dotnet_event", Some(3)) => (WARN, "Warning"),
-        ("dotnet_event", Some(4)) => (INFO, "Informational"),
-        ("dotnet_event", Some(_)) => (DEBUG, "Verbose"),
-        ("session_failed" | "socket_refused", _) => (WARN, "WARN"),
-        _ => (INFO, "INFO"),
-    }
-}
-
-/// The log record of one output line (see the module documentation).
-fn log_record(line: &[u8], clock: &Clock, observed_unix_nano: u64) -> LogRecord {
-    let body = Some(AnyValue::string(String::from_utf8_lossy(line)));
-    let Ok(fields) = serde_json::from_slice::<Map<String, Json>>(line) else {
-        // Not produced by tracer's writer; sent as it is.
-        return LogRecord {
-            observed_time_unix_nano: observed_unix_nano,
-            body,
-            ..Default::default()
-        };
-    };
-    let str_field = |k: &str| fields.get(k).and_then(Json::as_str).unwrap_or_default();
-    let kind = str_field("kind");
-    let (severity_number, severity_text) =
-        severity(kind, fields.get("level").and_then(Json::as_u64));
-    let event_name = if kind == "dotnet_event" {
-        format!("{}/{}", str_field("provider"), str_field("event"))
-    } else {
-        kind.to_owned()
-    };
-    let time_unix_nano = fields
-        .get("mono_ns")
-        .and_then(Json::as_u64)
-        .map_or(0, |mono| u64::try_from(clock.wall_ns(mono)).unwrap_or(0));
-    let attributes = fields
-        .iter()
-        .filter(|(k, _)| *k != "ts")
-        .filter_map(|(k, v)| match (k.as_str(), v.as_u64()) {
-            // Semantic conventions give a process's start as an ISO-8601 time.
-            ("process_start_ns", Some(boot_ns)) => Some(KeyValue::new(
-                "process.creation.time",
-                AnyValue::string(format_iso8601(clock.wall_of_boottime_ns(boot_ns))),
-            )),
-            _ => Some(KeyValue::new(attribute_name(k), any_value(v)?)),
-        })
-        .collect();
-    LogRecord {
-        time_unix_nano,
-        observed_time_unix_nano: observed_unix_nano,
-        severity_number,
-        severity_text: severity_text.into(),
-        body,
-        attributes,
-        event_name,
-    }
-}
-
-/// OpenTelemetry semantic-convention names of the identity fields; other names as they are.
-fn attribute_name(field: &str) -> &str {
-    match field {
-        "pid" => "process.pid",
-        "container_id" => "container.id",
-        "pod_uid" => "k8s.pod.uid",
-        other => other,
-    }
-}
-
-/// `null` is left out; integers beyond i64 (none today) go as strings to stay exact.
-fn any_value(v: &Json) -> Option<AnyValue> {
-    let value = match v {
-        Json::Null => return None,
-        Json::Bool(b) => Value::Bool(*b),
-        Json::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => Value::Int(i),
-            (None, Some(f)) if !n.is_u64() => Value::Double(f),
-            _ => Value::String(n.to_string()),
-        },
-        Json::String(s) => Value::String(s.clone()),
-        Json::Array(items) => Value::Array(ArrayValue {
-            values: items.iter().map(|i| any_value(i).unwrap_or_default()).collect(),
-        }),
-        Json::Object(map) => Value::KvList(KeyValueList {
-            values: map
-                .iter()
-                .filter_map(|(k, v)| Some(KeyValue::new(k.as_str(), any_value(v)?)))
-                .collect(),
-        }),
-    };
-    Some(AnyValue { value: Some(value) })
 }
 
 #[cfg(test)]

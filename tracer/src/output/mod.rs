@@ -5,6 +5,7 @@
 //! event: the output path's cost); the other bodies are serialized with serde. The README's
 //! "Output lines" table lists the same kinds and fields; a test below checks that they agree.
 mod detection;
+pub mod otlp;
 mod writer;
 
 use std::sync::Arc;
@@ -330,6 +331,8 @@ pub struct LineIdentity {
     labels: Option<Arc<ProcessLabels>>,
     session_id: Option<u64>,
     rendered: Vec<u8>,
+    /// The same members as OTLP record attributes, encoded for the first record that needs them.
+    otlp: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl LineIdentity {
@@ -348,7 +351,12 @@ impl LineIdentity {
             rendered.extend_from_slice(format!("{id:#x}").as_bytes());
             rendered.push(b'"');
         }
-        LineIdentity { kind, source, pid, labels, session_id, rendered }
+        LineIdentity { kind, source, pid, labels, session_id, rendered, otlp: Default::default() }
+    }
+
+    /// The envelope members after `mono_ns` as OTLP log record attributes (`output::otlp`).
+    pub fn otlp_attributes(&self, clock: &Clock) -> &[u8] {
+        self.otlp.get_or_init(|| otlp::identity_attributes(self, clock))
     }
 
     /// Whether this renders the envelope of these (the very same labels, not equal ones: the

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 
+use super::otlp::EncodedRecords;
 use super::{Line, LineBody, WriteLine};
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
@@ -43,11 +44,12 @@ pub struct JsonLines {
     export: Option<Box<dyn LineTap>>,
 }
 
-/// Another consumer of every written line (the OTLP exporter's queue): offered each line's JSON,
-/// without its newline, as it is written. It must not wait: the writer is on the pipeline's
-/// path.
+/// Another consumer of every written line (the OTLP exporter's queue): offered each line as it
+/// is written — its JSON without the newline, or the OTLP records of a batch of runtime events
+/// encoded with their lines. It must not wait: the writer is on the pipeline's path.
 pub trait LineTap: Send {
     fn offer(&self, json: &[u8]);
+    fn offer_records(&self, records: &EncodedRecords);
 }
 
 /// Set (by the SIGHUP handler) to make the writer reopen its file before the next line.
@@ -89,12 +91,14 @@ impl RenderedLine {
 pub struct LineBatch {
     bytes: Vec<u8>,
     lines: u64,
+    /// Where the last line kept starts.
+    last_start: usize,
 }
 
 impl LineBatch {
     /// An empty batch with room for `bytes` of lines.
     pub fn with_capacity(bytes: usize) -> LineBatch {
-        LineBatch { bytes: Vec::with_capacity(bytes), lines: 0 }
+        LineBatch { bytes: Vec::with_capacity(bytes), lines: 0, last_start: 0 }
     }
 
     /// Renders `line` at the end, unless `keep` (told the bytes it takes, newline included)
@@ -108,7 +112,13 @@ impl LineBatch {
             return false;
         }
         self.lines += 1;
+        self.last_start = start;
         true
+    }
+
+    /// The JSON text of the last line kept, without its newline (empty when none was).
+    pub fn last_line(&self) -> &[u8] {
+        self.bytes.get(self.last_start..self.bytes.len().saturating_sub(1)).unwrap_or_default()
     }
 
     pub fn lines(&self) -> u64 {
@@ -176,21 +186,27 @@ impl JsonLines {
     }
 
     pub fn emit_rendered(&mut self, line: &RenderedLine) {
-        self.emit_bytes(&line.0, 1, std::iter::once(line.as_bytes()));
+        if let Some(export) = &self.export {
+            export.offer(line.as_bytes());
+        }
+        self.write_lines(&line.0, 1);
     }
 
     /// Writes a batch's lines with one copy (or counts them unwritten once the output has
-    /// failed).
-    pub fn emit_batch(&mut self, batch: &LineBatch) {
-        self.emit_bytes(&batch.bytes, batch.lines, batch.iter());
+    /// failed). `records`: the lines' OTLP log records, encoded as they were rendered (runtime
+    /// events), which the exporter then takes instead of the lines.
+    pub fn emit_batch(&mut self, batch: &LineBatch, records: Option<&EncodedRecords>) {
+        if let Some(export) = &self.export {
+            match records {
+                Some(records) if records.count() == batch.lines => export.offer_records(records),
+                _ => batch.iter().for_each(|line| export.offer(line)),
+            }
+        }
+        self.write_lines(&batch.bytes, batch.lines);
     }
 
-    /// `bytes`: `lines` whole lines with their newlines; `each`: their JSON texts, for the
-    /// exporter.
-    fn emit_bytes<'l>(&mut self, bytes: &[u8], lines: u64, each: impl Iterator<Item = &'l [u8]>) {
-        if let Some(export) = &self.export {
-            each.for_each(|line| export.offer(line));
-        }
+    /// `bytes`: `lines` whole lines with their newlines.
+    fn write_lines(&mut self, bytes: &[u8], lines: u64) {
         if self.failure.is_some() {
             self.unwritten += lines;
             return;
@@ -387,10 +403,10 @@ mod tests {
         assert_eq!(batch.iter().collect::<Vec<_>>(), [line(1).as_bytes(), line(3).as_bytes()]);
         let writes = Writes::default();
         let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
-        sink.emit_batch(&batch);
+        sink.emit_batch(&batch, None);
         assert_eq!(*writes.writes.lock().unwrap(), [[line(1).0, line(3).0].concat()]);
         writes.fail.store(true, Ordering::Relaxed);
-        sink.emit_batch(&batch);
+        sink.emit_batch(&batch, None);
         assert_eq!(sink.unwritten(), 2, "each line of the failed batch");
     }
 

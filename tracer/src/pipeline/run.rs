@@ -84,7 +84,7 @@ pub async fn run(
     })?;
     let mut user_events = start_user_events(&config, &mut detector)?;
     if let Some(hub) = &mut user_events {
-        hub.set_labels(labels.clone());
+        hub.set_output(labels.clone(), config.otlp.is_some());
     }
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
@@ -115,6 +115,7 @@ pub async fn run(
         stop: stop_rx,
         user_events: user_events.as_ref().map(user_events::Hub::handle),
         labels: labels.clone(),
+        otlp_records: config.otlp.is_some(),
     };
     // Starts the session of an admitted process (pinned at detection).
     let spawn = move |(pid, uid, target): Candidate,
@@ -385,7 +386,7 @@ fn emit_events(
     events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
 ) {
-    let EventLines { lines, runs, unnamed, counters, .. } = events;
+    let EventLines { lines, records, runs, unnamed, counters, .. } = events;
     *summary.events_by_source.entry(source).or_default() += lines.lines();
     for run in runs {
         *events_by_process.entry(run.process).or_default() += run.lines;
@@ -396,7 +397,7 @@ fn emit_events(
     }
     summary.unnamed_events += unnamed;
     if !lines.is_empty() {
-        sink.emit_batch(&lines);
+        sink.emit_batch(&lines, records.as_ref());
     }
     if let Some(runtime_counters) = &mut summary.runtime_counters {
         for (process, sample) in counters {

@@ -21,6 +21,7 @@ use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
+use crate::output::otlp::{EncodedRecords, EventRecord};
 use crate::output::{
     Incarnation, Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source,
 };
@@ -177,6 +178,11 @@ impl EndReason {
 #[derive(Debug, Default)]
 pub struct EventLines {
     pub lines: LineBatch,
+    /// With `--otlp-endpoint`: the lines' OTLP log records, encoded as each line is rendered
+    /// (`output::otlp`), so the exporter does not read the lines back.
+    pub records: Option<EncodedRecords>,
+    /// Where a record is assembled before it joins `records`.
+    record_scratch: Vec<u8>,
     /// Lines per process and provider: one entry per run of lines of the same pair (a batch has
     /// few runs; a new entry per change keeps each line O(1)).
     pub runs: Vec<ProviderLines>,
@@ -213,9 +219,11 @@ pub const EVENT_LINES_BATCH_BYTES: usize = 64 << 10;
 impl EventLines {
     /// An empty batch with room for a full one ([`EVENT_LINES_BATCH_BYTES`] and the line that
     /// crosses it, unless that one is long): its lines go in without growing and copying it.
-    pub fn new() -> EventLines {
+    /// `otlp_records`: also encode each line's OTLP log record.
+    pub fn new(otlp_records: bool) -> EventLines {
         EventLines {
             lines: LineBatch::with_capacity(EVENT_LINES_BATCH_BYTES + 4096),
+            records: otlp_records.then(EncodedRecords::default),
             ..EventLines::default()
         }
     }
@@ -224,7 +232,7 @@ impl EventLines {
     /// and keeps the rendered envelope of its process for the lines that follow.
     pub fn take(&mut self) -> EventLines {
         let identity = self.identity.take();
-        let full = std::mem::replace(self, EventLines::new());
+        let full = std::mem::replace(self, EventLines::new(self.records.is_some()));
         self.identity = identity;
         full
     }
@@ -252,6 +260,16 @@ impl EventLines {
         };
         if !self.lines.push_if(&identity.line(clock, mono_ns, event), keep) {
             return false;
+        }
+        if let Some(records) = &mut self.records {
+            let record = EventRecord {
+                mono_ns,
+                identity: identity.otlp_attributes(clock),
+                event: &event,
+                json: self.lines.last_line(),
+            };
+            let observed = u64::try_from(crate::time::realtime_ns()).unwrap_or(0);
+            record.encode(clock, observed, &mut self.record_scratch, records);
         }
         match self.runs.last_mut() {
             Some(run) if run.process == process && run.provider == meta.provider => run.lines += 1,
@@ -352,6 +370,8 @@ pub struct SessionContext {
     pub user_events: Option<user_events::HubHandle>,
     /// Cgroup, container and pod of each traced process, for its event lines.
     pub labels: crate::identity::LabelRegistry,
+    /// `--otlp-endpoint`: each event line's OTLP log record is encoded with the line.
+    pub otlp_records: bool,
 }
 
 /// Runs one process's session to its end, reporting through `ctx.out`. `target` is the process
@@ -621,7 +641,7 @@ mod tests {
                 |_| true
             ));
         };
-        let mut lines = EventLines::new();
+        let mut lines = EventLines::new(false);
         push(&mut lines, 1_000);
         push(&mut lines, 2_000);
         let full = lines.take();
@@ -637,7 +657,7 @@ mod tests {
         );
         assert_eq!((lines.lines.lines(), lines.runs.len(), lines.counters.len()), (0, 0, 0));
         push(&mut lines, 3_000);
-        let mut fresh = EventLines::new();
+        let mut fresh = EventLines::new(false);
         push(&mut fresh, 3_000);
         assert_eq!(lines.lines.iter().collect::<Vec<_>>(), fresh.lines.iter().collect::<Vec<_>>());
     }

@@ -281,6 +281,8 @@ pub struct Hub {
     counts: HubCounts,
     /// Cgroup, container and pod of each traced process, for its event lines.
     labels: crate::identity::LabelRegistry,
+    /// `--otlp-endpoint`: each event line's OTLP log record is encoded with the line.
+    otlp_records: bool,
 }
 
 /// What the hub dropped, over all sessions.
@@ -331,12 +333,15 @@ impl Hub {
             sender,
             counts: HubCounts::default(),
             labels: Default::default(),
+            otlp_records: false,
         })
     }
 
-    /// Where the pipeline keeps each traced process's labels.
-    pub fn set_labels(&mut self, labels: crate::identity::LabelRegistry) {
+    /// Where the pipeline keeps each traced process's labels, and whether it exports OTLP
+    /// records.
+    pub fn set_output(&mut self, labels: crate::identity::LabelRegistry, otlp_records: bool) {
         self.labels = labels;
+        self.otlp_records = otlp_records;
     }
 
     pub fn handle(&self) -> HubHandle {
@@ -573,7 +578,7 @@ impl Hub {
     }
 
     fn decode(&mut self, events: Vec<ftrace_reader::Event>, clock: &Clock) -> EventLines {
-        let mut lines = EventLines::default();
+        let mut lines = EventLines::new(self.otlp_records);
         // What the kernel recorded of each writer, looked up once per batch.
         let mut writers: HashMap<u32, Option<ThreadTenure>> = HashMap::new();
         for ev in events {

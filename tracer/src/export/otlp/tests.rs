@@ -1,101 +1,9 @@
 use super::*;
 
-const CLOCK_OFFSET: i128 = 1_800_000_000_000_000_000;
-
 /// A configuration for `endpoint` without the node and host names `OtlpConfig::new` reads
 /// from this machine.
 fn unlabelled(endpoint: &str, queue_capacity: usize) -> OtlpConfig {
     OtlpConfig { endpoint: endpoint.into(), node_name: None, host_name: None, queue_capacity }
-}
-
-fn attrs(record: &LogRecord) -> Vec<(&str, &Value)> {
-    record
-        .attributes
-        .iter()
-        .map(|kv| (kv.key.as_str(), kv.value.as_ref().unwrap().value.as_ref().unwrap()))
-        .collect()
-}
-
-#[test]
-fn a_dotnet_event_becomes_a_record_with_its_time_severity_name_and_fields() {
-    let line = br#"{"ts":"x","mono_ns":5,"kind":"dotnet_event","source":"nettrace","pid":42,"container_id":"c1","pod_uid":"p1","provider":"Microsoft-Windows-DotNETRuntime","event":"GCStart","level":4,"fields":{"Count":3,"Reason":"AllocSmall","Ok":true,"Ratio":0.5,"List":[1,null]}}"#;
-    let record = log_record(line, &Clock::with_offset(CLOCK_OFFSET), 7);
-    assert_eq!(record.time_unix_nano, 1_800_000_000_000_000_005);
-    assert_eq!(record.observed_time_unix_nano, 7);
-    assert_eq!((record.severity_number, record.severity_text.as_str()), (9, "Informational"));
-    assert_eq!(record.event_name, "Microsoft-Windows-DotNETRuntime/GCStart");
-    assert_eq!(record.body, Some(AnyValue::string(std::str::from_utf8(line).unwrap())));
-    let s = |v: &str| Value::String(v.into());
-    let kv = |k: &str, v: Value| KeyValue::new(k, AnyValue { value: Some(v) });
-    assert_eq!(
-        attrs(&record),
-        vec![
-            ("mono_ns", &Value::Int(5)),
-            ("kind", &s("dotnet_event")),
-            ("source", &s("nettrace")),
-            ("process.pid", &Value::Int(42)),
-            ("container.id", &s("c1")),
-            ("k8s.pod.uid", &s("p1")),
-            ("provider", &s("Microsoft-Windows-DotNETRuntime")),
-            ("event", &s("GCStart")),
-            ("level", &Value::Int(4)),
-            (
-                "fields",
-                &Value::KvList(KeyValueList {
-                    values: vec![
-                        kv("Count", Value::Int(3)),
-                        kv("Reason", s("AllocSmall")),
-                        kv("Ok", Value::Bool(true)),
-                        kv("Ratio", Value::Double(0.5)),
-                        kv(
-                            "List",
-                            Value::Array(ArrayValue {
-                                values: vec![
-                                    AnyValue { value: Some(Value::Int(1)) },
-                                    AnyValue { value: None }
-                                ]
-                            })
-                        ),
-                    ]
-                })
-            ),
-        ]
-    );
-}
-
-#[test]
-fn other_lines_are_named_by_kind_and_leave_out_nulls() {
-    let line = br#"{"ts":"x","mono_ns":1,"kind":"session_failed","source":"tracer","pid":null,"big":18446744073709551615}"#;
-    let record = log_record(line, &Clock::with_offset(0), 0);
-    assert_eq!(record.event_name, "session_failed");
-    assert_eq!((record.severity_number, record.severity_text.as_str()), (13, "WARN"));
-    assert_eq!(
-        attrs(&record),
-        vec![
-            ("mono_ns", &Value::Int(1)),
-            ("kind", &Value::String("session_failed".into())),
-            ("source", &Value::String("tracer".into())),
-            ("big", &Value::String("18446744073709551615".into())),
-        ]
-    );
-}
-
-#[test]
-fn eventpipe_levels_map_to_otlp_severities() {
-    let levels: Vec<_> = (0..=6).map(|l| severity("dotnet_event", Some(l))).collect();
-    assert_eq!(
-        levels,
-        [
-            (9, "LogAlways"),
-            (21, "Critical"),
-            (17, "Error"),
-            (13, "Warning"),
-            (9, "Informational"),
-            (5, "Verbose"),
-            (5, "Verbose"),
-        ]
-    );
-    assert_eq!(severity("process_exit", None), (9, "INFO"));
 }
 
 #[test]
@@ -106,6 +14,28 @@ fn a_full_queue_drops_and_counts_without_waiting() {
     }
     assert_eq!(lines.counters.queued.load(Ordering::Relaxed), 2);
     assert_eq!(lines.counters.stats(), ExportStats { queue_full: 3, ..Default::default() });
+}
+
+/// Records encoded with their lines count against the queue's capacity one by one: a batch
+/// that does not fit is dropped whole, and counted record by record.
+#[test]
+fn records_take_queue_room_by_the_record() {
+    let clock = Clock::with_offset(0);
+    let records = |n: usize| {
+        let mut r = EncodedRecords::default();
+        (0..n).for_each(|_| r.push_json_line(br#"{"mono_ns":1,"kind":"process_exit"}"#, &clock, 0));
+        r
+    };
+    let (lines, _rx) = queue(5);
+    lines.offer_records(&records(3));
+    lines.offer_records(&records(3));
+    lines.offer(b"{}");
+    lines.offer_records(&records(1));
+    lines.offer(b"{}");
+    let counters = &lines.counters;
+    assert_eq!(counters.queued.load(Ordering::Relaxed), 5);
+    assert_eq!(counters.waiting.load(Ordering::Relaxed), 5);
+    assert_eq!(counters.stats(), ExportStats { queue_full: 4, ..Default::default() });
 }
 
 #[test]
