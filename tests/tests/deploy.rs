@@ -29,8 +29,15 @@ fn kubernetes_manifests_validate() {
     let out = run(Command::new("kubernetes-validate")
         .args(["-k", KUBERNETES_VERSION, "--strict"])
         .arg(dir.join("daemonset.yaml"))
-        .arg(dir.join("otel-collector.yaml")));
-    for resource in ["namespace/tracer", "daemonset/tracer", "configmap/otel-collector-config"] {
+        .arg(dir.join("otel-collector.yaml"))
+        .arg(dir.join("profiles.yaml")));
+    for resource in [
+        "namespace/tracer",
+        "daemonset/tracer",
+        "configmap/otel-collector-config",
+        "configmap/parca-config",
+        "configmap/alloy-profiles-config",
+    ] {
         assert!(
             out.contains(&format!("passed for resource {resource} against version 1.33")),
             "{out}"

@@ -617,3 +617,130 @@ fn connections_past_the_limit_close_the_oldest_and_are_counted() {
     assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
     assert_eq!(connection_counts(&shared), (n as f64 + 1.0, EXTRA as f64 + 1.0, 0.0));
 }
+
+/// `tracer run --metrics-addr` tracing only `pid`, whose endpoint also serves its profiles.
+fn start_run_serving_profiles(pid: u32) -> (Running<RunSummary>, SocketAddr) {
+    let addr = free_port();
+    let shared = Shared::new();
+    let base = run_config(
+        "Microsoft-Windows-DotNETRuntime:0x1:4",
+        SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    let mut config = base;
+    config.target_pids = vec![pid];
+    config.metrics = Some(Publisher::new(shared.clone()));
+    let run = Running::start(TIMEOUT, move |sink, stop, ready| async move {
+        tracer::metrics::serve(addr, shared).await?;
+        run::run(config, sink, stop, Some(ready)).await
+    });
+    (run, addr)
+}
+
+/// The hot method of tests/dotnet/coreclr_host.py's `burn` workload.
+const HOT_METHOD: &str = "TracerWorkload.Hot.Inner";
+
+/// `go tool pprof` fetches a CPU profile from a running `tracer run`'s endpoint, as Parca and
+/// Pyroscope scrape Go programs, and names the hot method of a real CoreCLR 8 workload; each
+/// sample is labelled with its process.
+#[test]
+fn go_tool_pprof_fetches_a_profile_from_tracer_run_and_names_the_hot_method() {
+    const SECONDS: u32 = 4;
+    let tmp = ScratchDir::new("pprof-endpoint");
+    let mut runtime = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = runtime.host_pid;
+    runtime.burn(2).expect("warm up");
+    let (mut run, addr) = start_run_serving_profiles(pid);
+    run.wait_for("session_started", SESSION, |l| l["kind"] == "session_started" && l["pid"] == pid);
+    let url = format!("http://{addr}/debug/pprof/profile?seconds={SECONDS}&pid={pid}");
+    let pprof = |args: &[&str]| {
+        Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .env("PPROF_TMPDIR", tmp.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("go tool pprof (run `cargo xtask setup`: it installs golang-go)")
+    };
+    let saved = tmp.path().join("fetched.pb.gz");
+    let fetch = pprof(&["-proto", &format!("-output={}", saved.display()), &url]);
+    // Burning while the profile is taken (the burn answers when it is done).
+    runtime.burn(SECONDS + 2).expect("burn");
+    let out = fetch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read = |report: &str| {
+        let out = pprof(&[report, &saved.display().to_string()]).wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let text = read("-top");
+    let top = text
+        .lines()
+        .find(|l| l.contains("TracerWorkload.Hot."))
+        .unwrap_or_else(|| panic!("no workload method in:\n{text}"));
+    assert!(top.ends_with(HOT_METHOD), "{HOT_METHOD} is the hottest: {top}\n{text}");
+    // `-tags`: every sample of this process, labelled with its pid.
+    let text = read("-tags");
+    let pid_tag = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("pid:"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no pid label in:\n{text}"));
+    assert!(
+        pid_tag.ends_with(&format!("(  100%): {pid}")),
+        "every sample is of {pid}: {pid_tag}\n{text}"
+    );
+    runtime.exit().expect("exit");
+    run.stop();
+}
+
+/// One profile at a time: a request meanwhile is answered 429; bad queries 400; a client that
+/// goes away mid-profile stops it (the next request is taken at once, not after the first's
+/// 60 s).
+#[test]
+fn profile_requests_are_one_at_a_time_bounded_and_stop_with_their_client() {
+    use std::io::Write as _;
+    let tmp = ScratchDir::new("pprof-bounds");
+    let mut runtime = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = runtime.host_pid;
+    let (mut run, addr) = start_run_serving_profiles(pid);
+    run.wait_for("session_started", SESSION, |l| l["kind"] == "session_started" && l["pid"] == pid);
+    for (query, why) in [
+        ("seconds=0", "seconds=0: expected a whole number of seconds from 1 to 300\n"),
+        ("seconds=301", "seconds=301: expected a whole number of seconds from 1 to 300\n"),
+        ("seconds=1&pid=me", "pid=me: expected a process id\n"),
+        ("hz=999", "hz=999: expected seconds=N, pid=P or container=ID\n"),
+    ] {
+        let answer = get(addr, &format!("/debug/pprof/profile?{query}"), &[]).unwrap();
+        assert_eq!((answer.status, answer.body.as_str()), (400, why), "{query}");
+    }
+
+    // A client asks for 60 s...
+    let mut client = std::net::TcpStream::connect(addr).unwrap();
+    write!(client, "GET /debug/pprof/profile?seconds=60&pid={pid} HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let profiling = |on: f64| {
+        await_exposition(addr, |b| samples(b).get("tracer_endpoint_profiling") == Some(&on))
+    };
+    profiling(1.0);
+    let busy = get(addr, &format!("/debug/pprof/profile?seconds=1&pid={pid}"), &[]).unwrap();
+    assert_eq!(
+        (busy.status, busy.body.as_str()),
+        (429, "a profile is being taken: one at a time, ask again when it is done\n")
+    );
+    let refused = samples(&get(addr, "/metrics", &[]).unwrap().body);
+    assert_eq!(refused.get("tracer_endpoint_profiles_refused_total"), Some(&1.0));
+    // ...and goes away: its profile stops at once, not after 60 s, and the next is taken.
+    drop(client);
+    let left = Instant::now();
+    profiling(0.0);
+    assert!(left.elapsed() < Duration::from_secs(30), "stopped {:?} after", left.elapsed());
+    let next = get(addr, &format!("/debug/pprof/profile?seconds=1&pid={pid}"), &[]).unwrap();
+    assert_eq!((next.status, next.content_type.as_str()), (200, "application/octet-stream"));
+    assert!(next.body.starts_with('\u{1f}'), "gzip'd: {:?}", &next.body[..8]);
+    runtime.exit().expect("exit");
+    run.stop();
+}

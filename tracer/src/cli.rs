@@ -416,7 +416,9 @@ pub struct MetricsArgs {
     /// Bind to loopback (127.0.0.1:9464) unless the endpoint must be reachable from elsewhere,
     /// e.g. by a Prometheus outside the host: it is unauthenticated. `run` also serves every
     /// runtime counter its sessions receive (`--profile counters`, or any provider with
-    /// EventCounterIntervalSec=N) as a gauge per process, named as dotnet-monitor names them.
+    /// EventCounterIntervalSec=N) as a gauge per process, named as dotnet-monitor names them,
+    /// and CPU profiles at /debug/pprof/profile?seconds=N (pprof, as Parca, Pyroscope and
+    /// `go tool pprof` fetch them; one at a time).
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
 }

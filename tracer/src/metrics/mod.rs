@@ -29,10 +29,33 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 pub use self::families::Families;
-pub use self::server::{MAX_CONNECTIONS, REQUEST_TIMEOUT, serve};
+pub use self::server::{
+    DEFAULT_PROFILE_SECONDS, MAX_CONNECTIONS, MAX_PROFILE_SECONDS, REQUEST_TIMEOUT, serve,
+};
 
 /// How often a pipeline publishes its counters while it runs (and always once at exit).
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `GET /debug/pprof/profile`: a CPU profile of the processes a pipeline selects (`tracer run`
+/// provides it; the endpoint knows it only through this).
+pub trait ProfileSource: Send + Sync + std::fmt::Debug {
+    /// A gzip'd pprof profile over `request.duration`; dropped before it ends, it stops
+    /// sampling.
+    fn profile(
+        &self,
+        request: ProfileRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<u8>>> + Send>>;
+}
+
+/// What a profile request asks for (its query string).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProfileRequest {
+    pub duration: Duration,
+    /// `pid=` (repeatable): only these processes; none: every selected one.
+    pub pids: Vec<u32>,
+    /// `container=` (repeatable): only processes of these containers.
+    pub containers: Vec<String>,
+}
 
 /// What `/healthz` answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +105,11 @@ pub struct Shared {
     state: Mutex<State>,
     kernel: String,
     pub(crate) connections: ConnectionCounts,
+    /// `GET /debug/pprof/profile`, when the pipeline offers it, and whether one is being taken.
+    profiles: std::sync::OnceLock<Arc<dyn ProfileSource>>,
+    profiling: std::sync::atomic::AtomicBool,
+    /// Profile requests answered 429 (one was being taken).
+    profiles_refused: AtomicU64,
 }
 
 impl Shared {
@@ -90,6 +118,9 @@ impl Shared {
             state: Mutex::new(State { health: Health::Starting, families: Families::default() }),
             kernel: kernel_release(),
             connections: ConnectionCounts::default(),
+            profiles: std::sync::OnceLock::new(),
+            profiling: std::sync::atomic::AtomicBool::new(false),
+            profiles_refused: AtomicU64::new(0),
         })
     }
 
@@ -162,6 +193,13 @@ impl Publisher {
             && let Ok(mut s) = shared.state.lock()
         {
             s.families = families;
+        }
+    }
+
+    /// Serves `GET /debug/pprof/profile` from `source` (once; later calls change nothing).
+    pub fn serve_profiles(&self, source: Arc<dyn ProfileSource>) {
+        if let Some(shared) = &self.0 {
+            let _ = shared.profiles.set(source);
         }
     }
 
@@ -323,6 +361,28 @@ impl Collector for Shared {
                     (vec![("reason", reason)], ConstCounter::new(n.load(Ordering::Relaxed)))
                 }),
         )?;
+        if self.profiles.get().is_some() {
+            encode_family(
+                &mut encoder,
+                "tracer_endpoint_profiling",
+                "1 while a profile for /debug/pprof/profile is being taken.",
+                MetricType::Gauge,
+                std::iter::once((
+                    vec![],
+                    ConstGauge::new(i64::from(self.profiling.load(Ordering::Acquire))),
+                )),
+            )?;
+            encode_family(
+                &mut encoder,
+                "tracer_endpoint_profiles_refused",
+                "Profile requests answered 429 because another profile was being taken.",
+                MetricType::Counter,
+                std::iter::once((
+                    vec![],
+                    ConstCounter::new(self.profiles_refused.load(Ordering::Relaxed)),
+                )),
+            )?;
+        }
         let version = env!("CARGO_PKG_VERSION");
         encode_family(
             &mut encoder,

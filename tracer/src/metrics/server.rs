@@ -30,7 +30,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
-use super::Shared;
+use super::{ProfileRequest, Shared};
 
 /// Connections open at once; at the limit, accepting one closes the oldest.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -44,6 +44,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request head read (hyper's read buffer of a connection; its smallest allowed size
 /// is 8 KiB). A bigger head is answered 431.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
+
+/// `GET /debug/pprof/profile` without `seconds`: Go's `net/http/pprof` default.
+pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
+/// Longest profile one request may ask for (`seconds`); longer asks are answered 400.
+pub const MAX_PROFILE_SECONDS: u64 = 300;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -158,10 +163,87 @@ async fn respond(
             Ok(body) => text(StatusCode::OK, PROMETHEUS_TEXT, super::to_prometheus_text(&body)),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e:#}\n")),
         },
+        "/debug/pprof/profile" => profile(&req, &shared).await,
         "/healthz" => match shared.health().problem() {
             None => text(StatusCode::OK, PLAIN, "ok\n".into()),
             Some(reason) => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, format!("{reason}\n")),
         },
-        _ => text(StatusCode::NOT_FOUND, PLAIN, "not found: try /metrics or /healthz\n".into()),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "not found: try /metrics, /healthz or /debug/pprof/profile\n".into(),
+        ),
     })
+}
+
+/// Clears the one-profile-at-a-time flag when the profile ends, or when its request is dropped
+/// (the client went away: the profile's future is dropped with it, and sampling stops).
+struct ProfileSlot<'a>(&'a AtomicBool);
+
+impl Drop for ProfileSlot<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// `GET /debug/pprof/profile?seconds=N[&pid=P…][&container=ID…]`: a gzip'd pprof CPU profile of
+/// the selected processes over the next N seconds, one at a time.
+async fn profile(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    let Some(source) = shared.profiles.get() else {
+        let why = "not found: profiles are served by `tracer run --metrics-addr`\n";
+        return text(StatusCode::NOT_FOUND, PLAIN, why.into());
+    };
+    let request = match profile_request(req.uri().query().unwrap_or_default()) {
+        Ok(r) => r,
+        Err(why) => return text(StatusCode::BAD_REQUEST, PLAIN, format!("{why}\n")),
+    };
+    if shared.profiling.swap(true, Ordering::AcqRel) {
+        shared.profiles_refused.fetch_add(1, Ordering::Relaxed);
+        let why = "a profile is being taken: one at a time, ask again when it is done\n";
+        return text(StatusCode::TOO_MANY_REQUESTS, PLAIN, why.into());
+    }
+    let _slot = ProfileSlot(&shared.profiling);
+    match source.profile(request).await {
+        Ok(pprof) => {
+            let mut response = Response::new(Full::new(Bytes::from(pprof)));
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            headers.insert(
+                hyper::header::CONTENT_DISPOSITION,
+                HeaderValue::from_static("attachment; filename=\"profile\""),
+            );
+            response
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("{e:#}\n")),
+    }
+}
+
+/// The query of a profile request: `seconds` (1 to [`MAX_PROFILE_SECONDS`], default
+/// [`DEFAULT_PROFILE_SECONDS`]), `pid` and `container` (each repeatable).
+fn profile_request(query: &str) -> Result<ProfileRequest, String> {
+    let mut request = ProfileRequest {
+        duration: Duration::from_secs(DEFAULT_PROFILE_SECONDS),
+        ..ProfileRequest::default()
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "seconds" => match value.parse::<u64>() {
+                Ok(s @ 1..=MAX_PROFILE_SECONDS) => request.duration = Duration::from_secs(s),
+                _ => {
+                    return Err(format!(
+                        "seconds={value}: expected a whole number of seconds from 1 to \
+                         {MAX_PROFILE_SECONDS}"
+                    ));
+                }
+            },
+            "pid" => request
+                .pids
+                .push(value.parse().map_err(|_| format!("pid={value}: expected a process id"))?),
+            "container" if !value.is_empty() => request.containers.push(value.to_owned()),
+            _ => return Err(format!("{pair}: expected seconds=N, pid=P or container=ID")),
+        }
+    }
+    Ok(request)
 }

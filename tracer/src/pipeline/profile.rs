@@ -10,8 +10,10 @@
 //! rundown, each by the method that owned its address at the sample's time.
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use crate::kernel::procfs;
 use crate::kernel::sampler::{
     RawSample, SampleMode, Sampler, SamplerLosses, SamplerOptions, Targets,
 };
+use crate::metrics::{ProfileRequest, ProfileSource};
 use crate::profile::format::Format;
 use crate::profile::methods::{self, MethodCollection};
 use crate::profile::symbolize::{KernelSymbols, NativeSymbolizer, ProcessMaps};
@@ -320,6 +323,22 @@ pub async fn run(
     if config.outputs.is_empty() {
         bail!("no output format asked for");
     }
+    let (mut summary, profile) = collect(&config, stop, ready).await?;
+    for (format, path) in &config.outputs {
+        format.write_file(&profile, path)?;
+        summary.files.push(path.clone());
+    }
+    Ok(summary)
+}
+
+/// Samples until `stop` resolves, then names every frame: the profile and its summary
+/// (`config.outputs` is not looked at). Dropped before it ends, it stops sampling (the
+/// programs detach) and its method sessions stop.
+pub async fn collect(
+    config: &ProfileConfig,
+    stop: impl std::future::Future<Output = ()>,
+    ready: Option<oneshot::Sender<()>>,
+) -> anyhow::Result<(ProfileSummary, Profile)> {
     if !config.filter.is_empty() {
         config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
     }
@@ -458,12 +477,79 @@ pub async fn run(
     namer.summary.losses = sampler.losses()?;
     let _ = stop_tx.send(true);
     let duration_ns = monotonic_ns() - started_mono;
-    let mut summary = finish(namer, config.drain_timeout + METHOD_SESSION_GRACE, duration_ns).await;
-    for (format, path) in &config.outputs {
-        format.write_file(&summary.1, path)?;
-        summary.0.files.push(path.clone());
+    Ok(finish(namer, config.drain_timeout + METHOD_SESSION_GRACE, duration_ns).await)
+}
+
+/// Sampling frequency of the profiles the metrics endpoint serves (Parca's and Pyroscope's
+/// default rate, and `tracer profile`'s).
+pub const SERVED_PROFILE_HZ: u64 = 99;
+
+/// The CPU profiles `tracer run --metrics-addr` serves at `/debug/pprof/profile`: of the
+/// processes the run selects (its filters), sampled and named as `tracer profile` does it.
+#[derive(Debug)]
+pub struct ServedProfiles {
+    base: ProfileConfig,
+}
+
+impl ServedProfiles {
+    /// Profiles of the processes `filter` selects; `timeouts`, `locate_for` and `drain_timeout`
+    /// of the method sessions, as of the run's sessions.
+    pub fn new(
+        filter: ProcessFilter,
+        hooks: HookChoice,
+        timeouts: Timeouts,
+        locate_for: Duration,
+        drain_timeout: Duration,
+    ) -> ServedProfiles {
+        let mode = SampleMode::Cpu { frequency_hz: SERVED_PROFILE_HZ };
+        let outputs = Vec::new();
+        let target_pids = Vec::new();
+        ServedProfiles {
+            base: ProfileConfig {
+                mode,
+                target_pids,
+                filter,
+                hooks,
+                outputs,
+                timeouts,
+                locate_for,
+                drain_timeout,
+            },
+        }
     }
-    Ok(summary.0)
+
+    /// The profile's configuration: the run's, narrowed to the request's processes.
+    fn config(&self, request: &ProfileRequest) -> anyhow::Result<ProfileConfig> {
+        let mut config = self.base.clone();
+        config.target_pids.clone_from(&request.pids);
+        if !request.containers.is_empty() {
+            if !config.filter.is_empty() {
+                bail!(
+                    "container= cannot narrow a run started with --container, --pod-uid, \
+                     --cgroup or --require-env: ask by pid="
+                );
+            }
+            config.filter = ProcessFilter::new(&request.containers, &[], &[], Vec::new(), None)
+                .context("container=")?;
+        }
+        Ok(config)
+    }
+}
+
+impl ProfileSource for ServedProfiles {
+    fn profile(
+        &self,
+        request: ProfileRequest,
+    ) -> Pin<Box<dyn Future<Output = anyhow::Result<Vec<u8>>> + Send>> {
+        let config = self.config(&request);
+        Box::pin(async move {
+            let config = config?;
+            let (_, profile) = collect(&config, tokio::time::sleep(request.duration), None).await?;
+            let mut pprof = Vec::new();
+            Format::Pprof.write(&profile, &mut pprof)?;
+            Ok(pprof)
+        })
+    }
 }
 
 /// Waits for the method sessions (within `wait` in all), names the JIT frames, and builds the

@@ -76,6 +76,13 @@ pub async fn run(
         config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
     }
     let metrics = config.metrics.clone().unwrap_or_default();
+    metrics.serve_profiles(std::sync::Arc::new(super::profile::ServedProfiles::new(
+        config.filter.clone(),
+        config.hooks,
+        config.session.timeouts,
+        config.session.locate_for,
+        config.session.drain_timeout,
+    )));
     let mut tracker = ProcessTracker::new(config.filter.clone());
     let labels = LabelRegistry::default();
     let mut detector = Detector::attach(&DetectOptions {
