@@ -261,6 +261,7 @@ pub fn run_config(
         filter: Default::default(),
         metrics: None,
         otlp: None,
+        kernel_events: Vec::new(),
     }
 }
 

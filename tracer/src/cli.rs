@@ -303,9 +303,18 @@ pub struct RunArgs {
     /// user_events and the runtime is .NET 10+, streaming (nettrace over the socket) otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     pub session: SessionArg,
-    /// Per-CPU ftrace buffer of the user_events instance, in KiB.
+    /// Per-CPU ftrace buffer of the user_events instance (and of the --kernel-event one), in
+    /// KiB.
     #[arg(long, default_value_t = 4096)]
     pub buffer_size_kb: u64,
+    /// Also write the records of a kernel tracepoint, SYSTEM:NAME or SYSTEM:* with an optional
+    /// :FILTER (as `tracer ftrace --event`), that the traced processes' threads write — e.g.
+    /// sched:sched_switch or syscalls:sys_enter_openat — in the same envelope (pid,
+    /// process_start_ns, labels) and clock as their runtime events (kind `ftrace`). Filtered
+    /// in the kernel by the traced threads (set_event_pid, following the threads they create).
+    /// Repeatable.
+    #[arg(long = "kernel-event", value_name = "SYSTEM:NAME[:FILTER]")]
+    pub kernel_events: Vec<EventSpec>,
     /// Which processes may be granted a `user_events_data` fd (user_events sessions):
     /// `all`, or comma-separated uids that a process's real, effective, saved and filesystem
     /// uids must all be in. Default: root and tracer's own uid (processes that could open the
@@ -546,6 +555,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
         filter: args.filter.filter()?,
         metrics: None,
         otlp: args.otlp.config()?,
+        kernel_events: args.kernel_events.clone(),
     })
 }
 

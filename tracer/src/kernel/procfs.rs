@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+
 use tracer_decode::bpf_event::{DetectionEvent, EventBody, Mapping};
 use tracer_decode::procfs::{
     MemfdMapping, cgroup_v2_path, mapped_address, memfd_mappings, parse_ns_pid, parse_stat_ppid,
@@ -50,6 +52,13 @@ impl Scan {
 pub struct FoundSocket {
     pub pid: u32,
     pub socket: ListeningDiagnosticSocket,
+}
+
+/// The thread ids of `pid` (`/proc/<pid>/task`).
+pub fn task_ids(pid: u32) -> anyhow::Result<Vec<u32>> {
+    let dir = format!("/proc/{pid}/task");
+    let entries = std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))?;
+    Ok(entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
 }
 
 /// Reads at most `max` bytes of a file another process controls.

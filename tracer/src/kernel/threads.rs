@@ -54,7 +54,7 @@ impl ThreadTable {
             }
             return Err(e).context("recording the process in SESSION_PROCESSES");
         }
-        let listed = task_ids(pid).and_then(|tids| {
+        let listed = crate::kernel::procfs::task_ids(pid).and_then(|tids| {
             tids.into_iter().try_for_each(|tid| self.record_running(pid, generation, tid))
         });
         if let Err(e) = listed {
@@ -122,11 +122,4 @@ impl ThreadTable {
 /// Whether a map operation failed with `errno`.
 fn is_errno(e: &MapError, errno: i32) -> bool {
     matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(errno))
-}
-
-/// The thread ids of `pid` (`/proc/<pid>/task`).
-fn task_ids(pid: u32) -> anyhow::Result<Vec<u32>> {
-    let dir = format!("/proc/{pid}/task");
-    let entries = std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))?;
-    Ok(entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
 }

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod check;
 pub mod convert;
 pub mod ftrace;
+pub mod kernel_events;
 pub mod profile;
 pub mod ps;
 pub mod run;

@@ -15,13 +15,15 @@ use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use tracer_decode::diagnostic_ipc::FilteredProvider;
 
 use super::admission::{Admission, AdmissionLimits, Admitted};
+use super::kernel_events::KernelEvents;
 use crate::export::otlp::{self, OtlpConfig, PipelineExport};
 use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
 use crate::kernel::detect::{DetectOptions, Detector, HookChoice};
+use crate::kernel::ftrace_reader::Event;
 use crate::kernel::procfs::{self, DetectionChecks, MappingConfirmer};
-use crate::kernel::tracefs::Tracefs;
+use crate::kernel::tracefs::{EventSpec, Tracefs};
 use crate::kernel::user_events::UserEventsData;
 use crate::metrics::runtime::RuntimeCounters;
 use crate::metrics::{Health, Publisher};
@@ -56,6 +58,9 @@ pub struct RunConfig {
     pub metrics: Option<Publisher>,
     /// `--otlp-endpoint`: every line also as an OTLP log record.
     pub otlp: Option<OtlpConfig>,
+    /// `--kernel-event`: tracepoints whose records of the traced processes' threads are written
+    /// too.
+    pub kernel_events: Vec<EventSpec>,
 }
 
 /// How long a session keeps looking for the socket of a process whose runtime was seen before
@@ -90,6 +95,11 @@ pub async fn run(
         ..DetectOptions::for_targets(&config.target_pids)
     })?;
     let mut user_events = start_user_events(&config, &mut detector)?;
+    let mut kernel_events = if config.kernel_events.is_empty() {
+        None
+    } else {
+        Some(KernelEvents::start(&config.kernel_events, config.buffer_size_kb)?)
+    };
     if let Some(hub) = &mut user_events {
         hub.set_output(labels.clone(), config.otlp.is_some());
     }
@@ -236,7 +246,13 @@ pub async fn run(
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels),
+            Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
+            events = next_kernel_events(&mut kernel_events) => {
+                let events = events.context("reading the kernel events' ftrace buffer")?;
+                if let Some(kernel) = &mut kernel_events {
+                    kernel.emit(&events, &clock, &labels, &mut sink);
+                }
+            }
             Some(done) = tasks.join_next_with_id() => {
                 let id = done.map_or_else(|e| e.id(), |(id, ())| id);
                 let uid = slot_uids.remove(&id).expect("every session has a slot");
@@ -249,6 +265,10 @@ pub async fn run(
             }
             _ = publish.tick() => {
                 summary.detection_losses = detector.losses()?;
+                if let Some(kernel) = &kernel_events {
+                    summary.kernel_events_reader = Some(kernel.stats());
+                    summary.kernel_events = kernel.counts();
+                }
                 if let Some(reader) = &user_events {
                     summary.record_user_events_stats(reader);
                 }
@@ -276,7 +296,7 @@ pub async fn run(
     loop {
         tokio::select! {
             msg = out_rx.recv() => match msg {
-                Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels),
+                Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
                 None => break,
             },
             // Session tasks wait on the user_events reader (release) while they finish.
@@ -287,6 +307,12 @@ pub async fn run(
     }
     while tasks.join_next().await.is_some() {}
     status.clear();
+    if let Some(mut kernel) = kernel_events {
+        let events = kernel.flush().context("reading the kernel events' ftrace buffer")?;
+        kernel.emit(&events, &clock, &labels, &mut sink);
+        summary.kernel_events_reader = Some(kernel.stats());
+        summary.kernel_events = kernel.counts();
+    }
     if let Some(mut ue) = user_events {
         let lines = ue.flush(&clock);
         emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_process, &labels);
@@ -354,6 +380,13 @@ fn start_user_events(
     }
 }
 
+async fn next_kernel_events(kernel: &mut Option<KernelEvents>) -> anyhow::Result<Vec<Event>> {
+    match kernel {
+        Some(k) => k.next_batch().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn next_user_events(hub: &mut Option<user_events::Hub>, clock: &Clock) -> EventLines {
     match hub {
         Some(h) => h.next(clock).await,
@@ -365,7 +398,10 @@ async fn next_user_events(hub: &mut Option<user_events::Hub>, clock: &Clock) -> 
 /// its other work again.
 const MAX_BATCH_MESSAGES: usize = 256;
 
-/// `first`, then what the sessions have sent meanwhile, as one batch of lines.
+/// `first`, then what the sessions have sent meanwhile, as one batch of lines. `kernel`: the
+/// kernel events, which start recording a process's threads before its `session_started` line
+/// is written (a reader of the output sees them from then on).
+#[allow(clippy::too_many_arguments)] // the loop's state, each borrowed apart
 fn handle_messages(
     first: SessionMessage,
     out_rx: &mut mpsc::Receiver<SessionMessage>,
@@ -374,12 +410,21 @@ fn handle_messages(
     summary: &mut RunSummary,
     events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
+    mut kernel: Option<&mut KernelEvents>,
 ) {
     let mut batch = sink.batch();
-    handle_message(first, clock, &mut batch, summary, events_by_process, labels);
+    let mut handle = |msg: SessionMessage| {
+        if let (SessionMessage::Started { process, .. }, Some(kernel)) = (&msg, &mut kernel)
+            && let Err(e) = kernel.watch(*process)
+        {
+            log::warn!("kernel events: pid {}: {e:#}", process.pid);
+        }
+        handle_message(msg, clock, &mut batch, summary, events_by_process, labels);
+    };
+    handle(first);
     for _ in 1..MAX_BATCH_MESSAGES {
         let Ok(msg) = out_rx.try_recv() else { break };
-        handle_message(msg, clock, &mut batch, summary, events_by_process, labels);
+        handle(msg);
     }
 }
 

@@ -95,6 +95,10 @@ pub struct RunSummary {
     pub otlp: Option<ExportStats>,
     /// `--metrics-addr`: the traced processes' runtime counters (`EventCounters` events).
     pub runtime_counters: Option<RuntimeCounters>,
+    /// `--kernel-event`: the reader of the kernel events' instance, and what they wrote and
+    /// dropped.
+    pub kernel_events_reader: Option<ReaderStats>,
+    pub kernel_events: KernelEventCounts,
 }
 
 impl RunSummary {
@@ -132,6 +136,9 @@ impl RunSummary {
         }
         if let Some(otlp) = &self.otlp {
             all.extend(otlp.losses());
+        }
+        if let Some(stats) = &self.kernel_events_reader {
+            all.extend(kernel_event_losses(stats, &self.kernel_events));
         }
         if let Some(counters) = &self.runtime_counters {
             all.extend([
@@ -225,6 +232,12 @@ impl RunSummary {
         if let Some(otlp) = &self.otlp {
             eprintln!("  OTLP records sent: {}, lost: {}", otlp.exported, otlp.lost());
         }
+        if self.kernel_events_reader.is_some() {
+            eprintln!(
+                "  kernel events: {} written, {} of other processes not written",
+                self.kernel_events.written, self.kernel_events.other_process
+            );
+        }
         let losses = self.losses();
         eprintln!("  losses: {}", losses.iter().map(|l| l.count).sum::<u64>());
         for l in &losses {
@@ -264,4 +277,31 @@ pub fn detection_losses(losses: &[Loss]) -> Vec<LossCount> {
             loss("kernel", reason.name(), count)
         })
         .collect()
+}
+
+/// What the kernel events wrote and dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelEventCounts {
+    /// Records of a thread not known as one of a traced process's: mostly of other processes
+    /// (a traced process's children, the other side of a context switch), so counted apart
+    /// from the losses.
+    pub other_process: u64,
+    /// Records whose fields did not decode.
+    pub bad_fields: u64,
+    /// Threads not remembered: the table was full.
+    pub thread_table_full: u64,
+    /// Records written.
+    pub written: u64,
+}
+
+/// The losses of the kernel events: the reader's and the records of traced threads dropped,
+/// zero counts included.
+pub fn kernel_event_losses(stats: &ReaderStats, counts: &KernelEventCounts) -> Vec<LossCount> {
+    let mut all = output::ftrace_losses("kernel_events", stats);
+    let loss = |reason, count| LossCount { source: "kernel_events", reason, count };
+    all.extend([
+        loss("bad_fields", counts.bad_fields),
+        loss("thread_table_full", counts.thread_table_full),
+    ]);
+    all
 }
