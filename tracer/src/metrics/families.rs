@@ -69,6 +69,9 @@ impl Families {
         for (source, n) in &s.events_by_source {
             f.event(source, "dotnet_event", *n);
         }
+        if s.kernel_events_reader.is_some() {
+            f.event("ftrace", "ftrace", s.kernel_events.written);
+        }
         f.losses(&s.all_losses());
         let ended: u64 = s.sessions_ended.values().sum();
         f.sessions.insert("active".into(), s.sessions_started.saturating_sub(ended));
