@@ -584,6 +584,19 @@ pub struct FtraceRecord<'a> {
     pub fields: FtraceFields<'a>,
 }
 
+impl<'a> FtraceRecord<'a> {
+    /// The body of a record read from a ring buffer, with its decoded fields.
+    pub fn of(record: &'a tracer_decode::ftrace::stream::Event, fields: FtraceFields<'a>) -> Self {
+        FtraceRecord {
+            system: &record.tracepoint.system,
+            event: &record.tracepoint.name,
+            cpu: record.cpu,
+            tid: record.common.pid,
+            fields,
+        }
+    }
+}
+
 /// Body of `registration_table`.
 #[derive(Debug, Serialize)]
 pub struct RegistrationTableBody<'a> {

@@ -151,13 +151,7 @@ impl Output {
                     continue;
                 }
             };
-            let body = FtraceRecord {
-                system: &e.tracepoint.system,
-                event: &e.tracepoint.name,
-                cpu: e.cpu,
-                tid: e.common.pid,
-                fields,
-            };
+            let body = FtraceRecord::of(e, fields);
             let pid = match self.process(e.common.pid) {
                 Some(process) => Pid::Known(process),
                 None => Pid::Unknown,

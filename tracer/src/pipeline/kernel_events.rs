@@ -181,13 +181,7 @@ impl KernelEvents {
                     continue;
                 }
             }
-            let body = FtraceRecord {
-                system: &e.tracepoint.system,
-                event: &e.tracepoint.name,
-                cpu: e.cpu,
-                tid: e.common.pid,
-                fields,
-            };
+            let body = FtraceRecord::of(e, fields);
             let line =
                 Line::new(clock, e.ts, Kind::Ftrace, Source::Ftrace, Pid::Known(process), body)
                     .with_labels(labels.get(process.pid));
