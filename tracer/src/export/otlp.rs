@@ -44,7 +44,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 /// Records (lines) waiting for the exporter; a line offered to a full queue is dropped
 /// (`queue_full`).
 pub const QUEUE_CAPACITY: usize = 8192;
-/// Most records in one request.
+/// Records that make a request full: it is sent once it holds this many (the records of one
+/// batch of runtime events are not split, so a request may hold up to a batch more).
 pub const MAX_BATCH: usize = 512;
 /// Longest a line waits for its batch to fill before the batch is sent anyway.
 pub const BATCH_DELAY: Duration = Duration::from_millis(200);
