@@ -240,7 +240,9 @@ fn take_blocked_stacks(ctx: &impl StackIdContext, cfg: &SamplerConfig) -> (i32, 
     (user, stack_id(ctx, epoch, 0), epoch)
 }
 
-/// One `bpf_get_stackid` into the map of `epoch`: the id, or the negative errno, counted.
+/// One `bpf_get_stackid` into the map of `epoch`: the id, or the negative errno. The errno is
+/// counted when the stretch's record goes out (`switched`): a stretch lost before that (its
+/// switch-in unseen) is counted once, as that.
 #[inline(always)]
 fn stack_id(ctx: &impl StackIdContext, epoch: u32, flags: u64) -> i32 {
     let taken = if epoch & 1 == 0 {
@@ -250,9 +252,16 @@ fn stack_id(ctx: &impl StackIdContext, epoch: u32, flags: u64) -> i32 {
     };
     match taken {
         Ok(id) => id as i32,
-        Err(errno) => {
-            count_stack_loss(SampleKind::OffCpu, flags, errno);
-            errno
+        Err(errno) => errno,
+    }
+}
+
+/// Counts the stacks a stretch's record goes out without.
+#[inline(always)]
+fn count_missing_stacks(record: &OffCpuRecord) {
+    for (id, flags) in [(record.user_stack_id, BPF_F_USER_STACK), (record.kernel_stack_id, 0)] {
+        if id < 0 && id != NO_STACK {
+            count_stack_loss(SampleKind::OffCpu, flags, id);
         }
     }
 }
@@ -377,6 +386,7 @@ fn switched(ctx: &impl SwitchArgs) -> u32 {
     };
     match SAMPLES.reserve::<OffCpuRecord>(0) {
         Some(mut entry) => {
+            count_missing_stacks(&record);
             entry.write(record);
             entry.submit(shared::lazy_wakeup(&SAMPLES, LAZY_WAKEUP_BYTES));
         }
