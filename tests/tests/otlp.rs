@@ -2,6 +2,8 @@
 //! receiver (tests/fixtures/otlp_receiver.py, decoding with the reference protobuf bindings from
 //! PyPI `opentelemetry-proto`); the records are checked against the JSON lines field by field;
 //! then the receiver stops mid-run, tracing goes on, and every record not received is counted.
+//! `tracer run` sends a runtime's events and its threads' syscalls (`--kernel-event`) the same
+//! way.
 use std::process::Command;
 use std::time::Duration;
 
@@ -198,7 +200,13 @@ fn audit_lines_arrive_as_log_records_and_a_stopped_collector_costs_counted_recor
         all.iter().filter(|l| l.source == "otlp").map(|l| (l.reason, l.count)).collect();
     assert_eq!(
         otlp,
-        [("queue_full", 0), ("send_failed", total - got), ("rejected", 0), ("shutdown_timeout", 0)]
+        [
+            ("queue_full", 0),
+            ("send_failed", total - got),
+            ("rejected", 0),
+            ("shutdown_timeout", 0),
+            ("unencoded", 0)
+        ]
     );
 }
 
@@ -227,16 +235,18 @@ fn expected_event_attributes(line: &Value) -> Value {
     Value::Object(all.clone())
 }
 
-/// `tracer run` exporting a runtime's events: each `dotnet_event` line arrives as a record
-/// encoded with the line (no conversion from its JSON), decoded by the reference bindings:
-/// the same instant, name and body as the line, the envelope and the event's identity as
-/// attributes.
+/// `tracer run --kernel-event` exporting a runtime's events and its threads' syscalls: each
+/// `dotnet_event` line arrives as a record encoded with the line (no conversion from its JSON),
+/// decoded by the reference bindings: the same instant, name and body as the line, the envelope
+/// and the event's identity as attributes; each `ftrace` line's record carries all its fields.
 #[test]
-fn runtime_events_arrive_as_records_encoded_with_their_lines() {
+fn runtime_and_kernel_events_arrive_as_records_encoded_with_their_lines() {
     use tests::double::Dotnet10Double;
     use tests::pipeline::{run_config, start_run};
     use tests::scratch::ScratchDir;
-    const TICKS: u32 = 20;
+    const THREADS: u32 = 2;
+    const TICKS_PER_THREAD: u32 = 10;
+    const TICKS: usize = (THREADS * TICKS_PER_THREAD) as usize;
     let (mut receiver, port) = Receiver::start();
     let mut config = run_config(
         "TestDouble",
@@ -250,25 +260,30 @@ fn runtime_events_arrive_as_records_encoded_with_their_lines() {
     config.otlp = Some(OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap());
     // Only this double: other tests' runtimes are theirs to trace.
     config.target_pids = vec![pid];
+    config.kernel_events = vec!["syscalls:sys_enter_sendto".parse().unwrap()];
     let mut tracer = start_run(Duration::from_secs(60), config);
     let started = tracer.wait_for("session_started", TIMEOUT * 3, |l| {
         l["kind"] == "session_started" && l["pid"] == pid
     });
-    double.emit(TICKS).expect("emit");
-    let is_tick =
-        |r: &Value| r["event_name"] == "TestDouble/Tick" && r["attributes"]["process.pid"] == pid;
-    let mut ticks: Vec<Value> = Vec::new();
-    while ticks.len() < TICKS as usize {
-        let record = receiver.next();
-        if is_tick(&record) {
-            ticks.push(record);
-        }
+    // Writer threads that send their events and end.
+    double.threads(THREADS, TICKS_PER_THREAD).expect("threads");
+    let of_double = |r: &Value| r["attributes"]["process.pid"] == pid;
+    let is_tick = |r: &Value| r["event_name"] == "TestDouble/Tick" && of_double(r);
+    let is_sendto = |r: &Value| {
+        r["event_name"] == "ftrace"
+            && r["attributes"]["event"] == "sys_enter_sendto"
+            && of_double(r)
+    };
+    let mut records: Vec<Value> = Vec::new();
+    while records.iter().filter(|r| is_tick(r)).count() < TICKS {
+        records.push(receiver.next());
     }
     let (lines, summary) = tracer.stop();
     let tick_lines: Vec<&Value> =
         lines.iter().filter(|l| l["event"] == "Tick" && l["pid"] == pid).collect();
-    assert_eq!(tick_lines.len(), TICKS as usize);
-    for (record, line) in ticks.iter().zip(tick_lines) {
+    assert_eq!(tick_lines.len(), TICKS);
+    let ticks = records.iter().filter(|r| is_tick(r));
+    for (record, line) in ticks.zip(tick_lines) {
         let body: Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
         assert_eq!(&body, line);
         assert_eq!(record["time_unix_nano"], epoch_ns(line["ts"].as_str().unwrap()), "{line}");
@@ -284,6 +299,27 @@ fn runtime_events_arrive_as_records_encoded_with_their_lines() {
         assert!(created.abs_diff(want) < 1_000_000, "{created} vs {want}: {line}");
         assert_eq!(attributes, expected_event_attributes(line), "{line}");
         assert_eq!(attributes["session_id"], started["session_id"]);
+    }
+    // Every record was sent before `stop` returned: the receiver has the rest.
+    let sendto_lines: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["kind"] == "ftrace" && l["event"] == "sys_enter_sendto" && l["pid"] == pid)
+        .collect();
+    assert!(sendto_lines.len() >= THREADS as usize, "{} sendto lines", sendto_lines.len());
+    while records.iter().filter(|r| is_sendto(r)).count() < sendto_lines.len() {
+        records.push(receiver.next());
+    }
+    for (record, line) in records.iter().filter(|r| is_sendto(r)).zip(sendto_lines) {
+        let body: Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+        assert_eq!(&body, line);
+        assert_eq!(record["time_unix_nano"], epoch_ns(line["ts"].as_str().unwrap()), "{line}");
+        assert_eq!(
+            (&record["severity_text"], &line["fields"]["fd"].is_u64()),
+            (&json!("INFO"), &true)
+        );
+        let mut attributes = record["attributes"].clone();
+        creation_time_ns(&mut attributes);
+        assert_eq!(attributes, expected_attributes(line), "{line}");
     }
     assert_eq!(summary.otlp.map(|s| s.lost()), Some(0));
 }

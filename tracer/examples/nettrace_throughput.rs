@@ -3,14 +3,13 @@
 //! blocks replayed, re-framed so block padding stays correct) and parses it.
 //!
 //! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536]
-//!        [parse|decode|json|otlp|otlp-from-json|both]
+//!        [parse|decode|json|otlp|both]
 //! Prints MB/s for the parser alone (events counted), with every payload decoded into a fields tree (`decode`: what counters and the stopping
 //! event inspect), and
 //! with every event rendered as the `dotnet_event` line a streaming session writes (`json`:
 //! envelope, process labels, decoded event, into the batches a session hands on, each written
 //! by the pipeline's writer to nowhere); `otlp`: `json` and each line's OTLP log record encoded
-//! with it (`--otlp-endpoint`); `otlp-from-json`: `json` and each record converted from the
-//! line's JSON instead, as other lines are; `both` is `parse` and `json`.
+//! with it (`--otlp-endpoint`); `both` is `parse` and `json`.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -64,7 +63,6 @@ fn main() {
         "decode" => &[Mode::Decode],
         "json" => &[Mode::Json],
         "otlp" => &[Mode::Otlp],
-        "otlp-from-json" => &[Mode::OtlpFromJson],
         _ => &[Mode::Parse, Mode::Json],
     };
 
@@ -98,17 +96,9 @@ fn main() {
         // writes them (here to nowhere).
         let mut sink = JsonLines::writer(std::io::sink());
         let mut lines = EventLines::new(mode == Mode::Otlp);
-        let mut from_json = tracer::output::otlp::EncodedRecords::default();
         let mut emit = |lines: &mut EventLines, json_bytes: &mut usize| {
             *json_bytes += lines.lines.len_bytes();
-            let full = lines.take();
-            if mode == Mode::OtlpFromJson {
-                for line in full.lines.iter() {
-                    from_json.push_json_line(line, &clock, 0);
-                }
-                drop(std::hint::black_box(std::mem::take(&mut from_json)));
-            }
-            sink.emit_batch(&full.lines, full.records.as_ref());
+            sink.emit_batch(&lines.take().lines);
         };
         for piece in stream.chunks(chunk) {
             parser
@@ -117,7 +107,7 @@ fn main() {
                     match mode {
                         Mode::Parse => {}
                         Mode::Decode => drop(std::hint::black_box(e.decode())),
-                        Mode::Json | Mode::Otlp | Mode::OtlpFromJson => {
+                        Mode::Json | Mode::Otlp => {
                             let process = Incarnation::new(4242, Some(1_230_000_000));
                             lines.push_if(
                                 &clock,
@@ -147,7 +137,6 @@ fn main() {
                 Mode::Decode => "parse + decode payloads into trees",
                 Mode::Json => "parse + decode + dotnet_event lines",
                 Mode::Otlp => "parse + decode + lines + OTLP records encoded with them",
-                Mode::OtlpFromJson => "parse + decode + lines + OTLP records from their JSON",
             },
             mb / secs,
             events as f64 / secs / 1e6,
@@ -166,5 +155,4 @@ enum Mode {
     Decode,
     Json,
     Otlp,
-    OtlpFromJson,
 }

@@ -1,19 +1,20 @@
 //! `--otlp-endpoint URL`: every output line as an OpenTelemetry log record, sent over OTLP/HTTP
 //! (protobuf, `POST <URL>/v1/logs`) to a collector.
 //!
-//! The hot path only copies records (or a line) into a bounded queue ([`LineExport`]'s
-//! [`LineTap`] side, never waits); a task on tracer's runtime batches up to [`MAX_BATCH`]
+//! The hot path only copies records into a bounded queue ([`LineExport`]'s [`LineTap`] side,
+//! never waits); a task on tracer's runtime batches up to [`MAX_BATCH`]
 //! records (or what arrived within [`BATCH_DELAY`]) and posts them, retrying with exponential
 //! backoff. A collector that is down or slow fills the queue, and the records that do not fit
 //! are dropped: memory stays at most [`QUEUE_CAPACITY`] records plus the batch in flight, and
 //! tracing never waits for the collector. Every record not accepted is counted as a
 //! loss `("otlp", reason)` ([`ExportStats::losses`]): `queue_full`, `send_failed` (every attempt
 //! failed), `rejected` (the collector refused it: a non-retryable status or a partial success),
-//! `shutdown_timeout` (still queued or in flight when [`SHUTDOWN_TIMEOUT`] ran out at exit).
+//! `shutdown_timeout` (still queued or in flight when [`SHUTDOWN_TIMEOUT`] ran out at exit),
+//! `unencoded` (lines a session rendered without their records: none expected, every session
+//! is asked for them).
 //!
-//! What a record holds is the output schema's business (`crate::output::otlp`): runtime events
-//! arrive as records encoded with their lines; other lines arrive as JSON and are encoded here
-//! ([`EncodedRecords::push_json_line`]). The queue counts records. Resource: `service.name` =
+//! What a record holds is the output schema's business (`crate::output::otlp`): records arrive
+//! encoded with their lines. The queue counts records. Resource: `service.name` =
 //! [`SERVICE_NAME`], `service.version`, `host.name`, and `k8s.node.name` from the environment
 //! variable [`NODE_NAME_ENV`] (the DaemonSet sets it from the downward API).
 use std::sync::Arc;
@@ -41,7 +42,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-/// Records (lines) waiting for the exporter; a line offered to a full queue is dropped
+/// Records waiting for the exporter; records offered to a full queue are dropped
 /// (`queue_full`).
 pub const QUEUE_CAPACITY: usize = 8192;
 /// Records that make a request full: it is sent once it holds this many (the records of one
@@ -138,17 +139,19 @@ pub struct ExportStats {
     pub send_failed: u64,
     pub rejected: u64,
     pub shutdown_timeout: u64,
+    pub unencoded: u64,
 }
 
 impl ExportStats {
     /// Every loss the exporter counts, zero counts included.
-    pub fn losses(&self) -> [LossCount; 4] {
+    pub fn losses(&self) -> [LossCount; 5] {
         let loss = |reason, count| LossCount { source: "otlp", reason, count };
         [
             loss("queue_full", self.queue_full),
             loss("send_failed", self.send_failed),
             loss("rejected", self.rejected),
             loss("shutdown_timeout", self.shutdown_timeout),
+            loss("unencoded", self.unencoded),
         ]
     }
 
@@ -168,6 +171,7 @@ struct Counters {
     send_failed: AtomicU64,
     rejected: AtomicU64,
     shutdown_timeout: AtomicU64,
+    unencoded: AtomicU64,
 }
 
 impl Counters {
@@ -179,15 +183,14 @@ impl Counters {
             send_failed: get(&self.send_failed),
             rejected: get(&self.rejected),
             shutdown_timeout: get(&self.shutdown_timeout),
+            unencoded: get(&self.unencoded),
         }
     }
 }
 
 #[derive(Debug)]
 enum Msg {
-    /// A line to convert (not a runtime event).
-    Line(Vec<u8>),
-    /// Records encoded with their lines (runtime events).
+    /// Records encoded with their lines.
     Records(EncodedRecords),
     /// Answered once every line queued before it was sent (or given up).
     Flush(oneshot::Sender<()>),
@@ -202,31 +205,24 @@ pub struct LineExport {
     capacity: u64,
 }
 
-impl LineExport {
-    /// Queues `records` records, or counts them as `queue_full`: never waits. The writer is the
-    /// only producer, so the room checked is still there when the records are added.
-    fn queue(&self, records: u64, msg: impl FnOnce() -> Msg) {
-        let counters = &self.counters;
-        let fits = counters.waiting.load(Ordering::Relaxed) + records <= self.capacity;
+impl LineTap for LineExport {
+    /// Queues a copy of records encoded with their lines, or counts them as `queue_full`:
+    /// never waits. The writer is the only producer, so the room checked is still there when
+    /// the records are added.
+    fn offer_records(&self, records: &EncodedRecords) {
+        let (counters, n) = (&self.counters, records.count());
+        let fits = counters.waiting.load(Ordering::Relaxed) + n <= self.capacity;
         // Closed only if the exporter task is gone (it ends when the queue closes).
-        if fits && self.tx.try_send(msg()).is_ok() {
-            counters.waiting.fetch_add(records, Ordering::Relaxed);
-            counters.queued.fetch_add(records, Ordering::Relaxed);
+        if fits && self.tx.try_send(Msg::Records(records.clone())).is_ok() {
+            counters.waiting.fetch_add(n, Ordering::Relaxed);
+            counters.queued.fetch_add(n, Ordering::Relaxed);
         } else {
-            counters.queue_full.fetch_add(records, Ordering::Relaxed);
+            counters.queue_full.fetch_add(n, Ordering::Relaxed);
         }
     }
-}
 
-impl LineTap for LineExport {
-    /// Queues a copy of one line (JSON, no newline), or counts it as `queue_full`.
-    fn offer(&self, json: &[u8]) {
-        self.queue(1, || Msg::Line(json.to_vec()));
-    }
-
-    /// Queues a copy of records encoded with their lines, or counts them as `queue_full`.
-    fn offer_records(&self, records: &EncodedRecords) {
-        self.queue(records.count(), || Msg::Records(records.clone()));
+    fn count_unencoded(&self, lines: u64) {
+        self.counters.unencoded.fetch_add(lines, Ordering::Relaxed);
     }
 }
 
@@ -237,9 +233,8 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Spawns the exporter task on the current runtime; `clock` is the pipeline's (the one that
-    /// stamped `ts`).
-    pub fn start(config: &OtlpConfig, clock: Clock) -> anyhow::Result<Exporter> {
+    /// Spawns the exporter task on the current runtime.
+    pub fn start(config: &OtlpConfig) -> anyhow::Result<Exporter> {
         let (lines, rx) = queue(config.queue_capacity);
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(REQUEST_TIMEOUT));
@@ -253,7 +248,6 @@ impl Exporter {
                 ..Default::default()
             }
             .encode_to_vec(),
-            clock,
             counters: lines.counters.clone(),
             failing: false,
         };
@@ -318,8 +312,8 @@ impl PipelineExport {
         sink: &mut JsonLines,
     ) -> anyhow::Result<PipelineExport> {
         let Some(config) = config else { return Ok(PipelineExport(None)) };
-        let exporter = Exporter::start(config, clock)?;
-        sink.export_to(exporter.lines());
+        let exporter = Exporter::start(config)?;
+        sink.export_to(exporter.lines(), clock);
         Ok(PipelineExport(Some(exporter)))
     }
 
@@ -374,7 +368,6 @@ struct Sender {
     /// The `Resource` and `InstrumentationScope` messages, encoded once.
     resource: Vec<u8>,
     scope: Vec<u8>,
-    clock: Clock,
     counters: Arc<Counters>,
     /// The last batch could not be sent (log the change, not every failure).
     failing: bool,
@@ -389,22 +382,15 @@ enum Failure {
 }
 
 impl Sender {
-    /// Adds a message's records to `batch` (converting a line), or its acknowledgement to
-    /// `acks`.
+    /// Adds a message's records to `batch`, or its acknowledgement to `acks`.
     fn take(&self, msg: Msg, batch: &mut EncodedRecords, acks: &mut Vec<oneshot::Sender<()>>) {
-        let taken = match msg {
-            Msg::Line(line) => {
-                let observed = u64::try_from(crate::time::realtime_ns()).unwrap_or(0);
-                batch.push_json_line(&line, &self.clock, observed);
-                1
-            }
+        match msg {
             Msg::Records(records) => {
                 batch.append(&records);
-                records.count()
+                self.counters.waiting.fetch_sub(records.count(), Ordering::Relaxed);
             }
-            Msg::Flush(ack) => return acks.push(ack),
-        };
-        self.counters.waiting.fetch_sub(taken, Ordering::Relaxed);
+            Msg::Flush(ack) => acks.push(ack),
+        }
     }
 
     /// An `ExportLogsServiceRequest` of one resource and scope with `records`.

@@ -1,9 +1,11 @@
 //! Everything tracer writes, defined in one place. Every output line is a [`Line`]: the common
 //! envelope `{ts, mono_ns, kind, source, pid}` followed by the body of its kind ([`LineBody`]),
-//! written by [`JsonLines`] (or rendered ahead by a session task with [`Line::render`]). The
+//! written by [`JsonLines`] (or rendered ahead by a session task into a [`LineBatch`]). The
 //! envelope and the runtime events' bodies are written straight into the line's buffer (one per
-//! event: the output path's cost); the other bodies are serialized with serde. The README's
-//! "Output lines" table lists the same kinds and fields; a test below checks that they agree.
+//! event: the output path's cost); the other bodies are serialized with serde. With
+//! `--otlp-endpoint` each line is also encoded as an OTLP log record from the same typed
+//! envelope and body ([`otlp`]). The README's "Output lines" table lists the same kinds and
+//! fields; a test below checks that they agree.
 mod detection;
 pub mod otlp;
 mod writer;
@@ -17,9 +19,9 @@ use tracer_decode::json::{self, RenderedOnce, WriteJson, WrittenU64};
 use tracer_decode::nettrace::OutputEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
+use self::otlp::{EncodedRecords, RecordParts};
 pub use self::writer::{
-    Batch, JsonLines, LineBatch, LineTap, OUTPUT_FILE_MODE, RenderedLine, ReopenRequest,
-    private_file,
+    Batch, JsonLines, LineBatch, LineTap, OUTPUT_FILE_MODE, ReopenRequest, private_file,
 };
 use crate::kernel::detect::{HookMechanism, LifecycleMechanism};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};
@@ -171,16 +173,35 @@ impl ProcessLabels {
     }
 }
 
-/// The fields a line's kind adds after the envelope.
+/// The fields a line's kind adds after the envelope, as JSON members and as the attributes of
+/// the line's OTLP log record (`otlp`).
 pub trait LineBody {
     /// Appends them as members of the line's object, each after a comma; `mono_ns` is where
     /// the envelope's `mono_ns` is in `out`, for a body that repeats it.
     fn write_json_members(&self, out: &mut Vec<u8>, mono_ns: &WrittenU64);
+
+    /// Appends them as `LogRecord.attributes`, in the same order, under the same names
+    /// ([`otlp::attribute_name`]), `null`s left out.
+    fn write_otlp_attributes(&self, record: &mut Vec<u8>);
+
+    /// Appends the record's severity and `EventName`: those of the line's `kind`
+    /// ([`otlp::write_kind_naming`]), unless the body has its own (a runtime event).
+    fn write_otlp_naming(&self, kind: Kind, record: &mut Vec<u8>) {
+        otlp::write_kind_naming(kind, record);
+    }
 }
 
 impl<B: LineBody> LineBody for &B {
     fn write_json_members(&self, out: &mut Vec<u8>, mono_ns: &WrittenU64) {
         (**self).write_json_members(out, mono_ns);
+    }
+
+    fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
+        (**self).write_otlp_attributes(record);
+    }
+
+    fn write_otlp_naming(&self, kind: Kind, record: &mut Vec<u8>) {
+        (**self).write_otlp_naming(kind, record);
     }
 }
 
@@ -191,6 +212,14 @@ impl LineBody for OutputEvent<'_> {
         // A streaming session's line takes its `mono_ns` from the event's `timestamp`: the
         // digits are copied when the two are equal.
         OutputEvent::write_json_members(self, out, Some(mono_ns));
+    }
+
+    fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
+        otlp::write_event_attributes(self, record);
+    }
+
+    fn write_otlp_naming(&self, _: Kind, record: &mut Vec<u8>) {
+        otlp::write_event_naming(self, record);
     }
 }
 
@@ -208,21 +237,41 @@ impl LineBody for FtraceRecord<'_> {
         out.extend_from_slice(br#","fields":"#);
         self.fields.write_json(out);
     }
+
+    fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
+        otlp::write_ftrace_attributes(self, record);
+    }
 }
 
-/// Bodies written by serde_json: lines that are few (lifecycle, detections, summaries).
+/// Detections: their fields are JSON values already.
+impl LineBody for FieldMap {
+    fn write_json_members(&self, out: &mut Vec<u8>, _: &WrittenU64) {
+        write_serde_members(self, out);
+    }
+
+    fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
+        for (name, value) in &self.0 {
+            otlp::write_json_attribute(record, name, value);
+        }
+    }
+}
+
+/// Bodies written by serde_json: lines that are few (lifecycle, summaries).
 macro_rules! serde_line_bodies {
     ($($body:ty),* $(,)?) => {$(
         impl LineBody for $body {
             fn write_json_members(&self, out: &mut Vec<u8>, _: &WrittenU64) {
                 write_serde_members(self, out);
             }
+
+            fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
+                otlp::write_serde_attributes(self, record);
+            }
         }
     )*};
 }
 
 serde_line_bodies!(
-    FieldMap,
     RegistrationTableBody<'_>,
     SessionStarted<'_>,
     SessionEnded<'_>,
@@ -260,12 +309,6 @@ impl<B: LineBody> Line<B> {
 
     pub fn kind(&self) -> Kind {
         self.kind
-    }
-
-    /// The line as JSON, without its newline, for a writer elsewhere (session tasks render
-    /// their events so the pipeline only writes bytes).
-    pub fn render(&self) -> RenderedLine {
-        RenderedLine::of(self)
     }
 
     /// Appends the line's JSON object (no newline).
@@ -356,7 +399,17 @@ impl LineIdentity {
 
     /// The envelope members after `mono_ns` as OTLP log record attributes (`output::otlp`).
     pub fn otlp_attributes(&self, clock: &Clock) -> &[u8] {
-        self.otlp.get_or_init(|| otlp::identity_attributes(self, clock))
+        self.otlp.get_or_init(|| {
+            let labels = self.labels.as_deref();
+            otlp::identity_attributes(
+                self.kind,
+                self.source,
+                self.pid,
+                labels,
+                self.session_id,
+                clock,
+            )
+        })
     }
 
     /// Whether this renders the envelope of these (the very same labels, not equal ones: the
@@ -393,14 +446,32 @@ pub struct IdentifiedLine<'a, B> {
     body: B,
 }
 
-/// A whole line written as JSON (no newline): a [`Line`], or an [`IdentifiedLine`].
+/// A whole line: a [`Line`], or an [`IdentifiedLine`].
 pub trait WriteLine {
+    /// Appends the line as JSON (no newline).
     fn write_json(&self, out: &mut Vec<u8>);
+
+    /// Appends the line's OTLP log record; `json` is the line as written.
+    fn push_otlp_record(&self, json: &[u8], clock: &Clock, records: &mut EncodedRecords);
 }
 
 impl<B: LineBody> WriteLine for Line<B> {
     fn write_json(&self, out: &mut Vec<u8>) {
         Line::write_json(self, out);
+    }
+
+    fn push_otlp_record(&self, json: &[u8], clock: &Clock, records: &mut EncodedRecords) {
+        let labels = self.labels.as_deref();
+        let identity =
+            otlp::identity_attributes(self.kind, self.source, self.pid, labels, None, clock);
+        let parts = RecordParts {
+            wall_ns: self.wall_ns,
+            mono_ns: self.mono_ns,
+            kind: self.kind,
+            identity: &identity,
+            json,
+        };
+        records.push_line(&parts, &self.body, realtime_unix_ns());
     }
 }
 
@@ -411,6 +482,22 @@ impl<B: LineBody> WriteLine for IdentifiedLine<'_, B> {
         self.body.write_json_members(out, &mono_ns);
         out.push(b'}');
     }
+
+    fn push_otlp_record(&self, json: &[u8], clock: &Clock, records: &mut EncodedRecords) {
+        let parts = RecordParts {
+            wall_ns: self.wall_ns,
+            mono_ns: self.mono_ns,
+            kind: self.identity.kind,
+            identity: self.identity.otlp_attributes(clock),
+            json,
+        };
+        records.push_line(&parts, &self.body, realtime_unix_ns());
+    }
+}
+
+/// Now, for a record's `ObservedTimestamp`.
+fn realtime_unix_ns() -> u64 {
+    u64::try_from(crate::time::realtime_ns()).unwrap_or(0)
 }
 
 /// A diagnostic IPC session id, written in hex like the runtime's tools print it.

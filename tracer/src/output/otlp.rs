@@ -1,6 +1,8 @@
 //! The OTLP log record of a line (`--otlp-endpoint`): the other form of the line schema this
 //! module owns, encoded here as protobuf (`opentelemetry.proto.logs.v1.LogRecord`) and sent by
-//! `crate::export::otlp`.
+//! `crate::export::otlp`. Every record is encoded from the line's typed envelope and body as
+//! the line is rendered ([`LineBody::write_otlp_attributes`]): the export path never parses a
+//! line back.
 //!
 //! A record: `Timestamp` = the line's `mono_ns` in wall-clock time (the instant of `ts`),
 //! `ObservedTimestamp` = when the record was encoded, severity from the EventPipe level of a
@@ -8,23 +10,24 @@
 //! `kind`; the body is the JSON line itself. Attributes, under OpenTelemetry's names where it
 //! has one ([`attribute_name`]: `pid` as `process.pid`, `process_start_ns` as
 //! `process.creation.time` in ISO-8601, `container_id` as `container.id`, `pod_uid` as
-//! `k8s.pod.uid`; `null` left out):
+//! `k8s.pod.uid`; `null` left out), in the line's order:
 //! * of a runtime event (`dotnet_event`, the line written by the thousand): the envelope
-//!   (`mono_ns`, `kind`, `source`, the process and its labels, `session_id`) and the event's
-//!   identity (`provider`, `event`, `id`, `version`, `level`, `keywords`, `thread`,
-//!   `sequence`), encoded from the decoded event as its line is rendered ([`EventRecord`]; the
-//!   envelope's attributes once per session). Its payload (`fields`), stack and activity ids
-//!   are in the body only: a collector that wants them as attributes parses the body (the
-//!   Collector's `transform` processor: `ParseJSON(body)`). Copying every payload field into
-//!   attributes, through a parse of the line, cost more than everything else tracer did for it.
-//! * of every other line (detections, session lifecycle, summaries: a few per process): every
-//!   field but `ts`, objects and arrays as OTLP maps and arrays, from the line's JSON
-//!   ([`EncodedRecords::push_json_line`]).
+//!   (`mono_ns`, `kind`, `source`, the process and its labels, `session_id`; encoded once per
+//!   session) and the event's identity (`provider`, `event`, `id`, `version`, `level`,
+//!   `keywords`, `thread`, `sequence`). Its payload (`fields`), stack and activity ids are in
+//!   the body only: a collector that wants them as attributes parses the body (the Collector's
+//!   `transform` processor: `ParseJSON(body)`). Copying every payload field into attributes
+//!   cost more than everything else tracer did for the event.
+//! * of every other line (detections, session lifecycle, `ftrace` records and `run
+//!   --kernel-event` lines, summaries): every field but `ts`, objects and arrays as OTLP maps
+//!   and arrays.
 use prost::encoding::{encode_varint, encoded_len_varint};
-use serde_json::{Map, Value as Json};
+use serde::Serialize;
+use serde_json::Value as Json;
+use tracer_decode::ftrace::record::FieldValue;
 use tracer_decode::nettrace::OutputEvent;
 
-use super::{Incarnation, Kind, LineIdentity, Pid};
+use super::{FtraceRecord, Incarnation, Kind, LineBody, Pid, ProcessLabels};
 use crate::time::{Clock, format_iso8601};
 
 /// Protobuf wire types.
@@ -151,20 +154,27 @@ fn creation_time(clock: &Clock, boot_ns: u64) -> String {
     format_iso8601(clock.wall_of_boottime_ns(boot_ns))
 }
 
-/// The envelope attributes after `mono_ns` that every record of one [`LineIdentity`] repeats
-/// (encoded once per identity).
-pub(super) fn identity_attributes(identity: &LineIdentity, clock: &Clock) -> Vec<u8> {
+/// The envelope attributes after `mono_ns`: `kind`, `source`, the process, its labels and a
+/// `dotnet_event`'s `session_id` (encoded once per [`super::LineIdentity`]).
+pub(super) fn identity_attributes(
+    kind: Kind,
+    source: super::Source,
+    pid: Pid,
+    labels: Option<&ProcessLabels>,
+    session_id: Option<u64>,
+    clock: &Clock,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    attribute(&mut out, "kind", Scalar::Str(identity.kind.name().as_bytes()));
-    attribute(&mut out, "source", Scalar::Str(identity.source.name().as_bytes()));
-    if let Pid::Known(Incarnation { pid, start_ns }) = identity.pid {
+    attribute(&mut out, "kind", Scalar::Str(kind.name().as_bytes()));
+    attribute(&mut out, "source", Scalar::Str(source.name().as_bytes()));
+    if let Pid::Known(Incarnation { pid, start_ns }) = pid {
         int_attribute(&mut out, "process.pid", pid.into());
         if let Some(boot_ns) = start_ns {
             let time = creation_time(clock, boot_ns);
             attribute(&mut out, "process.creation.time", Scalar::Str(time.as_bytes()));
         }
     }
-    if let Some(labels) = &identity.labels {
+    if let Some(labels) = labels {
         let known = [
             ("cgroup", &labels.cgroup),
             ("container.id", &labels.container_id),
@@ -176,10 +186,22 @@ pub(super) fn identity_attributes(identity: &LineIdentity, clock: &Clock) -> Vec
             }
         }
     }
-    if let Some(id) = identity.session_id {
+    if let Some(id) = session_id {
         attribute(&mut out, "session_id", Scalar::Str(format!("{id:#x}").as_bytes()));
     }
     out
+}
+
+/// What a line's record is made of besides its body's fields.
+pub(super) struct RecordParts<'a> {
+    /// The line's `ts`, in nanoseconds since the epoch.
+    pub wall_ns: i128,
+    pub mono_ns: u64,
+    pub kind: Kind,
+    /// The envelope's attributes after `mono_ns` ([`identity_attributes`]).
+    pub identity: &'a [u8],
+    /// The line's JSON, without its newline.
+    pub json: &'a [u8],
 }
 
 /// Log records encoded one after another, each as a `ScopeLogs.log_records` field: the records
@@ -210,51 +232,32 @@ impl EncodedRecords {
         self.count += other.count;
     }
 
-    /// Appends a record whose fields are in `record`.
-    fn push_record(&mut self, record: &[u8]) {
-        len_field(&mut self.bytes, SCOPE_LOG_RECORDS, record);
+    /// Appends the record of a line (see the module documentation), observed at
+    /// `observed_unix_nano`.
+    pub(super) fn push_line(
+        &mut self,
+        parts: &RecordParts<'_>,
+        body: &impl LineBody,
+        observed_unix_nano: u64,
+    ) {
+        let start = self.bytes.len();
+        let record = &mut self.bytes;
+        fixed64(record, RECORD_TIME, u64::try_from(parts.wall_ns).unwrap_or(0));
+        fixed64(record, RECORD_OBSERVED_TIME, observed_unix_nano);
+        body.write_otlp_naming(parts.kind, record);
+        key(record, RECORD_BODY, LEN);
+        encode_varint(len_field_len(parts.json.len()) as u64, record);
+        len_field(record, STRING_VALUE, parts.json);
+        int_attribute(record, "mono_ns", parts.mono_ns);
+        record.extend_from_slice(parts.identity);
+        body.write_otlp_attributes(record);
+        // The record was written in place: its field key and length go in front of it.
+        let mut prefix = Vec::with_capacity(6);
+        key(&mut prefix, SCOPE_LOG_RECORDS, LEN);
+        encode_varint((record.len() - start) as u64, &mut prefix);
+        record.extend_from_slice(&prefix);
+        record[start..].rotate_right(prefix.len());
         self.count += 1;
-    }
-
-    /// Appends the record of one JSON line of tracer's (a line that is not a runtime event: see
-    /// the module documentation); `json` not from tracer's writer is sent as its body alone.
-    pub fn push_json_line(&mut self, json: &[u8], clock: &Clock, observed_unix_nano: u64) {
-        let mut record = Vec::with_capacity(json.len() * 2 + 64);
-        let Ok(fields) = serde_json::from_slice::<Map<String, Json>>(json) else {
-            fixed64(&mut record, RECORD_OBSERVED_TIME, observed_unix_nano);
-            body(&mut record, json);
-            return self.push_record(&record);
-        };
-        let str_field = |k: &str| fields.get(k).and_then(Json::as_str).unwrap_or_default();
-        let kind = str_field("kind");
-        let time = fields.get("mono_ns").and_then(Json::as_u64).map(|mono| clock.wall_ns(mono));
-        fixed64(&mut record, RECORD_TIME, time.map_or(0, |t| u64::try_from(t).unwrap_or(0)));
-        fixed64(&mut record, RECORD_OBSERVED_TIME, observed_unix_nano);
-        let level = fields.get("level").and_then(Json::as_u64);
-        severity_fields(&mut record, severity(kind, level));
-        body(&mut record, json);
-        for (name, value) in fields.iter().filter(|(name, _)| *name != "ts") {
-            match (name.as_str(), value.as_u64()) {
-                ("process_start_ns", Some(boot_ns)) => {
-                    let time = creation_time(clock, boot_ns);
-                    attribute(&mut record, "process.creation.time", Scalar::Str(time.as_bytes()));
-                }
-                _ => {
-                    if let Some(any) = any_value(value) {
-                        let mut kv = Vec::with_capacity(name.len() + any.len() + 8);
-                        len_field(&mut kv, KEY, attribute_name(name).as_bytes());
-                        len_field(&mut kv, VALUE, &any);
-                        len_field(&mut record, RECORD_ATTRIBUTES, &kv);
-                    }
-                }
-            }
-        }
-        let event_name = match kind {
-            "dotnet_event" => format!("{}/{}", str_field("provider"), str_field("event")),
-            other => other.to_owned(),
-        };
-        len_field(&mut record, RECORD_EVENT_NAME, event_name.as_bytes());
-        self.push_record(&record);
     }
 }
 
@@ -267,13 +270,6 @@ fn severity_fields(out: &mut Vec<u8>, (number, text): (i32, &str)) {
     key(out, RECORD_SEVERITY_NUMBER, VARINT);
     encode_varint(number as u64, out);
     len_field(out, RECORD_SEVERITY_TEXT, text.as_bytes());
-}
-
-/// The body: the JSON line as a string `AnyValue`.
-fn body(out: &mut Vec<u8>, json: &[u8]) {
-    key(out, RECORD_BODY, LEN);
-    encode_varint(len_field_len(json.len()) as u64, out);
-    len_field(out, STRING_VALUE, json);
 }
 
 /// The encoded `AnyValue` of a JSON value; `null` is left out, integers beyond i64 go as
@@ -317,70 +313,133 @@ fn any_value(v: &Json) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The record of a runtime event whose line was just rendered (see the module documentation).
-pub struct EventRecord<'a> {
-    pub mono_ns: u64,
-    /// The line's envelope attributes after `mono_ns` ([`LineIdentity::otlp_attributes`]).
-    pub identity: &'a [u8],
-    pub event: &'a OutputEvent<'a>,
-    /// The line's JSON, without its newline.
-    pub json: &'a [u8],
+/// Severity and `EventName` of a line named by its kind.
+pub fn write_kind_naming(kind: Kind, record: &mut Vec<u8>) {
+    severity_fields(record, severity(kind.name(), None));
+    len_field(record, RECORD_EVENT_NAME, kind.name().as_bytes());
 }
 
-impl EventRecord<'_> {
-    /// Appends the record to `records`, its fields first assembled in `scratch`.
-    pub fn encode(
-        &self,
-        clock: &Clock,
-        observed_unix_nano: u64,
-        scratch: &mut Vec<u8>,
-        records: &mut EncodedRecords,
-    ) {
-        let (meta, context) = (self.event.metadata, &self.event.context);
-        let record = scratch;
-        record.clear();
-        let time = u64::try_from(clock.wall_ns(self.mono_ns)).unwrap_or(0);
-        fixed64(record, RECORD_TIME, time);
-        fixed64(record, RECORD_OBSERVED_TIME, observed_unix_nano);
-        severity_fields(record, severity(Kind::DotnetEvent.name(), Some(meta.level.into())));
-        body(record, self.json);
-        int_attribute(record, "mono_ns", self.mono_ns);
-        record.extend_from_slice(self.identity);
-        let event = meta.display_name();
-        attribute(record, "provider", Scalar::Str(meta.provider.as_bytes()));
-        attribute(record, "event", Scalar::Str(event.as_bytes()));
-        int_attribute(record, "id", meta.event_id.into());
-        if let Some(version) = meta.version {
-            int_attribute(record, "version", version.into());
+/// Severity (from its level) and `EventName` (`provider/event`) of a runtime event's record.
+pub fn write_event_naming(event: &OutputEvent<'_>, record: &mut Vec<u8>) {
+    let meta = event.metadata;
+    severity_fields(record, severity(Kind::DotnetEvent.name(), Some(meta.level.into())));
+    let name = meta.display_name();
+    key(record, RECORD_EVENT_NAME, LEN);
+    encode_varint((meta.provider.len() + 1 + name.len()) as u64, record);
+    record.extend_from_slice(meta.provider.as_bytes());
+    record.push(b'/');
+    record.extend_from_slice(name.as_bytes());
+}
+
+/// A runtime event's identity as attributes (its payload stays in the body).
+pub fn write_event_attributes(event: &OutputEvent<'_>, record: &mut Vec<u8>) {
+    let (meta, context) = (event.metadata, &event.context);
+    attribute(record, "provider", Scalar::Str(meta.provider.as_bytes()));
+    attribute(record, "event", Scalar::Str(meta.display_name().as_bytes()));
+    int_attribute(record, "id", meta.event_id.into());
+    if let Some(version) = meta.version {
+        int_attribute(record, "version", version.into());
+    }
+    int_attribute(record, "level", meta.level.into());
+    let keywords = format!("{:#x}", meta.keywords);
+    attribute(record, "keywords", Scalar::Str(keywords.as_bytes()));
+    int_attribute(record, "thread", context.thread);
+    if let Some(sequence) = context.sequence {
+        int_attribute(record, "sequence", sequence.into());
+    }
+}
+
+/// An ftrace record's names, CPU, thread and fields (a map, in format order).
+pub fn write_ftrace_attributes(ftrace: &FtraceRecord<'_>, record: &mut Vec<u8>) {
+    attribute(record, "system", Scalar::Str(ftrace.system.as_bytes()));
+    attribute(record, "event", Scalar::Str(ftrace.event.as_bytes()));
+    int_attribute(record, "cpu", ftrace.cpu.into());
+    attribute(record, "tid", Scalar::Int(ftrace.tid.into()));
+    let mut list = Vec::new();
+    for (name, value) in &ftrace.fields.0 {
+        let any = field_value(value);
+        let mut kv = Vec::with_capacity(name.len() + any.len() + 8);
+        len_field(&mut kv, KEY, name.as_bytes());
+        len_field(&mut kv, VALUE, &any);
+        len_field(&mut list, VALUES, &kv);
+    }
+    let mut any = Vec::with_capacity(list.len() + 4);
+    len_field(&mut any, KVLIST_VALUE, &list);
+    keyed_attribute(record, "fields", &any);
+}
+
+/// The encoded `AnyValue` of an ftrace field: as its JSON is (bytes as a hex string).
+fn field_value(value: &FieldValue) -> Vec<u8> {
+    let mut out = Vec::new();
+    match value {
+        FieldValue::Signed(i) => Scalar::Int(*i).encode(&mut out),
+        FieldValue::Unsigned(u) => match i64::try_from(*u) {
+            Ok(i) => Scalar::Int(i).encode(&mut out),
+            Err(_) => Scalar::Str(u.to_string().as_bytes()).encode(&mut out),
+        },
+        FieldValue::Str(s) => Scalar::Str(s.as_bytes()).encode(&mut out),
+        FieldValue::Bytes(bytes) => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            Scalar::Str(hex.as_bytes()).encode(&mut out);
         }
-        int_attribute(record, "level", meta.level.into());
-        let keywords = format!("{:#x}", meta.keywords);
-        attribute(record, "keywords", Scalar::Str(keywords.as_bytes()));
-        int_attribute(record, "thread", context.thread);
-        if let Some(sequence) = context.sequence {
-            int_attribute(record, "sequence", sequence.into());
+        FieldValue::Array(items) => {
+            let mut array = Vec::new();
+            for item in items {
+                len_field(&mut array, VALUES, &field_value(item));
+            }
+            len_field(&mut out, ARRAY_VALUE, &array);
         }
-        key(record, RECORD_EVENT_NAME, LEN);
-        encode_varint((meta.provider.len() + 1 + event.len()) as u64, record);
-        record.extend_from_slice(meta.provider.as_bytes());
-        record.push(b'/');
-        record.extend_from_slice(event.as_bytes());
-        records.push_record(record);
+    }
+    out
+}
+
+/// Appends one attribute whose `AnyValue` is encoded already.
+fn keyed_attribute(record: &mut Vec<u8>, name: &str, any: &[u8]) {
+    let mut kv = Vec::with_capacity(name.len() + any.len() + 8);
+    len_field(&mut kv, KEY, attribute_name(name).as_bytes());
+    len_field(&mut kv, VALUE, any);
+    len_field(record, RECORD_ATTRIBUTES, &kv);
+}
+
+/// Appends a JSON member as an attribute (`null`: left out).
+pub fn write_json_attribute(record: &mut Vec<u8>, name: &str, value: &Json) {
+    if let Some(any) = any_value(value) {
+        keyed_attribute(record, name, &any);
+    }
+}
+
+/// Appends a serde body's members as attributes: its JSON value, never its text.
+pub fn write_serde_attributes(body: &impl Serialize, record: &mut Vec<u8>) {
+    // Serializing into a value fails only for maps with non-string keys, which no body has.
+    let value = serde_json::to_value(body).expect("line bodies serialize to JSON");
+    debug_assert!(value.is_object(), "a body is an object");
+    if let Json::Object(members) = value {
+        for (name, value) in &members {
+            write_json_attribute(record, name, value);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
     use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, KeyValueList};
     use opentelemetry_proto::tonic::logs::v1::{LogRecord, ScopeLogs};
     use prost::Message as _;
+    use serde_json::{Map, json};
+    use tracer_common::EventKind;
     use tracer_decode::nettrace::EventContext;
     use tracer_decode::nettrace::metadata::EventMetadata;
     use tracer_decode::nettrace::runtime_events::RUNTIME_PROVIDER;
+    use tracer_decode::ordered::OrderedMap;
 
     use super::*;
-    use crate::output::{LineBatch, ProcessLabels, Source};
+    use crate::output::{
+        FieldMap, Line, LineBatch, LineIdentity, LossCount, SessionFailed, Source, WriteLine,
+        summary_line,
+    };
 
     const CLOCK_OFFSET: i128 = 1_800_000_000_000_000_000;
 
@@ -391,14 +450,16 @@ mod tests {
         records_of_a_scope.log_records
     }
 
-    fn log_record(line: &[u8], clock: &Clock, observed: u64) -> LogRecord {
-        let mut records = EncodedRecords::default();
-        records.push_json_line(line, clock, observed);
-        decoded(&records).remove(0)
-    }
-
     fn string(s: &str) -> AnyValue {
         AnyValue { value: Some(Value::StringValue(s.into())) }
+    }
+
+    fn kv(key: &str, value: Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..Default::default()
+        }
     }
 
     fn attrs(record: &LogRecord) -> Vec<(&str, &Value)> {
@@ -409,63 +470,115 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_dotnet_event_becomes_a_record_with_its_time_severity_name_and_fields() {
-        let line = br#"{"ts":"x","mono_ns":5,"kind":"dotnet_event","source":"nettrace","pid":42,"container_id":"c1","pod_uid":"p1","provider":"Microsoft-Windows-DotNETRuntime","event":"GCStart","level":4,"fields":{"Count":3,"Reason":"AllocSmall","Ok":true,"Ratio":0.5,"List":[1,null]}}"#;
-        let record = log_record(line, &Clock::with_offset(CLOCK_OFFSET), 7);
-        assert_eq!(record.time_unix_nano, 1_800_000_000_000_000_005);
-        assert_eq!(record.observed_time_unix_nano, 7);
-        assert_eq!((record.severity_number, record.severity_text.as_str()), (9, "Informational"));
-        assert_eq!(record.event_name, "Microsoft-Windows-DotNETRuntime/GCStart");
-        assert_eq!(record.body, Some(string(std::str::from_utf8(line).unwrap())));
-        let s = |v: &str| Value::StringValue(v.into());
-        let kv = |k: &str, v: Value| KeyValue {
-            key: k.into(),
-            value: Some(AnyValue { value: Some(v) }),
-            ..Default::default()
-        };
-        assert_eq!(
-            attrs(&record),
-            vec![
-                ("mono_ns", &Value::IntValue(5)),
-                ("kind", &s("dotnet_event")),
-                ("source", &s("nettrace")),
-                ("process.pid", &Value::IntValue(42)),
-                ("container.id", &s("c1")),
-                ("k8s.pod.uid", &s("p1")),
-                ("provider", &s("Microsoft-Windows-DotNETRuntime")),
-                ("event", &s("GCStart")),
-                ("level", &Value::IntValue(4)),
-                (
-                    "fields",
-                    &Value::KvlistValue(KeyValueList {
-                        values: vec![
-                            kv("Count", Value::IntValue(3)),
-                            kv("Reason", s("AllocSmall")),
-                            kv("Ok", Value::BoolValue(true)),
-                            kv("Ratio", Value::DoubleValue(0.5)),
-                            kv(
-                                "List",
-                                Value::ArrayValue(ArrayValue {
-                                    values: vec![
-                                        AnyValue { value: Some(Value::IntValue(1)) },
-                                        AnyValue { value: None }
-                                    ]
-                                })
-                            ),
-                        ]
+    /// The `AnyValue` of a JSON value as the module documentation describes it.
+    fn any_of_json(value: &Json) -> Option<AnyValue> {
+        let value = match value {
+            Json::Null => return None,
+            Json::Bool(b) => Value::BoolValue(*b),
+            Json::Number(n) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => Value::IntValue(i),
+                (None, Some(f)) if !n.is_u64() => Value::DoubleValue(f),
+                _ => Value::StringValue(n.to_string()),
+            },
+            Json::String(s) => Value::StringValue(s.clone()),
+            Json::Array(items) => Value::ArrayValue(ArrayValue {
+                values: items
+                    .iter()
+                    .map(|item| any_of_json(item).unwrap_or(AnyValue { value: None }))
+                    .collect(),
+            }),
+            Json::Object(members) => Value::KvlistValue(KeyValueList {
+                values: members
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        Some(KeyValue {
+                            key: k.clone(),
+                            value: any_of_json(v),
+                            ..Default::default()
+                        })
+                        .filter(|kv| kv.value.is_some())
                     })
-                ),
-            ]
-        );
+                    .collect(),
+            }),
+        };
+        Some(AnyValue { value: Some(value) })
+    }
+
+    /// The record a written line says it has: every member but `ts` as an attribute, read back
+    /// from the line's JSON. The reference the typed encoders are checked against.
+    fn record_of_json(line: &[u8], clock: &Clock, observed: u64) -> LogRecord {
+        let members: Map<String, Json> = serde_json::from_slice(line).unwrap();
+        let text = |k: &str| members[k].as_str().unwrap();
+        let kind = text("kind");
+        let (severity_number, severity_text) =
+            severity(kind, members.get("level").and_then(Json::as_u64));
+        let attributes = members
+            .iter()
+            .filter(|(name, _)| *name != "ts")
+            .filter_map(|(name, value)| match (name.as_str(), value.as_u64()) {
+                ("process_start_ns", Some(boot_ns)) => Some(kv(
+                    "process.creation.time",
+                    Value::StringValue(creation_time(clock, boot_ns)),
+                )),
+                _ => any_of_json(value).map(|any| KeyValue {
+                    key: attribute_name(name).into(),
+                    value: Some(any),
+                    ..Default::default()
+                }),
+            })
+            .collect();
+        let mono_ns = members["mono_ns"].as_u64().unwrap();
+        LogRecord {
+            time_unix_nano: clock.wall_ns(mono_ns) as u64,
+            observed_time_unix_nano: observed,
+            severity_number,
+            severity_text: severity_text.into(),
+            body: Some(string(std::str::from_utf8(line).unwrap())),
+            attributes,
+            event_name: match kind {
+                "dotnet_event" => format!("{}/{}", text("provider"), text("event")),
+                other => other.into(),
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A line's JSON and its record, encoded as the writer encodes it.
+    fn written(line: &impl WriteLine, clock: &Clock) -> (Vec<u8>, LogRecord) {
+        let mut json = Vec::new();
+        line.write_json(&mut json);
+        let mut records = EncodedRecords::default();
+        line.push_otlp_record(&json, clock, &mut records);
+        (json, decoded(&records).remove(0))
+    }
+
+    /// Checks that `line`'s record is the one its JSON says; returns it.
+    fn agrees_with_its_json(line: &impl WriteLine, clock: &Clock) -> LogRecord {
+        let (json, record) = written(line, clock);
+        let expected = record_of_json(&json, clock, record.observed_time_unix_nano);
+        assert_eq!(record, expected, "{}", String::from_utf8_lossy(&json));
+        record
+    }
+
+    fn labels() -> Arc<ProcessLabels> {
+        Arc::new(ProcessLabels {
+            cgroup: Some("/kubepods/pod1/c1".into()),
+            container_id: Some("c1".into()),
+            pod_uid: Some("p1".into()),
+            ..ProcessLabels::default()
+        })
     }
 
     #[test]
-    fn other_lines_are_named_by_kind_and_leave_out_nulls() {
-        let line = br#"{"ts":"x","mono_ns":1,"kind":"session_failed","source":"tracer","pid":null,"big":18446744073709551615}"#;
-        let record = log_record(line, &Clock::with_offset(0), 0);
+    fn the_reference_names_by_kind_and_leaves_out_nulls() {
+        let line = br#"{"ts":"x","mono_ns":1,"kind":"session_failed","source":"tracer","pid":null,"big":18446744073709551615,"ok":true,"ratio":0.5,"list":[1,null],"map":{"a":"b","n":null}}"#;
+        let record = record_of_json(line, &Clock::with_offset(0), 0);
         assert_eq!(record.event_name, "session_failed");
         assert_eq!((record.severity_number, record.severity_text.as_str()), (13, "WARN"));
+        let list = ArrayValue {
+            values: vec![AnyValue { value: Some(Value::IntValue(1)) }, AnyValue { value: None }],
+        };
+        let map = KeyValueList { values: vec![kv("a", Value::StringValue("b".into()))] };
         assert_eq!(
             attrs(&record),
             vec![
@@ -473,30 +586,84 @@ mod tests {
                 ("kind", &Value::StringValue("session_failed".into())),
                 ("source", &Value::StringValue("tracer".into())),
                 ("big", &Value::StringValue("18446744073709551615".into())),
+                ("ok", &Value::BoolValue(true)),
+                ("ratio", &Value::DoubleValue(0.5)),
+                ("list", &Value::ArrayValue(list)),
+                ("map", &Value::KvlistValue(map)),
             ]
         );
     }
 
+    /// Detections, lifecycle lines, summaries and ftrace records: each record, encoded from
+    /// the typed line, is the one its JSON says.
     #[test]
-    fn eventpipe_levels_map_to_otlp_severities() {
-        let levels: Vec<_> = (0..=6).map(|l| severity("dotnet_event", Some(l))).collect();
+    fn every_other_lines_record_is_the_one_its_json_says() {
+        let clock = Clock::with_offset(CLOCK_OFFSET);
+        let started = Pid::Known(Incarnation::new(42, Some(2_000_000_000)));
+        let mut detection = FieldMap::default();
+        detection
+            .push("tid", 43)
+            .push("name", Json::Null)
+            .push("name_error", "EFAULT")
+            .push("flags", json!(["MFD_CLOEXEC", "MFD_EXEC"]))
+            .push("user_events_data", json!({"fd": 3, "path": null}))
+            .push("arg", u64::MAX)
+            .push("ok", true);
+        let detection = Line::new(
+            &clock,
+            5,
+            Kind::Detection(EventKind::MemfdCreate),
+            Source::Kernel,
+            started,
+            detection,
+        )
+        .with_labels(Some(labels()));
+        let record = agrees_with_its_json(&detection, &clock);
         assert_eq!(
-            levels,
+            (record.event_name.as_str(), record.severity_text.as_str()),
+            ("memfd_create", "INFO")
+        );
+        assert_eq!(record.time_unix_nano, 1_800_000_000_000_000_005);
+
+        let failed = SessionFailed { refused: true, error: "owner mismatch" };
+        let failed =
+            Line::new(&clock, 6, Kind::SessionFailed, Source::Tracer, Pid::Unknown, failed);
+        let record = agrees_with_its_json(&failed, &clock);
+        assert_eq!((record.event_name.as_str(), record.severity_number), ("session_failed", 13));
+
+        let losses = [LossCount { source: "otlp", reason: "queue_full", count: 3 }];
+        agrees_with_its_json(
+            &summary_line(&clock, "run", 7, &losses).with_unnamed_events(2),
+            &clock,
+        );
+
+        let fields = OrderedMap(vec![
+            ("prev_comm", FieldValue::Str("dotnet".into())),
+            ("prev_pid", FieldValue::Signed(-1)),
+            ("flags", FieldValue::Unsigned(u64::MAX)),
+            ("raw", FieldValue::Bytes(vec![0xde, 0xad])),
+            ("args", FieldValue::Array(vec![FieldValue::Unsigned(1), FieldValue::Signed(-2)])),
+        ]);
+        let ftrace =
+            FtraceRecord { system: "sched", event: "sched_switch", cpu: 1, tid: 44, fields };
+        let ftrace = Line::new(&clock, 8, Kind::Ftrace, Source::Ftrace, started, ftrace)
+            .with_labels(Some(labels()));
+        let record = agrees_with_its_json(&ftrace, &clock);
+        let creation = format_iso8601(CLOCK_OFFSET + 2_000_000_000);
+        assert_eq!(
+            attrs(&record)[..5],
             [
-                (9, "LogAlways"),
-                (21, "Critical"),
-                (17, "Error"),
-                (13, "Warning"),
-                (9, "Informational"),
-                (5, "Verbose"),
-                (5, "Verbose"),
+                ("mono_ns", &Value::IntValue(8)),
+                ("kind", &Value::StringValue("ftrace".into())),
+                ("source", &Value::StringValue("ftrace".into())),
+                ("process.pid", &Value::IntValue(42)),
+                ("process.creation.time", &Value::StringValue(creation)),
             ]
         );
-        assert_eq!(severity("process_exit", None), (9, "INFO"));
     }
 
-    /// A runtime event of a labelled process, its line rendered as a session renders it, and
-    /// its record encoded with the line.
+    /// A runtime event of a labelled process, its line and record rendered into a batch as a
+    /// session renders them.
     fn runtime_event_record(level: u8) -> (Vec<u8>, LogRecord) {
         let clock = Clock::with_offset(CLOCK_OFFSET);
         let mut meta = EventMetadata::native(RUNTIME_PROVIDER, 1);
@@ -513,38 +680,18 @@ mod tests {
                 ..EventContext::default()
             },
         };
-        let labels = ProcessLabels {
-            cgroup: Some("/kubepods/pod1/c1".into()),
-            container_id: Some("c1".into()),
-            pod_uid: Some("p1".into()),
-            ..ProcessLabels::default()
-        };
         let pid = Pid::Known(Incarnation::new(42, Some(2_000_000_000)));
-        let identity = LineIdentity::new(
-            Kind::DotnetEvent,
-            Source::Nettrace,
-            pid,
-            Some(std::sync::Arc::new(labels)),
-            Some(0x42),
-        );
-        let mut batch = LineBatch::with_capacity(4096);
-        assert!(batch.push_if(&identity.line(&clock, 5, event), |_| true));
-        let (mut records, mut scratch) = (EncodedRecords::default(), Vec::new());
-        let record = EventRecord {
-            mono_ns: 5,
-            identity: identity.otlp_attributes(&clock),
-            event: &event,
-            json: batch.last_line(),
-        };
-        record.encode(&clock, 7, &mut scratch, &mut records);
-        (batch.last_line().to_vec(), decoded(&records).remove(0))
+        let identity =
+            LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, pid, Some(labels()), Some(0x42));
+        let mut batch = LineBatch::with_capacity(4096, true);
+        assert!(batch.push_if(&identity.line(&clock, 5, event), &clock, |_| true));
+        (batch.last_line().to_vec(), decoded(batch.records().unwrap()).remove(0))
     }
 
     #[test]
     fn a_runtime_events_record_is_encoded_from_the_decoded_event() {
         let (line, record) = runtime_event_record(4);
         assert_eq!(record.time_unix_nano, 1_800_000_000_000_000_005);
-        assert_eq!(record.observed_time_unix_nano, 7);
         assert_eq!((record.severity_number, record.severity_text.as_str()), (9, "Informational"));
         assert_eq!(record.event_name, "Microsoft-Windows-DotNETRuntime/GCStart");
         assert_eq!(record.body, Some(string(std::str::from_utf8(&line).unwrap())));
@@ -576,40 +723,46 @@ mod tests {
         assert_eq!((verbose.severity_number, verbose.severity_text.as_str()), (5, "Verbose"));
     }
 
-    /// The record encoded with a runtime event's line says what the line says: each of its
-    /// attributes is the one the line's JSON converts to, and only the event's payload and
-    /// the like (members that are objects or arrays) are left to the body.
+    /// The record encoded with a runtime event's line says what the line says, but for the
+    /// event's payload and the like (members that are objects or arrays), left to the body.
     #[test]
     fn a_runtime_events_record_agrees_with_its_line() {
         let (line, record) = runtime_event_record(4);
-        let from_json = log_record(&line, &Clock::with_offset(CLOCK_OFFSET), 7);
-        assert_eq!(
-            (record.time_unix_nano, record.severity_number, &record.event_name, &record.body),
-            (
-                from_json.time_unix_nano,
-                from_json.severity_number,
-                &from_json.event_name,
-                &from_json.body
-            )
-        );
-        let json_attrs = attrs(&from_json);
-        for attribute in attrs(&record) {
-            assert!(json_attrs.contains(&attribute), "{attribute:?} not in {json_attrs:?}");
-        }
-        let left_to_the_body: Vec<&str> = json_attrs
-            .iter()
+        let clock = Clock::with_offset(CLOCK_OFFSET);
+        let from_json = record_of_json(&line, &clock, record.observed_time_unix_nano);
+        let left_to_the_body: Vec<String> = attrs(&from_json)
+            .into_iter()
             .filter(|a| !attrs(&record).contains(a))
-            .map(|(key, _)| *key)
+            .map(|(key, _)| key.to_owned())
             .collect();
-        let line: serde_json::Value = serde_json::from_slice(&line).unwrap();
-        for key in &left_to_the_body {
-            assert!(!line[key].is_null(), "{key} is in the body");
-        }
         assert!(
             left_to_the_body
                 .iter()
-                .all(|k| ["timestamp", "fields", "decode_error", "raw_payload"].contains(k)),
+                .all(|k| ["timestamp", "fields", "decode_error", "raw_payload"]
+                    .contains(&k.as_str())),
             "{left_to_the_body:?}"
         );
+        let only_in_the_body = |a: &KeyValue| left_to_the_body.contains(&a.key);
+        let mut expected = from_json;
+        expected.attributes.retain(|a| !only_in_the_body(a));
+        assert_eq!(record, expected);
+    }
+
+    #[test]
+    fn eventpipe_levels_map_to_otlp_severities() {
+        let levels: Vec<_> = (0..=6).map(|l| severity("dotnet_event", Some(l))).collect();
+        assert_eq!(
+            levels,
+            [
+                (9, "LogAlways"),
+                (21, "Critical"),
+                (17, "Error"),
+                (13, "Warning"),
+                (9, "Informational"),
+                (5, "Verbose"),
+                (5, "Verbose"),
+            ]
+        );
+        assert_eq!(severity("process_exit", None), (9, "INFO"));
     }
 }

@@ -20,6 +20,7 @@ use anyhow::Context as _;
 
 use super::otlp::EncodedRecords;
 use super::{Line, LineBody, WriteLine};
+use crate::time::Clock;
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
 pub const OUTPUT_FILE_MODE: u32 = 0o600;
@@ -40,16 +41,23 @@ pub struct JsonLines {
     unflushed: u64,
     /// Inside a [`Batch`]: lines are flushed when it ends, not one by one.
     batching: bool,
-    /// `--otlp-endpoint`: every line is also offered to the exporter (never waits).
-    export: Option<Box<dyn LineTap>>,
+    /// `--otlp-endpoint`: every line's record is also offered to the exporter (never waits).
+    export: Option<Export>,
 }
 
-/// Another consumer of every written line (the OTLP exporter's queue): offered each line as it
-/// is written — its JSON without the newline, or the OTLP records of a batch of runtime events
-/// encoded with their lines. It must not wait: the writer is on the pipeline's path.
+/// Another consumer of every written line (the OTLP exporter's queue): offered the OTLP log
+/// records of the lines as they are written. It must not wait: the writer is on the pipeline's
+/// path.
 pub trait LineTap: Send {
-    fn offer(&self, json: &[u8]);
     fn offer_records(&self, records: &EncodedRecords);
+    /// Counts lines that came without their records (a batch rendered without them).
+    fn count_unencoded(&self, lines: u64);
+}
+
+/// Where [`JsonLines`] sends records, and the clock their lines were stamped with.
+struct Export {
+    tap: Box<dyn LineTap>,
+    clock: Clock,
 }
 
 /// Set (by the SIGHUP handler) to make the writer reopen its file before the next line.
@@ -66,44 +74,37 @@ impl ReopenRequest {
     }
 }
 
-/// A line serialized ahead of writing, newline included.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RenderedLine(Vec<u8>);
-
-impl RenderedLine {
-    pub(super) fn of(line: &Line<impl LineBody>) -> RenderedLine {
-        let mut bytes = Vec::with_capacity(512);
-        line.write_json(&mut bytes);
-        bytes.push(b'\n');
-        RenderedLine(bytes)
-    }
-
-    /// The JSON text, without the newline.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0[..self.0.len() - 1]
-    }
-}
-
 /// Lines rendered one after another into one buffer, each with its newline: written with one
 /// copy, not one allocation and one write per line (a session's runtime events, handed to the
-/// pipeline together).
+/// pipeline together). With `--otlp-endpoint`, each line's OTLP log record is encoded as the
+/// line is rendered, so the exporter never reads the lines back.
 #[derive(Debug, Default)]
 pub struct LineBatch {
     bytes: Vec<u8>,
     lines: u64,
-    /// Where the last line kept starts.
-    last_start: usize,
+    /// The lines' records, when asked for.
+    records: Option<EncodedRecords>,
 }
 
 impl LineBatch {
-    /// An empty batch with room for `bytes` of lines.
-    pub fn with_capacity(bytes: usize) -> LineBatch {
-        LineBatch { bytes: Vec::with_capacity(bytes), lines: 0, last_start: 0 }
+    /// An empty batch with room for `bytes` of lines; `otlp_records`: with the lines' records.
+    pub fn with_capacity(bytes: usize, otlp_records: bool) -> LineBatch {
+        LineBatch {
+            bytes: Vec::with_capacity(bytes),
+            lines: 0,
+            records: otlp_records.then(EncodedRecords::default),
+        }
     }
 
-    /// Renders `line` at the end, unless `keep` (told the bytes it takes, newline included)
-    /// refuses it: then the batch is left as it was. Returns whether the line was kept.
-    pub fn push_if(&mut self, line: &impl WriteLine, keep: impl FnOnce(usize) -> bool) -> bool {
+    /// Renders `line` at the end (and its record, when the batch has them; `clock` stamped
+    /// the line), unless `keep` (told the bytes it takes, newline included) refuses it: then
+    /// the batch is left as it was. Returns whether the line was kept.
+    pub fn push_if(
+        &mut self,
+        line: &impl WriteLine,
+        clock: &Clock,
+        keep: impl FnOnce(usize) -> bool,
+    ) -> bool {
         let start = self.bytes.len();
         line.write_json(&mut self.bytes);
         self.bytes.push(b'\n');
@@ -112,13 +113,26 @@ impl LineBatch {
             return false;
         }
         self.lines += 1;
-        self.last_start = start;
+        if let Some(records) = &mut self.records {
+            line.push_otlp_record(&self.bytes[start..self.bytes.len() - 1], clock, records);
+        }
         true
     }
 
+    /// Whether the lines' records are encoded with them.
+    pub fn has_records(&self) -> bool {
+        self.records.is_some()
+    }
+
+    #[cfg(test)]
+    pub fn records(&self) -> Option<&EncodedRecords> {
+        self.records.as_ref()
+    }
+
     /// The JSON text of the last line kept, without its newline (empty when none was).
+    #[cfg(test)]
     pub fn last_line(&self) -> &[u8] {
-        self.bytes.get(self.last_start..self.bytes.len().saturating_sub(1)).unwrap_or_default()
+        self.iter().last().unwrap_or_default()
     }
 
     pub fn lines(&self) -> u64 {
@@ -135,6 +149,7 @@ impl LineBatch {
     }
 
     /// Each line's JSON text, without its newline (JSON text holds no raw newline).
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.bytes.split_inclusive(|&b| b == b'\n').map(|line| &line[..line.len() - 1])
     }
@@ -182,24 +197,24 @@ impl JsonLines {
 
     /// Writes one line (or counts it as unwritten once the output has failed).
     pub fn emit<B: LineBody>(&mut self, line: &Line<B>) {
-        self.emit_rendered(&line.render());
-    }
-
-    pub fn emit_rendered(&mut self, line: &RenderedLine) {
-        if let Some(export) = &self.export {
-            export.offer(line.as_bytes());
+        let mut bytes = Vec::with_capacity(512);
+        line.write_json(&mut bytes);
+        if let Some(Export { tap, clock }) = &self.export {
+            let mut record = EncodedRecords::default();
+            line.push_otlp_record(&bytes, clock, &mut record);
+            tap.offer_records(&record);
         }
-        self.write_lines(&line.0, 1);
+        bytes.push(b'\n');
+        self.write_lines(&bytes, 1);
     }
 
     /// Writes a batch's lines with one copy (or counts them unwritten once the output has
-    /// failed). `records`: the lines' OTLP log records, encoded as they were rendered (runtime
-    /// events), which the exporter then takes instead of the lines.
-    pub fn emit_batch(&mut self, batch: &LineBatch, records: Option<&EncodedRecords>) {
+    /// failed), and offers the exporter their records.
+    pub fn emit_batch(&mut self, batch: &LineBatch) {
         if let Some(export) = &self.export {
-            match records {
-                Some(records) if records.count() == batch.lines => export.offer_records(records),
-                _ => batch.iter().for_each(|line| export.offer(line)),
+            match &batch.records {
+                Some(records) => export.tap.offer_records(records),
+                None => export.tap.count_unencoded(batch.lines),
             }
         }
         self.write_lines(&batch.bytes, batch.lines);
@@ -246,9 +261,10 @@ impl JsonLines {
         self.unflushed = 0;
     }
 
-    /// From now on every line is also offered to `export` (`--otlp-endpoint`).
-    pub fn export_to(&mut self, export: impl LineTap + 'static) {
-        self.export = Some(Box::new(export));
+    /// From now on every line's record is also offered to `tap` (`--otlp-endpoint`); `clock`
+    /// is the one the pipeline stamps its lines with.
+    pub fn export_to(&mut self, tap: impl LineTap + 'static, clock: Clock) {
+        self.export = Some(Export { tap: Box::new(tap), clock });
     }
 
     /// Lets go of the exporter's queue, so that it can finish.
@@ -364,49 +380,57 @@ mod tests {
         )
     }
 
-    fn line(mono_ns: u64) -> RenderedLine {
-        summary(&Clock::with_offset(0), mono_ns).render()
+    /// The bytes written of the summary line stamped `mono_ns`, newline included.
+    fn line(mono_ns: u64) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        summary(&Clock::with_offset(0), mono_ns).write_json(&mut bytes);
+        bytes.push(b'\n');
+        bytes
+    }
+
+    fn emit(sink: &mut JsonLines, mono_ns: u64) {
+        sink.emit(&summary(&Clock::with_offset(0), mono_ns));
     }
 
     #[test]
     fn a_batch_leaves_in_one_write_and_single_lines_at_once() {
         let writes = Writes::default();
         let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
-        sink.emit_rendered(&line(1));
+        emit(&mut sink, 1);
         assert_eq!(writes.writes.lock().unwrap().len(), 1, "a line outside a batch is written");
         {
             let mut batch = sink.batch();
             for mono_ns in 2..=4 {
-                batch.emit_rendered(&line(mono_ns));
+                emit(&mut batch, mono_ns);
             }
             assert_eq!(writes.writes.lock().unwrap().len(), 1, "held until the batch ends");
         }
         let writes = writes.writes.lock().unwrap();
-        let want: Vec<u8> = (2..=4).flat_map(|n| line(n).0).collect();
-        assert_eq!(*writes, [line(1).0, want]);
+        let want: Vec<u8> = (2..=4).flat_map(line).collect();
+        assert_eq!(*writes, [line(1), want]);
     }
 
     #[test]
     fn a_line_batch_leaves_in_one_write_and_a_refused_line_leaves_no_trace() {
         let clock = Clock::with_offset(0);
         let summary = |mono_ns| summary(&clock, mono_ns);
-        let mut batch = LineBatch::with_capacity(0);
-        assert!(batch.push_if(&summary(1), |_| true));
+        let mut batch = LineBatch::with_capacity(0, false);
+        assert!(batch.push_if(&summary(1), &clock, |_| true));
         let mut offered = 0;
-        assert!(!batch.push_if(&summary(2), |len| {
+        assert!(!batch.push_if(&summary(2), &clock, |len| {
             offered = len;
             false
         }));
-        assert!(batch.push_if(&summary(3), |_| true));
-        assert_eq!(offered, line(2).0.len(), "the refused line's bytes, newline included");
-        assert_eq!((batch.lines(), batch.len_bytes()), (2, line(1).0.len() + line(3).0.len()));
-        assert_eq!(batch.iter().collect::<Vec<_>>(), [line(1).as_bytes(), line(3).as_bytes()]);
+        assert!(batch.push_if(&summary(3), &clock, |_| true));
+        assert_eq!(offered, line(2).len(), "the refused line's bytes, newline included");
+        assert_eq!((batch.lines(), batch.len_bytes()), (2, line(1).len() + line(3).len()));
+        assert_eq!(batch.last_line(), &line(3)[..line(3).len() - 1]);
         let writes = Writes::default();
         let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
-        sink.emit_batch(&batch, None);
-        assert_eq!(*writes.writes.lock().unwrap(), [[line(1).0, line(3).0].concat()]);
+        sink.emit_batch(&batch);
+        assert_eq!(*writes.writes.lock().unwrap(), [[line(1), line(3)].concat()]);
         writes.fail.store(true, Ordering::Relaxed);
-        sink.emit_batch(&batch, None);
+        sink.emit_batch(&batch);
         assert_eq!(sink.unwritten(), 2, "each line of the failed batch");
     }
 
@@ -414,15 +438,15 @@ mod tests {
     fn a_failed_batch_counts_its_lines_unwritten() {
         let writes = Writes::default();
         let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
-        sink.emit_rendered(&line(1));
+        emit(&mut sink, 1);
         writes.fail.store(true, Ordering::Relaxed);
         {
             let mut batch = sink.batch();
-            batch.emit_rendered(&line(2));
-            batch.emit_rendered(&line(3));
+            emit(&mut batch, 2);
+            emit(&mut batch, 3);
         }
         assert_eq!(sink.failure().map(io::Error::kind), Some(io::ErrorKind::BrokenPipe));
-        sink.emit_rendered(&line(4));
+        emit(&mut sink, 4);
         assert_eq!(sink.unwritten(), 3);
         assert_eq!(writes.writes.lock().unwrap().len(), 1);
     }

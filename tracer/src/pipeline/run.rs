@@ -438,7 +438,7 @@ fn emit_events(
     events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
 ) {
-    let EventLines { lines, records, runs, unnamed, counters, .. } = events;
+    let EventLines { lines, runs, unnamed, counters, .. } = events;
     *summary.events_by_source.entry(source).or_default() += lines.lines();
     for run in runs {
         *events_by_process.entry(run.process).or_default() += run.lines;
@@ -449,7 +449,7 @@ fn emit_events(
     }
     summary.unnamed_events += unnamed;
     if !lines.is_empty() {
-        sink.emit_batch(&lines, records.as_ref());
+        sink.emit_batch(&lines);
     }
     if let Some(runtime_counters) = &mut summary.runtime_counters {
         for (process, sample) in counters {

@@ -21,7 +21,6 @@ use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
-use crate::output::otlp::{EncodedRecords, EventRecord};
 use crate::output::{
     Incarnation, Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source,
 };
@@ -177,12 +176,8 @@ impl EndReason {
 /// stream (cut at [`EVENT_LINES_BATCH_BYTES`]), the user_events hub one per batch of records.
 #[derive(Debug, Default)]
 pub struct EventLines {
+    /// The lines (with `--otlp-endpoint`, and their OTLP log records).
     pub lines: LineBatch,
-    /// With `--otlp-endpoint`: the lines' OTLP log records, encoded as each line is rendered
-    /// (`output::otlp`), so the exporter does not read the lines back.
-    pub records: Option<EncodedRecords>,
-    /// Where a record is assembled before it joins `records`.
-    record_scratch: Vec<u8>,
     /// Lines per process and provider: one entry per run of lines of the same pair (a batch has
     /// few runs; a new entry per change keeps each line O(1)).
     pub runs: Vec<ProviderLines>,
@@ -222,8 +217,7 @@ impl EventLines {
     /// `otlp_records`: also encode each line's OTLP log record.
     pub fn new(otlp_records: bool) -> EventLines {
         EventLines {
-            lines: LineBatch::with_capacity(EVENT_LINES_BATCH_BYTES + 4096),
-            records: otlp_records.then(EncodedRecords::default),
+            lines: LineBatch::with_capacity(EVENT_LINES_BATCH_BYTES + 4096, otlp_records),
             ..EventLines::default()
         }
     }
@@ -232,7 +226,7 @@ impl EventLines {
     /// and keeps the rendered envelope of its process for the lines that follow.
     pub fn take(&mut self) -> EventLines {
         let identity = self.identity.take();
-        let full = std::mem::replace(self, EventLines::new(self.records.is_some()));
+        let full = std::mem::replace(self, EventLines::new(self.lines.has_records()));
         self.identity = identity;
         full
     }
@@ -258,18 +252,8 @@ impl EventLines {
             Some(identity) if identity.is_of(kind, source, pid, labels, session) => identity,
             slot => slot.insert(LineIdentity::new(kind, source, pid, labels.cloned(), session)),
         };
-        if !self.lines.push_if(&identity.line(clock, mono_ns, event), keep) {
+        if !self.lines.push_if(&identity.line(clock, mono_ns, event), clock, keep) {
             return false;
-        }
-        if let Some(records) = &mut self.records {
-            let record = EventRecord {
-                mono_ns,
-                identity: identity.otlp_attributes(clock),
-                event: &event,
-                json: self.lines.last_line(),
-            };
-            let observed = u64::try_from(crate::time::realtime_ns()).unwrap_or(0);
-            record.encode(clock, observed, &mut self.record_scratch, records);
         }
         match self.runs.last_mut() {
             Some(run) if run.process == process && run.provider == meta.provider => run.lines += 1,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::output::WriteLine as _;
 
 /// A configuration for `endpoint` without the node and host names `OtlpConfig::new` reads
 /// from this machine.
@@ -6,36 +7,47 @@ fn unlabelled(endpoint: &str, queue_capacity: usize) -> OtlpConfig {
     OtlpConfig { endpoint: endpoint.into(), node_name: None, host_name: None, queue_capacity }
 }
 
+/// `n` records (of a summary line).
+fn records(n: usize) -> EncodedRecords {
+    let clock = Clock::with_offset(0);
+    let line = crate::output::summary_line(&clock, "run", 0, &[]);
+    let mut records = EncodedRecords::default();
+    (0..n).for_each(|_| line.push_otlp_record(b"{}", &clock, &mut records));
+    records
+}
+
 #[test]
 fn a_full_queue_drops_and_counts_without_waiting() {
     let (lines, _rx) = queue(2);
     for _ in 0..5 {
-        lines.offer(b"{}");
+        lines.offer_records(&records(1));
     }
     assert_eq!(lines.counters.queued.load(Ordering::Relaxed), 2);
     assert_eq!(lines.counters.stats(), ExportStats { queue_full: 3, ..Default::default() });
 }
 
-/// Records encoded with their lines count against the queue's capacity one by one: a batch
-/// that does not fit is dropped whole, and counted record by record.
+/// Records count against the queue's capacity one by one: a batch that does not fit is
+/// dropped whole, and counted record by record.
 #[test]
 fn records_take_queue_room_by_the_record() {
-    let clock = Clock::with_offset(0);
-    let records = |n: usize| {
-        let mut r = EncodedRecords::default();
-        (0..n).for_each(|_| r.push_json_line(br#"{"mono_ns":1,"kind":"process_exit"}"#, &clock, 0));
-        r
-    };
     let (lines, _rx) = queue(5);
     lines.offer_records(&records(3));
     lines.offer_records(&records(3));
-    lines.offer(b"{}");
     lines.offer_records(&records(1));
-    lines.offer(b"{}");
+    lines.offer_records(&records(1));
+    lines.offer_records(&records(1));
     let counters = &lines.counters;
     assert_eq!(counters.queued.load(Ordering::Relaxed), 5);
     assert_eq!(counters.waiting.load(Ordering::Relaxed), 5);
     assert_eq!(counters.stats(), ExportStats { queue_full: 4, ..Default::default() });
+}
+
+#[test]
+fn lines_without_their_records_are_counted_lost() {
+    let (lines, _rx) = queue(5);
+    lines.count_unencoded(2);
+    assert_eq!(lines.counters.stats(), ExportStats { unencoded: 2, ..Default::default() });
+    assert_eq!(lines.counters.stats().lost(), 2);
 }
 
 #[test]
@@ -61,11 +73,11 @@ fn an_unreachable_collector_costs_counted_records_not_the_pipeline() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let config = unlabelled(&format!("http://127.0.0.1:{port}"), 4);
     let stats = runtime.block_on(async {
-        let exporter = Exporter::start(&config, Clock::with_offset(0)).unwrap();
+        let exporter = Exporter::start(&config).unwrap();
         let lines = exporter.lines();
         // Offering never waits: the queue takes 4 (the task may already have taken some out).
         for _ in 0..3 {
-            lines.offer(br#"{"mono_ns":1,"kind":"process_exit"}"#);
+            lines.offer_records(&records(1));
         }
         exporter.flush(Instant::now() + SHUTDOWN_TIMEOUT).await;
         drop(lines);
@@ -81,10 +93,10 @@ fn a_collector_that_never_answers_costs_at_most_the_shutdown_deadline() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let config = unlabelled(&format!("http://{}", silent.local_addr().unwrap()), 4);
     let stats = runtime.block_on(async {
-        let exporter = Exporter::start(&config, Clock::with_offset(0)).unwrap();
+        let exporter = Exporter::start(&config).unwrap();
         let lines = exporter.lines();
         for _ in 0..3 {
-            lines.offer(br#"{"mono_ns":1,"kind":"process_exit"}"#);
+            lines.offer_records(&records(1));
         }
         drop(lines);
         // Far below REQUEST_TIMEOUT: the batch is still waiting for an answer.
