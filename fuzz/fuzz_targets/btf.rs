@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tracer_decode::btf::Btf;
+use tracer_decode::btf::{Btf, KIND_FUNC, KIND_TYPEDEF};
 
 /// The lookups tracer makes (tracer/src/kernel/btf.rs).
 const MEMBERS: [(&str, &str); 8] = [
@@ -24,5 +24,8 @@ fuzz_target!(|data: &[u8]| {
     }
     for tracepoint in ["sched_process_exit", "task_newtask"] {
         let _ = btf.tracepoint_args(tracepoint);
+    }
+    for (name, kind) in [("btf_trace_sched_switch", KIND_TYPEDEF), ("bpf_iter_task", KIND_FUNC)] {
+        let _ = btf.type_id(name, kind);
     }
 });

@@ -31,10 +31,12 @@ const KIND_ARRAY: u32 = 3;
 pub const KIND_STRUCT: u32 = 4;
 pub const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
+pub const KIND_FWD: u32 = 7;
 pub const KIND_TYPEDEF: u32 = 8;
 const KIND_VOLATILE: u32 = 9;
 pub const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
+pub const KIND_FUNC: u32 = 12;
 pub const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -317,6 +319,14 @@ impl<'a> Btf<'a> {
         proto.vlen.checked_sub(1).ok_or_else(not_function)
     }
 
+    /// The id of the first type of `kind` named `name`: what a BTF-typed program attaches to
+    /// (a `FUNC` for a trampoline or an iterator, the `btf_trace_*` `TYPEDEF` of a tracepoint).
+    pub fn type_id(&self, name: &str, kind: u32) -> Option<u32> {
+        (1..=self.type_starts.len() as u32).find(|&id| {
+            self.record(id).is_some_and(|r| r.kind == kind && self.has_name(r.name_off, name))
+        })
+    }
+
     /// Byte offset of `member` in `struct structure`, also when the member sits in an
     /// anonymous struct or union inside it (as `dentry.d_name` does on recent kernels).
     pub fn member_offset(&self, structure: &str, member: &str) -> Result<u32, BtfError> {
@@ -334,6 +344,57 @@ impl<'a> Btf<'a> {
         }
         Ok((bits / 8) as u32)
     }
+}
+
+/// A type a stand-in holds at its id ([`stand_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StandInType<'a> {
+    pub id: u32,
+    pub name: &'a str,
+    /// [`KIND_FUNC`] or [`KIND_TYPEDEF`]: kinds whose record is the fixed part alone.
+    pub kind: u32,
+}
+
+/// BTF with `types` at their ids and an unnamed forward declaration at every other id below
+/// the highest: for a loader that only looks a type's id up by name and kind (a BTF-typed
+/// program's load), at 12 bytes a type instead of the whole kernel's types and names. Types
+/// of other kinds, and ids 0 or repeated, are left out.
+pub fn stand_in(types: &[StandInType<'_>]) -> Vec<u8> {
+    let mut wanted: Vec<StandInType<'_>> = types
+        .iter()
+        .copied()
+        .filter(|t| t.id != 0 && matches!(t.kind, KIND_FUNC | KIND_TYPEDEF))
+        .collect();
+    wanted.sort_by_key(|t| t.id);
+    wanted.dedup_by_key(|t| t.id);
+    let last = wanted.last().map_or(0, |t| t.id);
+    let mut strings = vec![0u8];
+    let mut type_section = Vec::with_capacity(last as usize * TYPE_LEN);
+    let mut next = wanted.iter().peekable();
+    for id in 1..=last {
+        let (name_off, kind) = match next.next_if(|t| t.id == id) {
+            Some(t) => {
+                let off = strings.len() as u32;
+                strings.extend(t.name.as_bytes());
+                strings.push(0);
+                (off, t.kind)
+            }
+            None => (0, KIND_FWD),
+        };
+        for word in [name_off, kind << 24, 0] {
+            type_section.extend(word.to_le_bytes());
+        }
+    }
+    let mut out = Vec::with_capacity(HEADER_LEN + type_section.len() + strings.len());
+    out.extend(BTF_MAGIC.to_le_bytes());
+    out.extend([1, 0]);
+    for word in [HEADER_LEN as u32, 0, type_section.len() as u32, type_section.len() as u32] {
+        out.extend(word.to_le_bytes());
+    }
+    out.extend((strings.len() as u32).to_le_bytes());
+    out.extend(type_section);
+    out.extend(strings);
+    out
 }
 
 /// Writes BTF, type by type: inputs for the unit tests and the fuzz seeds.
@@ -583,5 +644,46 @@ mod tests {
         let (found, work) = crate::work::measure(|| btf.member_offset("qstr", "name"));
         let no_member = BtfError::NoMember { structure: "qstr".into(), member: "name".into() };
         assert_eq!((data.len(), found, work), (512, Err(no_member), 689));
+    }
+
+    #[test]
+    fn types_are_found_by_name_and_kind() {
+        let mut b = Builder::new();
+        b.push("int", KIND_INT, false, 4, &[32]); // 1
+        b.push("f", KIND_STRUCT, false, 0, &[]); // 2
+        b.push("f", KIND_FUNC, false, 0, &[]); // 3
+        b.push("btf_trace_x", KIND_TYPEDEF, false, 1, &[]); // 4
+        b.push("f", KIND_FUNC, false, 0, &[]); // 5
+        let data = b.bytes();
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(btf.type_id("f", KIND_FUNC), Some(3));
+        assert_eq!(btf.type_id("f", KIND_STRUCT), Some(2));
+        assert_eq!(btf.type_id("btf_trace_x", KIND_TYPEDEF), Some(4));
+        assert_eq!(btf.type_id("f", KIND_TYPEDEF), None);
+        assert_eq!(btf.type_id("btf_trace_", KIND_TYPEDEF), None);
+    }
+
+    #[test]
+    fn a_stand_in_holds_its_types_at_their_ids_and_nothing_else() {
+        let t = |id, name, kind| StandInType { id, name, kind };
+        let data = stand_in(&[
+            t(5, "g", KIND_FUNC),
+            t(2, "btf_trace_y", KIND_TYPEDEF),
+            t(0, "void", KIND_FUNC),
+            t(5, "h", KIND_FUNC),
+            t(9, "s", KIND_STRUCT),
+        ]);
+        assert_eq!(data.len(), HEADER_LEN + 5 * TYPE_LEN + "\0btf_trace_y\0g\0".len());
+        let btf = Btf::parse(&data).unwrap();
+        assert_eq!(btf.type_starts.len(), 5);
+        assert_eq!(btf.type_id("g", KIND_FUNC), Some(5));
+        assert_eq!(btf.type_id("btf_trace_y", KIND_TYPEDEF), Some(2));
+        assert_eq!((btf.type_id("h", KIND_FUNC), btf.type_id("s", KIND_STRUCT)), (None, None));
+        for id in [1, 3, 4] {
+            let record = btf.record(id).unwrap();
+            assert_eq!((record.kind, record.name_off, record.size_or_type), (KIND_FWD, 0, 0));
+        }
+        let empty = stand_in(&[]);
+        assert_eq!(Btf::parse(&empty).unwrap().type_starts.len(), 0);
     }
 }

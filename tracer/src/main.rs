@@ -6,6 +6,7 @@ use tracer::cli::Cli;
 use tracer_decode::text::escape_control;
 
 fn main() -> ExitCode {
+    tracer::kernel::return_freed_memory();
     let cli = Cli::parse();
     // On a terminal, `tracer run` keeps a live status on the current stderr line: a log line
     // clears it first so it stands alone (the status is redrawn on its next tick).

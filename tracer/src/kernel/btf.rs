@@ -2,10 +2,11 @@
 //! follow to name the file an `mmap` maps (docs/protocol/bpf-detection.md §7), where the
 //! trampoline programs find syscall arguments (§8), what the task iterator walks (§9) and what
 //! the BTF-typed lifecycle programs read (§10) and where every event's process start is (§11);
-//! and what the sampling programs read (docs/protocol/profiling.md).
+//! what the sampling programs read (docs/protocol/profiling.md); and the type ids BTF-typed
+//! programs are loaded against ([`attach_btf`]).
 use anyhow::Context as _;
 use tracer_common::{Config, SYSCALL_ARG_OFFSETS};
-use tracer_decode::btf::{Btf, BtfError};
+use tracer_decode::btf::{Btf, BtfError, KIND_FUNC, KIND_TYPEDEF, StandInType, stand_in};
 
 /// Where the running kernel describes its own types (`CONFIG_DEBUG_INFO_BTF`).
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -44,13 +45,16 @@ const LIFECYCLE_TRACEPOINT_ARGS: [(&str, usize); 4] = [
 /// The `struct pt_regs` members holding syscall arguments 0..6 (the x86-64 syscall ABI).
 const SYSCALL_ARG_REGISTERS: [&str; 6] = ["di", "si", "dx", "r10", "r8", "r9"];
 
+fn read_vmlinux_btf() -> anyhow::Result<Vec<u8>> {
+    std::fs::read(VMLINUX_BTF).with_context(|| {
+        format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
+    })
+}
+
 /// Reads kernel BTF once for every offset the programs need. A group's error says which file,
 /// struct or member is missing.
 pub fn kernel_offsets() -> KernelOffsets {
-    let read = std::fs::read(VMLINUX_BTF).with_context(|| {
-        format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
-    });
-    match read.and_then(|data| groups(&data)) {
+    match read_vmlinux_btf().and_then(|data| groups(&data)) {
         Ok(offsets) => offsets,
         Err(e) => {
             let why = Err(format!("{e:#}"));
@@ -84,10 +88,7 @@ const SCHED_SWITCH_ARGS: usize = 4;
 
 /// Reads kernel BTF for the sampling programs' offsets; each error says what is missing.
 pub fn sampler_offsets() -> SamplerOffsets {
-    let read = std::fs::read(VMLINUX_BTF).with_context(|| {
-        format!("reading {VMLINUX_BTF} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
-    });
-    let data = match read {
+    let data = match read_vmlinux_btf() {
         Ok(data) => data,
         Err(e) => {
             let why = Err(format!("{e:#}"));
@@ -111,6 +112,54 @@ pub fn sampler_offsets() -> SamplerOffsets {
         Err(e) => Err(format!("{VMLINUX_BTF}: {e}")),
     };
     SamplerOffsets { task_flags: found(btf.member_offset("task_struct", "flags")), switch }
+}
+
+/// The kernel type a BTF-typed program is loaded against, named and kinded as aya's load looks
+/// it up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachTarget {
+    type_name: String,
+    kind: u32,
+}
+
+impl AttachTarget {
+    /// A trampoline's kernel function.
+    pub fn function(name: &str) -> AttachTarget {
+        AttachTarget { type_name: name.to_owned(), kind: KIND_FUNC }
+    }
+
+    /// A `tp_btf` program's tracepoint: the `btf_trace_<name>` typedef.
+    pub fn tracepoint(name: &str) -> AttachTarget {
+        AttachTarget { type_name: format!("btf_trace_{name}"), kind: KIND_TYPEDEF }
+    }
+
+    /// A BPF iterator's target: the `bpf_iter_<name>` function.
+    pub fn iterator(name: &str) -> AttachTarget {
+        AttachTarget { type_name: format!("bpf_iter_{name}"), kind: KIND_FUNC }
+    }
+}
+
+/// A stand-in for the kernel's BTF holding `targets` at the ids the running kernel gives them
+/// (those it has; loading against one it lacks fails as against the whole BTF): all that
+/// aya's loads of BTF-typed programs read of kernel BTF. aya's parse of the whole of it peaks
+/// at ~20 MiB of heap, more than tracer holds at any other time; this reads the file (5 MiB),
+/// finds the ids with tracer's own decoder and hands aya 12 bytes per type id up to the
+/// highest target's (docs/protocol/bpf-detection.md §8).
+pub fn attach_btf(targets: &[AttachTarget]) -> anyhow::Result<aya::Btf> {
+    let stand_in = {
+        let data = read_vmlinux_btf()?;
+        let btf = Btf::parse(&data).with_context(|| format!("parsing {VMLINUX_BTF}"))?;
+        let types: Vec<StandInType<'_>> = targets
+            .iter()
+            .filter_map(|t| {
+                let id = btf.type_id(&t.type_name, t.kind)?;
+                Some(StandInType { id, name: &t.type_name, kind: t.kind })
+            })
+            .collect();
+        stand_in(&types)
+    };
+    aya::Btf::parse(&stand_in, aya::Endianness::default())
+        .context("aya refused the stand-in for kernel BTF")
 }
 
 fn groups(data: &[u8]) -> anyhow::Result<KernelOffsets> {
@@ -247,5 +296,30 @@ mod tests {
                 switch: Ok(btf.member_offset("task_struct", "pid").unwrap()),
             }
         );
+    }
+
+    /// The stand-in gives aya the ids aya finds in the whole of this kernel's BTF, and no
+    /// type the kernel lacks.
+    #[test]
+    fn a_stand_in_gives_aya_the_kernels_ids() {
+        use aya_obj::btf::BtfKind;
+        let stand_in = attach_btf(&[
+            AttachTarget::function("__x64_sys_memfd_create"),
+            AttachTarget::tracepoint("sched_switch"),
+            AttachTarget::iterator("task"),
+            AttachTarget::function("no_such_kernel_function"),
+        ])
+        .unwrap();
+        let whole = aya::Btf::from_sys_fs().unwrap();
+        for (name, kind) in [
+            ("__x64_sys_memfd_create", BtfKind::Func),
+            ("btf_trace_sched_switch", BtfKind::Typedef),
+            ("bpf_iter_task", BtfKind::Func),
+        ] {
+            let id = stand_in.id_by_type_name_kind(name, kind).unwrap();
+            assert_eq!(id, whole.id_by_type_name_kind(name, kind).unwrap(), "{name}");
+        }
+        assert!(stand_in.id_by_type_name_kind("no_such_kernel_function", BtfKind::Func).is_err());
+        assert!(stand_in.id_by_type_name_kind("sched_switch", BtfKind::Func).is_err());
     }
 }

@@ -19,7 +19,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 
-use crate::kernel::btf::KernelOffsets;
+use crate::kernel::btf::{AttachTarget, KernelOffsets, attach_btf};
 use crate::kernel::privileges::Capabilities;
 use crate::kernel::threads::ThreadTable;
 use crate::kernel::tracefs::Tracefs;
@@ -403,7 +403,7 @@ impl Detector {
             .program_mut(ENABLERS_ITERATOR)
             .ok_or_else(|| anyhow!("the BPF object has no program {ENABLERS_ITERATOR}"))?
             .try_into()?;
-        with_kernel_btf("the task iterator", |btf| {
+        with_kernel_btf("the task iterator", &[AttachTarget::iterator("task")], |btf| {
             program.load("task", btf).map_err(|e| load_error(ENABLERS_ITERATOR, e))
         })?;
         let id = program.attach().context("attaching the task iterator")?;
@@ -531,10 +531,9 @@ fn drain_ring(
 
 /// The embedded object, loaded, with `config` in its `CONFIG` map.
 fn load_object(config: Config) -> anyhow::Result<Ebpf> {
-    // Without aya's BTF support: the programs use no CO-RE relocations (the few kernel
-    // offsets they need come in CONFIG), and aya's parse of vmlinux BTF would cost ~15 MiB
-    // of heap (tracer's resident memory budget is 20 MiB). The trampolines parse it only
-    // while they are loaded (`attach_trampolines`).
+    // Without BTF relocations: the programs use no CO-RE relocations (the few kernel offsets
+    // they need come in CONFIG). `EbpfLoader::new` parses the kernel's BTF all the same
+    // (docs/protocol/bpf-detection.md §8); `.btf(None)` drops that parse here.
     let mut ebpf = EbpfLoader::new()
         .btf(None)
         .load(crate::EBPF_OBJECT)
@@ -567,7 +566,13 @@ fn attach_btf_programs(
         return Ok(BtfPrograms { syscalls: why(), lifecycle: why() });
     }
     let needs = |group: &Result<(), String>| group.clone().map_err(anyhow::Error::msg);
-    let attempts = with_kernel_btf("the BTF-typed programs", |btf| {
+    let targets: Vec<AttachTarget> = trampolines(hooks)
+        .map(|(_, function)| AttachTarget::function(function))
+        .chain(
+            lifecycle_programs(offsets.exit_group_dead).map(|(_, tp)| AttachTarget::tracepoint(tp)),
+        )
+        .collect();
+    let attempts = with_kernel_btf("the BTF-typed programs", &targets, |btf| {
         let syscalls =
             needs(&offsets.syscall_args).and_then(|()| attach_trampolines(ebpf, hooks, btf));
         let lifecycle = needs(&offsets.lifecycle)
@@ -694,12 +699,12 @@ fn attach_trampolines(
     if !cfg!(target_arch = "x86_64") {
         bail!("the trampoline programs hook x86-64 syscall functions (__x64_sys_*)");
     }
-    attach_btf_typed::<FExit>(
-        ebpf,
-        btf,
-        hooks.iter().map(|hook| hook.trampoline),
-        "a trampoline on",
-    )
+    attach_btf_typed::<FExit>(ebpf, btf, trampolines(hooks), "a trampoline on")
+}
+
+/// (program, kernel function) of each hook's trampoline.
+fn trampolines(hooks: &[SyscallHook]) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+    hooks.iter().map(|hook| hook.trampoline)
 }
 
 /// Loads and attaches the `tp_btf` program of every lifecycle hook (the exit one for this
@@ -709,14 +714,19 @@ fn attach_btf_tracepoints(
     btf: &aya::Btf,
     exit_group_dead: bool,
 ) -> anyhow::Result<Vec<(&'static str, Link)>> {
-    let programs = LIFECYCLE_HOOKS.iter().map(|hook| {
+    attach_btf_typed::<BtfTracePoint>(ebpf, btf, lifecycle_programs(exit_group_dead), "tp_btf")
+}
+
+/// (program, tracepoint) of each lifecycle hook's `tp_btf` program (the exit one for this
+/// kernel's prototype).
+fn lifecycle_programs(exit_group_dead: bool) -> impl Iterator<Item = (&'static str, &'static str)> {
+    LIFECYCLE_HOOKS.iter().map(move |hook| {
         let program = match hook.btf_group_dead_program {
             Some(program) if exit_group_dead => program,
             _ => hook.btf_program,
         };
         (program, hook.tracepoint)
-    });
-    attach_btf_typed::<BtfTracePoint>(ebpf, btf, programs, "tp_btf")
+    })
 }
 
 /// The kinds of BTF-typed program tracer attaches: loaded against a kernel function or
@@ -778,19 +788,19 @@ where
     Ok(links)
 }
 
-/// Runs `f` with aya's parse of the kernel's BTF (loading a BTF-typed program needs it to find
-/// its target's type id), then frees the parse — ~10 MiB of small allocations — and hands the
-/// freed heap back to the kernel, so tracer's resident memory does not keep it.
+/// Runs `f` with a stand-in for the kernel's BTF holding `targets` (loading a BTF-typed
+/// program needs its target's type id: `crate::kernel::btf::attach_btf`), then frees it and
+/// hands the freed heap back to the kernel, so tracer's resident memory does not keep it.
 pub(crate) fn with_kernel_btf<T>(
     what: &str,
+    targets: &[AttachTarget],
     f: impl FnOnce(&aya::Btf) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let result = match aya::Btf::from_sys_fs() {
+    let result = match attach_btf(targets) {
         Ok(btf) => f(&btf),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("parsing kernel BTF for {what}"))),
+        Err(e) => Err(e.context(format!("reading kernel BTF for {what}"))),
     };
-    // SAFETY: malloc_trim only returns free heap pages to the kernel; no allocation is touched.
-    unsafe { libc::malloc_trim(0) };
+    crate::kernel::release_free_heap();
     result
 }
 

@@ -11,6 +11,32 @@ pub mod threads;
 pub mod tracefs;
 pub mod user_events;
 
+/// Allocations of this size and larger get their own mapping, unmapped when freed; and a malloc
+/// arena whose free top exceeds it is trimmed. Fixed, because glibc's default raises both
+/// after a large allocation is freed (up to 32 MiB): then the transient buffers of start-up
+/// and of each served profile (kernel BTF, kernel symbols) stay resident in the arena that
+/// held them for the rest of the run. tracer runs for weeks next to the workloads.
+pub const MALLOC_RETURN_THRESHOLD_BYTES: i32 = 128 * 1024;
+
+/// Makes the heap return what tracer frees ([`MALLOC_RETURN_THRESHOLD_BYTES`]); called first
+/// thing in `main`.
+pub fn return_freed_memory() {
+    // SAFETY: mallopt sets allocator parameters; it touches no allocation.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_RETURN_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_RETURN_THRESHOLD_BYTES);
+    }
+}
+
+/// Hands the heap's free pages back to the kernel (every malloc arena's, the worker threads'
+/// too): after work that allocates much and briefly — loading BPF objects, whose loader parses
+/// the kernel's BTF; naming a profile's kernel frames — the resident size returns to what it
+/// was, instead of keeping the peak for reuse.
+pub fn release_free_heap() {
+    // SAFETY: malloc_trim only returns free heap pages to the kernel; no allocation is touched.
+    unsafe { libc::malloc_trim(0) };
+}
+
 /// Raises the soft limit of open files to the hard limit: every session holds sockets and a
 /// pidfd, every connection to the metrics endpoint a socket: running out would leave real
 /// runtimes untraced and probes unanswered.

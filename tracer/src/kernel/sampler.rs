@@ -23,7 +23,7 @@ use tracer_common::sampling::{
 };
 use tracer_decode::profile_sample::{self, CpuSample, OffCpuSample, ProfileSample, Stack};
 
-use crate::kernel::btf::{SamplerOffsets, sampler_offsets};
+use crate::kernel::btf::{AttachTarget, SamplerOffsets, sampler_offsets};
 use crate::kernel::detect::{
     HookChoice, LifecycleMechanism, Link, ProgramStats, attach_btf_typed, attach_classic,
     field_offset, load_error, loaded_program_stats, map_mut, with_kernel_btf,
@@ -554,7 +554,8 @@ fn attach_switch_hook(
             let attached = offsets.switch.clone().map_err(anyhow::Error::msg).and_then(|pid| {
                 config.task_pid_offset = pid;
                 write_config(ebpf, *config)?;
-                with_kernel_btf("the tp_btf sched_switch program", |btf| {
+                let targets = [AttachTarget::tracepoint("sched_switch")];
+                with_kernel_btf("the tp_btf sched_switch program", &targets, |btf| {
                     attach_btf_typed::<BtfTracePoint>(
                         ebpf,
                         btf,

@@ -544,10 +544,16 @@ impl ProfileSource for ServedProfiles {
         let config = self.config(&request);
         Box::pin(async move {
             let config = config?;
-            let (_, profile) = collect(&config, tokio::time::sleep(request.duration), None).await?;
-            let mut pprof = Vec::new();
-            Format::Pprof.write(&profile, &mut pprof)?;
-            Ok(pprof)
+            let collected = collect(&config, tokio::time::sleep(request.duration), None).await;
+            let pprof = collected.and_then(|(_, profile)| {
+                let mut pprof = Vec::new();
+                Format::Pprof.write(&profile, &mut pprof)?;
+                Ok(pprof)
+            });
+            // A long-running agent: what the sampler, the kernel symbols and the profile took
+            // goes back to the kernel, not kept at its peak.
+            crate::kernel::release_free_heap();
+            pprof
         })
     }
 }
