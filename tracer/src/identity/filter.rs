@@ -141,6 +141,43 @@ impl ProcessFilter {
         Ok(ProcessFilter { containers, pod_uids, cgroups, require_env })
     }
 
+    /// This filter with its containers narrowed to `containers` (a served profile's
+    /// `container=`): the other flags stay. Each must be within what this filter selects: any
+    /// container when it has no `--container`, else one whose id extends a `--container` prefix
+    /// (or the container a prefix stands for).
+    pub fn narrowed_to_containers(&self, containers: &[String]) -> anyhow::Result<ProcessFilter> {
+        let asked = ProcessFilter::new(containers, &[], &[], Vec::new(), None)?.containers;
+        let narrowed = if self.containers.is_empty() {
+            asked
+        } else {
+            let within = |asked: &ContainerMatch| {
+                self.containers.iter().find_map(|traced| {
+                    let pinned = traced.full.lock().ok()?.clone();
+                    match pinned {
+                        Some(full) => full.starts_with(&asked.prefix).then(|| full.clone()),
+                        None if asked.prefix.starts_with(&traced.prefix) => {
+                            Some(asked.prefix.clone())
+                        }
+                        None => {
+                            traced.prefix.starts_with(&asked.prefix).then(|| traced.prefix.clone())
+                        }
+                    }
+                })
+            };
+            asked
+                .iter()
+                .map(|a| {
+                    let prefix = within(a).with_context(|| {
+                        format!("container {}: not among the containers this run traces", a.prefix)
+                    })?;
+                    let full = is_container_id(&prefix).then(|| prefix.clone());
+                    Ok(ContainerMatch { prefix, full: Mutex::new(full) })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?
+        };
+        Ok(ProcessFilter { containers: narrowed, ..self.clone() })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.containers.is_empty()
             && self.pod_uids.is_empty()
@@ -318,5 +355,36 @@ mod tests {
         assert!(f.matches(&labels(Some(A), None, "/"), no_env));
         assert!(f.matches(&labels(Some(A), None, "/"), no_env));
         assert!(!f.matches(&labels(Some(A2), None, "/"), no_env));
+    }
+
+    /// A served profile's `container=` narrows any run's filter: the other flags stay, and a
+    /// run that names containers answers only for those.
+    #[test]
+    fn containers_narrow_a_filter_to_what_it_selects() {
+        let pod = labels(Some(A), Some(UID), "/");
+        let env = || Some(b"TRACE_ME=1\0".to_vec());
+        let run = filter(&[], &[], &[], &["TRACE_ME=1"]);
+        let narrowed = run.narrowed_to_containers(&[A2.into()]).unwrap();
+        assert!(!narrowed.matches(&pod, env));
+        assert!(narrowed.matches(&labels(Some(A2), None, "/"), env));
+        assert!(!narrowed.matches(&labels(Some(A2), None, "/"), || None), "env still required");
+        // A run of containers by prefix: a longer prefix or full id within one narrows to it;
+        // a shorter one asked narrows to the run's own prefix.
+        let run = filter(&[&A[..20]], &[UID], &[], &[]);
+        let narrowed = run.narrowed_to_containers(&[A.into()]).unwrap();
+        assert!(narrowed.matches(&pod, no_env));
+        let narrowed = run.narrowed_to_containers(&[A[..12].into()]).unwrap();
+        assert_eq!(narrowed, filter(&[&A[..20]], &[UID], &[], &[]));
+        let error = run.narrowed_to_containers(&[A2.into()]).unwrap_err().to_string();
+        assert_eq!(error, format!("container {A2}: not among the containers this run traces"));
+        // A prefix pinned to its container: only that container's prefixes are within.
+        let run = filter(&[&A[..12]], &[], &[], &[]);
+        run.resolve_prefixes(&[A2.into()]).unwrap();
+        assert!(run.narrowed_to_containers(&[A.into()]).is_err());
+        let narrowed = run.narrowed_to_containers(&[A2[..16].into()]).unwrap();
+        assert!(narrowed.matches(&labels(Some(A2), None, "/"), no_env));
+        assert!(
+            run.narrowed_to_containers(&["zz".into()]).unwrap_err().to_string().contains("hex")
+        );
     }
 }

@@ -11,20 +11,23 @@ pub mod threads;
 pub mod tracefs;
 pub mod user_events;
 
-/// Allocations of this size and larger get their own mapping, unmapped when freed; and a malloc
-/// arena whose free top exceeds it is trimmed. Fixed, because glibc's default raises both
-/// after a large allocation is freed (up to 32 MiB): then the transient buffers of start-up
-/// and of each served profile (kernel BTF, kernel symbols) stay resident in the arena that
-/// held them for the rest of the run. tracer runs for weeks next to the workloads.
-pub const MALLOC_RETURN_THRESHOLD_BYTES: i32 = 128 * 1024;
+/// Allocations of this size and larger get their own mapping, unmapped when freed. Fixed,
+/// because glibc's default threshold rises after a large allocation is freed (up to 32 MiB),
+/// and then the transient buffers of start-up and of each served profile (kernel BTF, kernel
+/// symbols: megabytes each) stay resident in the malloc arena that held them for the rest of
+/// the run; tracer runs for weeks next to the workloads. Above what tracer allocates over and
+/// over (a batch of lines, an OTLP request, a scrape), so those do not pay a mapping each.
+pub const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 1 << 20;
+/// Free memory at the top of a malloc arena beyond this is handed back to the kernel.
+pub const MALLOC_TRIM_THRESHOLD_BYTES: i32 = 4 << 20;
 
-/// Makes the heap return what tracer frees ([`MALLOC_RETURN_THRESHOLD_BYTES`]); called first
-/// thing in `main`.
+/// Makes the heap hand back what tracer frees ([`MALLOC_MMAP_THRESHOLD_BYTES`],
+/// [`MALLOC_TRIM_THRESHOLD_BYTES`]); called first thing in `main`.
 pub fn return_freed_memory() {
     // SAFETY: mallopt sets allocator parameters; it touches no allocation.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_RETURN_THRESHOLD_BYTES);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_RETURN_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES);
     }
 }
 

@@ -523,14 +523,8 @@ impl ServedProfiles {
         let mut config = self.base.clone();
         config.target_pids.clone_from(&request.pids);
         if !request.containers.is_empty() {
-            if !config.filter.is_empty() {
-                bail!(
-                    "container= cannot narrow a run started with --container, --pod-uid, \
-                     --cgroup or --require-env: ask by pid="
-                );
-            }
-            config.filter = ProcessFilter::new(&request.containers, &[], &[], Vec::new(), None)
-                .context("container=")?;
+            config.filter =
+                config.filter.narrowed_to_containers(&request.containers).context("container=")?;
         }
         Ok(config)
     }
