@@ -302,10 +302,7 @@ fn any_value(v: &Json) -> Option<Vec<u8>> {
             let mut list = Vec::new();
             for (name, value) in map {
                 let Some(any) = any_value(value) else { continue };
-                let mut kv = Vec::new();
-                len_field(&mut kv, KEY, name.as_bytes());
-                len_field(&mut kv, VALUE, &any);
-                len_field(&mut list, VALUES, &kv);
+                key_value(&mut list, VALUES, name, &any);
             }
             len_field(&mut out, KVLIST_VALUE, &list);
         }
@@ -357,11 +354,7 @@ pub fn write_ftrace_attributes(ftrace: &FtraceRecord<'_>, record: &mut Vec<u8>) 
     attribute(record, "tid", Scalar::Int(ftrace.tid.into()));
     let mut list = Vec::new();
     for (name, value) in &ftrace.fields.0 {
-        let any = field_value(value);
-        let mut kv = Vec::with_capacity(name.len() + any.len() + 8);
-        len_field(&mut kv, KEY, name.as_bytes());
-        len_field(&mut kv, VALUE, &any);
-        len_field(&mut list, VALUES, &kv);
+        key_value(&mut list, VALUES, name, &field_value(value));
     }
     let mut any = Vec::with_capacity(list.len() + 4);
     len_field(&mut any, KVLIST_VALUE, &list);
@@ -395,10 +388,15 @@ fn field_value(value: &FieldValue) -> Vec<u8> {
 
 /// Appends one attribute whose `AnyValue` is encoded already.
 fn keyed_attribute(record: &mut Vec<u8>, name: &str, any: &[u8]) {
+    key_value(record, RECORD_ATTRIBUTES, attribute_name(name), any);
+}
+
+/// Appends a `KeyValue` of `name` and an encoded `AnyValue` as field `field` of `out`.
+fn key_value(out: &mut Vec<u8>, field: u32, name: &str, any: &[u8]) {
     let mut kv = Vec::with_capacity(name.len() + any.len() + 8);
-    len_field(&mut kv, KEY, attribute_name(name).as_bytes());
+    len_field(&mut kv, KEY, name.as_bytes());
     len_field(&mut kv, VALUE, any);
-    len_field(record, RECORD_ATTRIBUTES, &kv);
+    len_field(out, field, &kv);
 }
 
 /// Appends a JSON member as an attribute (`null`: left out).
