@@ -1,7 +1,8 @@
 //! `--metrics-addr` on the real kernel (root): the endpoint while `tracer audit` runs, its
 //! numbers against the summary at exit, `promtool check metrics` on the exposition, a real
 //! Prometheus server (Debian `prometheus`) scraping tracer, and `tracer run`'s runtime counters
-//! of a real CoreCLR 8 (and of a hostile peer making up counters) as series per process.
+//! of a real CoreCLR 8 (and of a hostile peer making up counters) as series per process; the
+//! endpoint under a flood of connections and while `tracer run`'s output is stalled.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -195,7 +196,7 @@ fn await_query(
     }
 }
 
-/// Kills Prometheus when the test ends, however it ends.
+/// Kills a child (Prometheus, tracer) when the test ends, however it ends.
 struct Killed(std::process::Child);
 
 impl Drop for Killed {
@@ -743,4 +744,55 @@ fn profile_requests_are_one_at_a_time_bounded_and_stop_with_their_client() {
     assert!(next.body.starts_with('\u{1f}'), "gzip'd: {:?}", &next.body[..8]);
     runtime.exit().expect("exit");
     run.stop();
+}
+
+/// A log pipe nobody drains (a stalled container log) blocks `tracer run`'s output loop in
+/// its write, but not the endpoint: the liveness probe and a scrape are still answered at once,
+/// so a stalled log does not get the agent restarted in a loop. (With the output loop run as a
+/// task on the runtime's workers, the blocked write held one and the probe went unanswered.)
+#[test]
+fn probes_are_answered_while_the_output_is_stalled() {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    let tmp = ScratchDir::new("stalled-output");
+    let runtime = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = runtime.host_pid;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both are fresh descriptors that nothing else owns.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // One page: the runtime's 27 counters a second fill it at once.
+    // SAFETY: F_SETPIPE_SZ takes an int size on a pipe descriptor we own.
+    let size = unsafe { libc::fcntl(write_end.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    assert!(size >= 4096, "F_SETPIPE_SZ: {}", std::io::Error::last_os_error());
+    let addr = free_port();
+    let tracer = Killed(
+        Command::new(tests::process::tracer_binary())
+            .args(["run", "--pid", &pid.to_string(), "--profile", "counters"])
+            .args(["--session", "streaming", "--metrics-addr", &addr.to_string()])
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tracer run"),
+    );
+    // Until a thread of tracer sleeps in a pipe write: the output loop is stalled (no event
+    // says so; the kernel's wait channel does).
+    let tid_dir = format!("/proc/{}/task", tracer.0.id());
+    let deadline = Instant::now() + SESSION;
+    let in_pipe_write = || {
+        std::fs::read_dir(&tid_dir).unwrap().flatten().any(|task| {
+            let wchan = std::fs::read_to_string(task.path().join("wchan")).unwrap_or_default();
+            wchan.contains("pipe_write")
+        })
+    };
+    while !in_pipe_write() {
+        assert!(Instant::now() < deadline, "tracer's output never stalled");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = probe_latencies(addr, 4);
+    assert!(took.iter().all(|t| *t < Duration::from_secs(1)), "probes took {took:?}");
+    assert!(in_pipe_write(), "still stalled while the probes were answered");
+    // The read end stays open until here: a write blocks rather than failing with EPIPE.
+    drop((tracer, read_end, runtime));
 }

@@ -18,7 +18,7 @@
 use thiserror::Error;
 
 use crate::nettrace::payload::{Fields, Value};
-use crate::nettrace::{DecodedEvent, OutputEvent};
+use crate::nettrace::{DecodedEvent, OutputEvent, decode_payload_members};
 
 /// The event every EventCounters sample is.
 pub const EVENT_COUNTERS: &str = "EventCounters";
@@ -89,25 +89,62 @@ fn may_carry_sample(provider: &str, event: &str) -> bool {
             && METER_VALUES.iter().any(|&(name, _)| name == event)
 }
 
-/// The counter sample of an event on its way to output: its payload is decoded into fields
-/// only when its names say it may carry one (the output line needs no fields tree).
+/// Every member name a counter sample is read by: of an `EventCounters` payload (its wrapper
+/// and `Payload` included, so that a scalar of such a name is judged as in the whole tree),
+/// then of a `System.Diagnostics.Metrics` value event (value fields: [`METER_VALUES`]).
+const SAMPLE_MEMBERS: [&str; 12] = [
+    "",
+    "Payload",
+    "Name",
+    "DisplayName",
+    "DisplayUnits",
+    "CounterType",
+    "Mean",
+    "Increment",
+    "meterName",
+    "instrumentName",
+    "unit",
+    "tags",
+];
+
+fn is_sample_member(name: &str) -> bool {
+    SAMPLE_MEMBERS.contains(&name) || METER_VALUES.iter().any(|&(_, field)| field == name)
+}
+
+/// The counter sample of an event on its way to output, as [`counter_sample`] reads it from the
+/// decoded event. Only events whose names say they may carry one are decoded, and only into
+/// the members a sample is read from: counters come every second from every traced process.
 pub fn output_counter_sample(event: &OutputEvent) -> Option<Result<CounterSample, CounterError>> {
     let meta = event.metadata;
     // An unnamed event (empty name) carries none.
-    may_carry_sample(&meta.provider, &meta.event_name).then(|| counter_sample(&event.decode()))?
+    if !may_carry_sample(&meta.provider, &meta.event_name) {
+        return None;
+    }
+    // A payload that does not decode has none of the members (as `decode` keeps it as hex).
+    let fields = decode_payload_members(meta, event.payload, event.pointer_size, is_sample_member)
+        .unwrap_or_default();
+    sample_of(&meta.provider, &meta.event_name, &fields)
 }
 
 /// The counter sample `event` carries: `None` when it carries none (another event, or an
 /// instrument that has no value yet).
 pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, CounterError>> {
-    if !may_carry_sample(event.provider, &event.event) {
+    sample_of(event.provider, &event.event, &event.fields)
+}
+
+fn sample_of(
+    provider: &str,
+    event: &str,
+    fields: &Fields,
+) -> Option<Result<CounterSample, CounterError>> {
+    if !may_carry_sample(provider, event) {
         return None;
     }
-    if event.event == EVENT_COUNTERS {
-        return Some(event_counter(event.provider, &event.fields));
+    if event == EVENT_COUNTERS {
+        return Some(event_counter(provider, fields));
     }
-    let &(name, field) = METER_VALUES.iter().find(|(name, _)| event.event == *name)?;
-    meter_value(name, field, &event.fields)
+    let &(name, field) = METER_VALUES.iter().find(|(name, _)| event == *name)?;
+    meter_value(name, field, fields)
 }
 
 /// A `System.Diagnostics.Metrics` value event: named `<meter>_<instrument>[_<unit>]`.
@@ -559,7 +596,7 @@ mod tests {
     }
 
     /// Every `EventCounters` event of the captured stream (System.Runtime of CoreCLR 8.0.4 at 1 s,
-    /// `gc 3` induced during the capture) with its sample.
+    /// `gc 3` induced during the capture) with its sample (each the same from the output path).
     fn captured_samples() -> Vec<(String, CounterSample)> {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -571,6 +608,8 @@ mod tests {
         parser
             .feed(&data, |e| {
                 let decoded = e.decode();
+                // The output path decodes only the members samples are read from.
+                assert_eq!(output_counter_sample(&e.output()), counter_sample(&decoded));
                 if let Some(sample) = counter_sample(&decoded) {
                     let Value::Object(wrapper) = &decoded.fields.0[0].1 else { panic!() };
                     let Some(Value::Object(payload)) = wrapper.get("Payload") else { panic!() };

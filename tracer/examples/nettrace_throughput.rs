@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tracer::output::{Incarnation, JsonLines, ProcessLabels, Source};
-use tracer::session::{EVENT_LINES_BATCH_BYTES, EventLines, EventOrigin};
+use tracer::session::{EVENT_LINES_BATCH_BYTES, EventLines, EventOrigin, LineExtras};
 use tracer::time::Clock;
 use tracer_decode::nettrace::NettraceParser;
 
@@ -95,7 +95,9 @@ fn main() {
         // As tracer/src/session/streaming.rs renders each read's events and the pipeline
         // writes them (here to nowhere).
         let mut sink = JsonLines::writer(std::io::sink());
-        let mut lines = EventLines::new(mode == Mode::Otlp);
+        // As `tracer run` without --metrics-addr: no counter samples.
+        let extras = LineExtras { otlp_records: mode == Mode::Otlp, counter_samples: false };
+        let mut lines = EventLines::new(extras);
         let mut emit = |lines: &mut EventLines, json_bytes: &mut usize| {
             *json_bytes += lines.lines.len_bytes();
             sink.emit_batch(&lines.take().lines);

@@ -30,7 +30,10 @@ use crate::json;
 use crate::work;
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
-pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json};
+pub use payload::{
+    Fields, PayloadError, Value, decode_payload, decode_payload_members, format_guid,
+    write_payload_json,
+};
 use sequence::SequenceTracker;
 use stacks::{NamedStack, StackBlockError, StackFrame, StackTable};
 

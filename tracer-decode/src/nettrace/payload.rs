@@ -212,6 +212,20 @@ pub fn decode_payload<'m>(
     Ok(OrderedMap(tree.top))
 }
 
+/// Decodes `payload` as [`decode_payload`] does, but keeps only the scalar members whose names
+/// `keep` accepts (objects and arrays stay, with what they keep): for code that reads a few
+/// fields of frequent events (counters), without a `String` for every other member.
+pub fn decode_payload_members<'m>(
+    meta: &'m EventMetadata,
+    payload: &[u8],
+    pointer_size: u32,
+    keep: fn(&str) -> bool,
+) -> Result<Fields<'m>, PayloadError> {
+    let mut tree = TreeSink { keep: Some(keep), ..TreeSink::default() };
+    decode_into(meta, payload, pointer_size, &mut tree)?;
+    Ok(OrderedMap(tree.top))
+}
+
 /// Decodes `payload` as [`decode_payload`] does, straight into `out` as a JSON object: no
 /// tree, no `String` per value. On an error `out` is left as it was.
 pub fn write_payload_json(
@@ -369,6 +383,8 @@ struct TreeSink<'m> {
     /// Arrays and objects being filled, each with its name in its parent (none in an array).
     open: Vec<(Option<&'m str>, Open<'m>)>,
     key: Option<&'m str>,
+    /// Which scalar members to keep (`None`: all).
+    keep: Option<fn(&str) -> bool>,
 }
 
 enum Open<'m> {
@@ -397,6 +413,12 @@ impl<'m> Sink<'m> for TreeSink<'m> {
     }
 
     fn scalar(&mut self, value: Scalar<'_>) {
+        if let (Some(keep), Some(key)) = (self.keep, self.key)
+            && !keep(key)
+        {
+            self.key = None;
+            return;
+        }
         self.put(match value {
             Scalar::Bool(v) => Value::Bool(v),
             Scalar::I64(v) => Value::I64(v),

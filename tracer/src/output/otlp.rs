@@ -110,12 +110,17 @@ fn attribute(out: &mut Vec<u8>, name: &str, value: Scalar<'_>) {
     value.encode(out);
 }
 
-fn int_attribute(out: &mut Vec<u8>, name: &str, value: u64) {
-    // Integers beyond i64 (none of these) go as strings to stay exact.
+/// Hands `f` the scalar of an unsigned value: an `Int`, or beyond i64 a decimal `Str` (OTLP's
+/// integer is signed; a string keeps the value exact, as the JSON line has it).
+fn with_unsigned<R>(value: u64, f: impl FnOnce(Scalar<'_>) -> R) -> R {
     match i64::try_from(value) {
-        Ok(i) => attribute(out, name, Scalar::Int(i)),
-        Err(_) => attribute(out, name, Scalar::Str(value.to_string().as_bytes())),
+        Ok(i) => f(Scalar::Int(i)),
+        Err(_) => f(Scalar::Str(value.to_string().as_bytes())),
     }
+}
+
+fn int_attribute(out: &mut Vec<u8>, name: &str, value: u64) {
+    with_unsigned(value, |scalar| attribute(out, name, scalar));
 }
 
 /// OpenTelemetry semantic-convention names of the identity fields; other names as they are.
@@ -366,10 +371,7 @@ fn field_value(value: &FieldValue) -> Vec<u8> {
     let mut out = Vec::new();
     match value {
         FieldValue::Signed(i) => Scalar::Int(*i).encode(&mut out),
-        FieldValue::Unsigned(u) => match i64::try_from(*u) {
-            Ok(i) => Scalar::Int(i).encode(&mut out),
-            Err(_) => Scalar::Str(u.to_string().as_bytes()).encode(&mut out),
-        },
+        FieldValue::Unsigned(u) => with_unsigned(*u, |scalar| scalar.encode(&mut out)),
         FieldValue::Str(s) => Scalar::Str(s.as_bytes()).encode(&mut out),
         FieldValue::Bytes(bytes) => {
             let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();

@@ -119,11 +119,6 @@ impl LineBatch {
         true
     }
 
-    /// Whether the lines' records are encoded with them.
-    pub fn has_records(&self) -> bool {
-        self.records.is_some()
-    }
-
     #[cfg(test)]
     pub fn records(&self) -> Option<&EncodedRecords> {
         self.records.as_ref()

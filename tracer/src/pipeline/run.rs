@@ -32,7 +32,7 @@ use crate::output::{
     SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
-    self, EventLines, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
+    self, EventLines, LineExtras, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
     SessionMessage, SessionMode, user_events,
 };
 use crate::time::Clock;
@@ -100,8 +100,10 @@ pub async fn run(
     } else {
         Some(KernelEvents::start(&config.kernel_events, config.buffer_size_kb)?)
     };
+    let line_extras =
+        LineExtras { otlp_records: config.otlp.is_some(), counter_samples: metrics.is_enabled() };
     if let Some(hub) = &mut user_events {
-        hub.set_output(labels.clone(), config.otlp.is_some());
+        hub.set_output(labels.clone(), line_extras);
     }
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
@@ -132,7 +134,7 @@ pub async fn run(
         stop: stop_rx,
         user_events: user_events.as_ref().map(user_events::Hub::handle),
         labels: labels.clone(),
-        otlp_records: config.otlp.is_some(),
+        line_extras,
     };
     // Starts the session of an admitted process (pinned at detection).
     let spawn = move |(pid, uid, target): Candidate,

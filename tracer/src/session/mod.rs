@@ -189,6 +189,16 @@ pub struct EventLines {
     pub counters: Vec<(Incarnation, Result<CounterSample, CounterError>)>,
     /// The envelope members the last line's process and source repeat, rendered once.
     identity: Option<LineIdentity>,
+    extras: LineExtras,
+}
+
+/// What event lines carry besides their JSON, as the pipeline's outputs need it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineExtras {
+    /// `--otlp-endpoint`: each line's OTLP log record, encoded with the line.
+    pub otlp_records: bool,
+    /// `--metrics-addr`: the counter values `EventCounters` and `Meter` events carry.
+    pub counter_samples: bool,
 }
 
 /// Lines of one process and provider (see [`EventLines::runs`]).
@@ -214,10 +224,10 @@ pub const EVENT_LINES_BATCH_BYTES: usize = 64 << 10;
 impl EventLines {
     /// An empty batch with room for a full one ([`EVENT_LINES_BATCH_BYTES`] and the line that
     /// crosses it, unless that one is long): its lines go in without growing and copying it.
-    /// `otlp_records`: also encode each line's OTLP log record.
-    pub fn new(otlp_records: bool) -> EventLines {
+    pub fn new(extras: LineExtras) -> EventLines {
         EventLines {
-            lines: LineBatch::with_capacity(EVENT_LINES_BATCH_BYTES + 4096, otlp_records),
+            lines: LineBatch::with_capacity(EVENT_LINES_BATCH_BYTES + 4096, extras.otlp_records),
+            extras,
             ..EventLines::default()
         }
     }
@@ -226,7 +236,7 @@ impl EventLines {
     /// and keeps the rendered envelope of its process for the lines that follow.
     pub fn take(&mut self) -> EventLines {
         let identity = self.identity.take();
-        let full = std::mem::replace(self, EventLines::new(self.lines.has_records()));
+        let full = std::mem::replace(self, EventLines::new(self.extras));
         self.identity = identity;
         full
     }
@@ -243,8 +253,9 @@ impl EventLines {
         keep: impl FnOnce(usize) -> bool,
     ) -> bool {
         let meta = event.metadata;
-        // Decoded (into a tree) only for the events whose names can be counters.
-        let counter = output_counter_sample(&event);
+        // With metrics on, and then only for the events whose names can be counters.
+        let counter =
+            if self.extras.counter_samples { output_counter_sample(&event) } else { None };
         let mono_ns = event.context.timestamp as u64;
         let EventOrigin { process, session_id } = origin;
         let (kind, pid, session) = (Kind::DotnetEvent, Pid::Known(process), Some(session_id));
@@ -354,8 +365,8 @@ pub struct SessionContext {
     pub user_events: Option<user_events::HubHandle>,
     /// Cgroup, container and pod of each traced process, for its event lines.
     pub labels: crate::identity::LabelRegistry,
-    /// `--otlp-endpoint`: each event line's OTLP log record is encoded with the line.
-    pub otlp_records: bool,
+    /// What each event line carries besides its JSON.
+    pub line_extras: LineExtras,
 }
 
 /// Runs one process's session to its end, reporting through `ctx.out`. `target` is the process
@@ -625,7 +636,7 @@ mod tests {
                 |_| true
             ));
         };
-        let mut lines = EventLines::new(false);
+        let mut lines = EventLines::new(LineExtras::default());
         push(&mut lines, 1_000);
         push(&mut lines, 2_000);
         let full = lines.take();
@@ -641,7 +652,7 @@ mod tests {
         );
         assert_eq!((lines.lines.lines(), lines.runs.len(), lines.counters.len()), (0, 0, 0));
         push(&mut lines, 3_000);
-        let mut fresh = EventLines::new(false);
+        let mut fresh = EventLines::new(LineExtras::default());
         push(&mut fresh, 3_000);
         assert_eq!(lines.lines.iter().collect::<Vec<_>>(), fresh.lines.iter().collect::<Vec<_>>());
     }

@@ -152,7 +152,7 @@ pub(super) async fn run(
     runtime: Option<ProcessInfo>,
     ctx: SessionContext,
 ) {
-    let SessionContext { config, clock, out, mut stop, labels, otlp_records, .. } = ctx;
+    let SessionContext { config, clock, out, mut stop, labels, line_extras, .. } = ctx;
     let (pid, process) = (target.pid(), target.incarnation());
     let labels = labels.get(pid);
     let major = runtime.as_ref().and_then(ProcessInfo::major_version);
@@ -232,7 +232,7 @@ pub(super) async fn run(
     let mut buf = vec![0u8; 64 * 1024];
     // One batch for the session's reads: handed on when full and at the end of a read that
     // rendered lines, so a read without lines allocates nothing.
-    let mut lines = EventLines::new(otlp_records);
+    let mut lines = EventLines::new(line_extras);
     let mut file = config
         .nettrace_dir
         .as_deref()

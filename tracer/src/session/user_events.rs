@@ -46,8 +46,8 @@ use tracer_decode::user_events::{MetadataCache, RecordLayout, parse_record};
 use super::nettrace_file::{FileRecord, RecordsFile};
 use super::stopping::StoppingEvent;
 use super::{
-    EndReason, EventLines, EventOrigin, SessionContext, SessionEnd, SessionMessage, SessionMode,
-    stopped,
+    EndReason, EventLines, EventOrigin, LineExtras, SessionContext, SessionEnd, SessionMessage,
+    SessionMode, stopped,
 };
 use crate::ipc::client::DiagnosticClient;
 use crate::ipc::socket::Target;
@@ -281,8 +281,8 @@ pub struct Hub {
     counts: HubCounts,
     /// Cgroup, container and pod of each traced process, for its event lines.
     labels: crate::identity::LabelRegistry,
-    /// `--otlp-endpoint`: each event line's OTLP log record is encoded with the line.
-    otlp_records: bool,
+    /// What each event line carries besides its JSON.
+    line_extras: LineExtras,
 }
 
 /// What the hub dropped, over all sessions.
@@ -333,15 +333,14 @@ impl Hub {
             sender,
             counts: HubCounts::default(),
             labels: Default::default(),
-            otlp_records: false,
+            line_extras: LineExtras::default(),
         })
     }
 
-    /// Where the pipeline keeps each traced process's labels, and whether it exports OTLP
-    /// records.
-    pub fn set_output(&mut self, labels: crate::identity::LabelRegistry, otlp_records: bool) {
+    /// Where the pipeline keeps each traced process's labels, and what its lines carry.
+    pub fn set_output(&mut self, labels: crate::identity::LabelRegistry, extras: LineExtras) {
         self.labels = labels;
-        self.otlp_records = otlp_records;
+        self.line_extras = extras;
     }
 
     pub fn handle(&self) -> HubHandle {
@@ -578,7 +577,7 @@ impl Hub {
     }
 
     fn decode(&mut self, events: Vec<ftrace_reader::Event>, clock: &Clock) -> EventLines {
-        let mut lines = EventLines::new(self.otlp_records);
+        let mut lines = EventLines::new(self.line_extras);
         // What the kernel recorded of each writer, looked up once per batch.
         let mut writers: HashMap<u32, Option<ThreadTenure>> = HashMap::new();
         for ev in events {
