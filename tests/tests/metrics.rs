@@ -384,7 +384,7 @@ fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
         .collect();
     assert_eq!(named.len(), 27, "the counters of System.Runtime in 8.0.4: {named:?}");
     let counters = summary.runtime_counters.expect("metrics on");
-    assert_eq!((counters.len(), counters.refused, counters.bad_samples), (0, 0, 0));
+    assert_eq!((counters.len(), counters.refused(), counters.bad_samples()), (0, 0, 0));
     assert!(!shared.exposition().unwrap().contains(&format!(r#"pid="{pid}""#)));
 }
 
@@ -426,7 +426,7 @@ fn a_real_applications_meter_instruments_are_series_with_their_tags() {
     run.wait_for("session_ended", SESSION, |l| l["kind"] == "session_ended" && l["pid"] == pid);
     let (_, summary) = run.stop();
     let counters = summary.runtime_counters.expect("metrics on");
-    assert_eq!((counters.len(), counters.refused, counters.bad_samples), (0, 0, 0));
+    assert_eq!((counters.len(), counters.refused(), counters.bad_samples()), (0, 0, 0));
 }
 
 /// A peer naming a new counter in every event gets at most MAX_SERIES_PER_PROCESS series; the
@@ -467,7 +467,7 @@ fn a_peer_making_up_counters_is_capped_and_counted() {
     run.wait_for("session_ended", TIMEOUT, |l| l["kind"] == "session_ended" && l["pid"] == pid);
     let (lines, summary) = run.stop();
     let counters = summary.runtime_counters.expect("metrics on");
-    assert_eq!((counters.len(), counters.refused), (0, EXTRA as u64));
+    assert_eq!((counters.len(), counters.refused()), (0, EXTRA as u64));
     let last = lines.last().unwrap();
     assert_eq!(last["kind"], "summary");
     let loss = last["losses"]

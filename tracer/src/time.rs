@@ -132,6 +132,14 @@ impl Default for Clock {
     }
 }
 
+/// Sleeps until `deadline`; without one, never wakes (a `select!` arm that is off).
+pub async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC) as u64
 }

@@ -2,7 +2,7 @@
 //! which summary counter becomes which series.
 use std::collections::BTreeMap;
 
-use super::runtime::{RuntimeCounters, RuntimeFamilies};
+use super::runtime::RuntimeFamilies;
 use crate::kernel::detect::HookMechanism;
 use crate::output::LossCount;
 use crate::summary::AuditSummary;
@@ -22,7 +22,8 @@ pub struct Families {
     pub sessions: BTreeMap<String, u64>,
     /// `tracer_sessions_failed_total{reason}`
     pub sessions_failed: BTreeMap<String, u64>,
-    /// `run`: the traced processes' runtime counters, one family per counter metric name.
+    /// `run`: the traced processes' runtime counters, one family per counter metric name; built
+    /// when scraped, from the table `run` serves (`Publisher::serve_runtime_counters`).
     pub runtime: RuntimeFamilies,
     /// `tracer_detection_hooks{mechanism}` (1 for the one running): `run` and `audit`.
     pub detection_hooks: Option<&'static str>,
@@ -78,7 +79,6 @@ impl Families {
         f.sessions.insert("ended".into(), ended);
         f.sessions_failed.insert("refused".into(), s.sessions_refused);
         f.sessions_failed.insert("error".into(), s.sessions_failed);
-        f.runtime = s.runtime_counters.as_ref().map(RuntimeCounters::families).unwrap_or_default();
         f.detection_hooks = s.hooks.as_ref().map(HookMechanism::name);
         f
     }

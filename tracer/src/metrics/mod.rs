@@ -3,8 +3,10 @@
 //! The pipelines own their counters (the summaries they print at exit). With metrics on, a
 //! pipeline publishes its summary every [`PUBLISH_INTERVAL`] and once more at exit through a
 //! [`Publisher`]; the families are computed from that summary (`families.rs`), so a scrape and
-//! the summary report the same numbers. The exposition is encoded with `prometheus-client` at
-//! scrape time and served by a minimal hyper server (`server.rs`).
+//! the summary report the same numbers. The traced processes' runtime counters (latest values,
+//! not counts) are read when scraped, from the table the pipeline records them in. The
+//! exposition is encoded with `prometheus-client` at scrape time and served by a minimal hyper
+//! server (`server.rs`).
 //!
 //! Families (README "Metrics"): `tracer_events_total{source,kind}`,
 //! `tracer_lost_events_total{source,reason}`, `tracer_detections_total{kind}`,
@@ -29,6 +31,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 pub use self::families::Families;
+use self::runtime::RuntimeCounters;
 pub use self::server::{
     DEFAULT_PROFILE_SECONDS, MAX_CONNECTIONS, MAX_PROFILE_SECONDS, REQUEST_TIMEOUT, serve,
 };
@@ -105,6 +108,8 @@ pub struct Shared {
     state: Mutex<State>,
     kernel: String,
     pub(crate) connections: ConnectionCounts,
+    /// `run`'s runtime counters, read when scraped.
+    runtime_counters: std::sync::OnceLock<RuntimeCounters>,
     /// `GET /debug/pprof/profile`, when the pipeline offers it, and whether one is being taken.
     profiles: std::sync::OnceLock<Arc<dyn ProfileSource>>,
     profiling: std::sync::atomic::AtomicBool,
@@ -118,6 +123,7 @@ impl Shared {
             state: Mutex::new(State { health: Health::Starting, families: Families::default() }),
             kernel: kernel_release(),
             connections: ConnectionCounts::default(),
+            runtime_counters: std::sync::OnceLock::new(),
             profiles: std::sync::OnceLock::new(),
             profiling: std::sync::atomic::AtomicBool::new(false),
             profiles_refused: AtomicU64::new(0),
@@ -129,7 +135,11 @@ impl Shared {
     }
 
     pub fn families(&self) -> Families {
-        self.state.lock().map(|s| s.families.clone()).unwrap_or_default()
+        let mut families = self.state.lock().map(|s| s.families.clone()).unwrap_or_default();
+        if let Some(counters) = self.runtime_counters.get() {
+            families.runtime = counters.families();
+        }
+        families
     }
 
     /// The Prometheus (OpenMetrics) text exposition of the latest families.
@@ -193,6 +203,14 @@ impl Publisher {
             && let Ok(mut s) = shared.state.lock()
         {
             s.families = families;
+        }
+    }
+
+    /// Serves the latest values of `counters` with every scrape (once; later calls change
+    /// nothing).
+    pub fn serve_runtime_counters(&self, counters: RuntimeCounters) {
+        if let Some(shared) = &self.0 {
+            let _ = shared.runtime_counters.set(counters);
         }
     }
 

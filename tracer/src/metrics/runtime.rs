@@ -4,6 +4,7 @@
 //! ends. Counter names come from the traced processes, so the
 //! number of series is capped per process and in all; what the caps refuse is counted.
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tracer_decode::counters::{CounterError, CounterSample};
 
@@ -40,20 +41,68 @@ pub struct RuntimeFamily {
     pub series: Vec<(Vec<(String, String)>, f64)>,
 }
 
-/// The counters of the traced processes, updated as their `EventCounters` events are written.
-#[derive(Debug, Default)]
-pub struct RuntimeCounters {
-    processes: HashMap<Incarnation, ProcessSeries>,
-    series: usize,
-    /// New series the caps refused.
-    pub refused: u64,
-    /// `EventCounters` events that gave no sample (malformed, or a name tracer will not expose).
-    pub bad_samples: u64,
-}
+/// The counters of the traced processes: recorded by the pipeline as their events are written,
+/// read by the endpoint when it is scraped (the families are built then, not for every
+/// publication). A handle: its clones share one table.
+#[derive(Debug, Default, Clone)]
+pub struct RuntimeCounters(Arc<Mutex<Table>>);
 
 impl RuntimeCounters {
-    /// Records what one `EventCounters` event of `process` said.
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // A panic while holding it leaves the table whole (each update is one insert or remove).
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records what one counter event of `process` said.
     pub fn record(
+        &self,
+        process: Incarnation,
+        labels: Option<&ProcessLabels>,
+        sample: Result<CounterSample, CounterError>,
+    ) {
+        self.table().record(process, labels, sample);
+    }
+
+    /// Drops the series of `process` (its session ended).
+    pub fn remove(&self, process: Incarnation) {
+        self.table().remove(process);
+    }
+
+    /// Series in all.
+    pub fn len(&self) -> usize {
+        self.table().series
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// New series the caps refused.
+    pub fn refused(&self) -> u64 {
+        self.table().refused
+    }
+
+    /// Counter events that gave no sample (malformed, or a name tracer will not expose).
+    pub fn bad_samples(&self) -> u64 {
+        self.table().bad_samples
+    }
+
+    /// The families for the exposition, each series labelled with its process.
+    pub fn families(&self) -> RuntimeFamilies {
+        self.table().families()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    processes: HashMap<Incarnation, ProcessSeries>,
+    series: usize,
+    refused: u64,
+    bad_samples: u64,
+}
+
+impl Table {
+    fn record(
         &mut self,
         process: Incarnation,
         labels: Option<&ProcessLabels>,
@@ -95,24 +144,13 @@ impl RuntimeCounters {
         self.series += 1;
     }
 
-    /// Drops the series of `process` (its session ended).
-    pub fn remove(&mut self, process: Incarnation) {
+    fn remove(&mut self, process: Incarnation) {
         if let Some(process) = self.processes.remove(&process) {
             self.series -= process.latest.len();
         }
     }
 
-    /// Series in all.
-    pub fn len(&self) -> usize {
-        self.series
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.series == 0
-    }
-
-    /// The families for the exposition, each series labelled with its process.
-    pub fn families(&self) -> RuntimeFamilies {
+    fn families(&self) -> RuntimeFamilies {
         let mut families = RuntimeFamilies::new();
         for process in self.processes.values() {
             for ((metric, tags), latest) in &process.latest {
@@ -183,7 +221,7 @@ mod tests {
 
     #[test]
     fn latest_value_per_process_with_its_labels() {
-        let mut c = RuntimeCounters::default();
+        let c = RuntimeCounters::default();
         c.record(p(7), Some(&labels("c7")), sample("m_a", 1.0));
         c.record(p(7), Some(&labels("c7")), sample("m_a", 2.0));
         c.record(p(3), None, sample("m_a", 5.0));
@@ -232,7 +270,7 @@ mod tests {
 
     #[test]
     fn each_tag_set_is_a_series() {
-        let mut c = RuntimeCounters::default();
+        let c = RuntimeCounters::default();
         c.record(p(1), None, tagged("m", &[("route", "/a")], 1.0));
         c.record(p(1), None, tagged("m", &[("route", "/b")], 2.0));
         c.record(p(1), None, tagged("m", &[("route", "/a")], 3.0));
@@ -248,15 +286,15 @@ mod tests {
 
     #[test]
     fn caps_refuse_new_series_and_count_them() {
-        let mut c = RuntimeCounters::default();
+        let c = RuntimeCounters::default();
         for i in 0..MAX_SERIES_PER_PROCESS + 10 {
             c.record(p(1), None, sample(&format!("m_{i}"), 1.0));
         }
-        assert_eq!((c.len(), c.refused), (MAX_SERIES_PER_PROCESS, 10));
+        assert_eq!((c.len(), c.refused()), (MAX_SERIES_PER_PROCESS, 10));
         // Known series still update at the cap.
         c.record(p(1), None, sample("m_0", 9.0));
         assert_eq!(c.families()["m_0"].series[0].1, 9.0);
-        assert_eq!(c.refused, 10);
+        assert_eq!(c.refused(), 10);
         // The total cap holds across processes.
         let processes = MAX_SERIES / MAX_SERIES_PER_PROCESS;
         for pid in 2..=processes as u32 + 1 {
@@ -265,8 +303,8 @@ mod tests {
             }
         }
         assert_eq!(c.len(), MAX_SERIES);
-        assert_eq!(c.refused, 10 + MAX_SERIES_PER_PROCESS as u64);
+        assert_eq!(c.refused(), 10 + MAX_SERIES_PER_PROCESS as u64);
         c.record(p(1), None, Err(CounterError::NoPayload));
-        assert_eq!(c.bad_samples, 1);
+        assert_eq!(c.bad_samples(), 1);
     }
 }

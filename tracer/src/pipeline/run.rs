@@ -35,7 +35,7 @@ use crate::session::{
     self, EventLines, LineExtras, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
     SessionMessage, SessionMode, user_events,
 };
-use crate::time::Clock;
+use crate::time::{Clock, sleep_until_opt};
 
 pub use crate::summary::RunSummary;
 
@@ -113,6 +113,9 @@ pub async fn run(
         lifecycle_hooks: Some(detector.lifecycle().clone()),
         ..RunSummary::default()
     };
+    if let Some(counters) = &summary.runtime_counters {
+        metrics.serve_runtime_counters(counters.clone());
+    }
     let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -222,6 +225,7 @@ pub async fn run(
     tokio::pin!(stop);
     // Until stopped, or until the output takes no more lines (`tracer run | head -1`).
     while sink.failure().is_none() {
+        let flush_by = sink.flush_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
             () = &mut stop => break,
             res = detector.read(&mut batch) => {
@@ -249,6 +253,7 @@ pub async fn run(
                 }
             }
             Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
+            () = sleep_until_opt(flush_by) => sink.flush_due(),
             events = next_kernel_events(&mut kernel_events) => {
                 let events = events.context("reading the kernel events' ftrace buffer")?;
                 if let Some(kernel) = &mut kernel_events {
@@ -296,11 +301,13 @@ pub async fn run(
     // pipeline's own sender goes with the session starter.
     drop((start_session, spawn));
     loop {
+        let flush_by = sink.flush_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
             msg = out_rx.recv() => match msg {
                 Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
                 None => break,
             },
+            () = sleep_until_opt(flush_by) => sink.flush_due(),
             // Session tasks wait on the user_events reader (release) while they finish.
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_process, &labels);
@@ -400,6 +407,11 @@ async fn next_user_events(hub: &mut Option<user_events::Hub>, clock: &Clock) -> 
 /// its other work again.
 const MAX_BATCH_MESSAGES: usize = 256;
 
+/// Sessions' lines leave at most this often while the output is busy: a batch ending sooner
+/// after the last flush waits for the next, at most this late. Each flush is a `write` that
+/// wakes the output's reader, and 50 runtimes each hand on a read of counters a second.
+pub const EVENT_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
 /// `first`, then what the sessions have sent meanwhile, as one batch of lines. `kernel`: the
 /// kernel events, which start recording a process's threads before its `session_started` line
 /// is written (a reader of the output sees them from then on).
@@ -414,7 +426,7 @@ fn handle_messages(
     labels: &LabelRegistry,
     mut kernel: Option<&mut KernelEvents>,
 ) {
-    let mut batch = sink.batch();
+    let mut batch = sink.deferred_batch(EVENT_FLUSH_INTERVAL);
     let mut handle = |msg: SessionMessage| {
         if let (SessionMessage::Started { process, .. }, Some(kernel)) = (&msg, &mut kernel)
             && let Err(e) = kernel.watch(*process)
@@ -453,7 +465,7 @@ fn emit_events(
     if !lines.is_empty() {
         sink.emit_batch(&lines);
     }
-    if let Some(runtime_counters) = &mut summary.runtime_counters {
+    if let Some(runtime_counters) = &summary.runtime_counters {
         for (process, sample) in counters {
             runtime_counters.record(process, labels.get(process.pid).as_deref(), sample);
         }
@@ -587,7 +599,7 @@ fn handle_message(
 /// A process's session is over: its labels and its counter series go.
 fn forget_process(process: Incarnation, summary: &mut RunSummary, labels: &LabelRegistry) {
     labels.remove(process.pid);
-    if let Some(counters) = &mut summary.runtime_counters {
+    if let Some(counters) = &summary.runtime_counters {
         counters.remove(process);
     }
 }

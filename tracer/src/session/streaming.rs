@@ -276,7 +276,7 @@ pub(super) async fn run(
                     break EndReason::ProcessExited;
                 }
             },
-            () = sleep_until_opt(start_deadline) => break EndReason::StreamNotStarted,
+            () = crate::time::sleep_until_opt(start_deadline) => break EndReason::StreamNotStarted,
             () = stopped(&mut stop), if drain_deadline.is_none() => {
                 drain_deadline = Some(Instant::now() + config.drain_timeout);
                 continue;
@@ -289,7 +289,7 @@ pub(super) async fn run(
                 }
                 continue;
             }
-            () = sleep_until_opt(drain_deadline) => break EndReason::DrainTimeout,
+            () = crate::time::sleep_until_opt(drain_deadline) => break EndReason::DrainTimeout,
         };
         let n = match read {
             Ok(0) => break end_of_stream(&parser, drain_deadline.is_some(), &mut detail),
@@ -472,12 +472,5 @@ fn end_of_stream(
             *detail = Some(e.to_string());
             EndReason::ProcessExited
         }
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

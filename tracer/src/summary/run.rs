@@ -142,8 +142,8 @@ impl RunSummary {
         }
         if let Some(counters) = &self.runtime_counters {
             all.extend([
-                loss("metrics", "series_limit", counters.refused),
-                loss("metrics", "bad_counter", counters.bad_samples),
+                loss("metrics", "series_limit", counters.refused()),
+                loss("metrics", "bad_counter", counters.bad_samples()),
             ]);
         }
         all
