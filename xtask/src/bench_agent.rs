@@ -10,6 +10,10 @@
 //! (targets: RSS ≤ 32 MiB; CPU ≤ 1 % without export, ≤ 2 % with it, ≤ 5 % under churn).
 //! Then the export's throughput: a .NET 10 test double emits a burst of events, and the
 //! collector counts the records that reach it and how fast.
+//!
+//! `--against BIN [--rounds N]`: the row without export only, for this build and another
+//! tracer binary in alternating windows beside the same runtimes: a change's effect apart from
+//! the machine's drift, which moves this row by more than most changes do.
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -45,8 +49,12 @@ const DOUBLE: &str = "tests/dotnet/dotnet10_double.py";
 const BURST: u64 = 100_000;
 const BURST_BLOCK: u64 = 1_000;
 
-pub fn run() -> anyhow::Result<()> {
+/// Rounds of `--against` unless told: each one window of either build.
+const COMPARE_ROUNDS: usize = 3;
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
     util::require_root("the benchmark loads BPF programs")?;
+    let against = parse_against(args)?;
     util::cargo(&["build", "--release", "-p", "tracer", "--bins"])?;
     let bin = util::workspace_root().join("target/release/tracer");
     let (runtimes, pids) = start_runtimes(RUNTIMES)?;
@@ -55,11 +63,16 @@ pub fn run() -> anyhow::Result<()> {
     let plain_args = ["run", "--profile", "counters", "--session", "streaming"];
     let mut args = plain_args.to_vec();
     args.extend(["--metrics-addr", &metrics]);
-    let without = {
-        let tracer = Tracer::start(&bin, &args, "watching for .NET processes")?;
+    // The row without export of `bin`: its measurement and its summary at exit.
+    let without = |bin: &std::path::Path| -> anyhow::Result<(Measured, String)> {
+        let tracer = Tracer::start(bin, &args, "watching for .NET processes")?;
         let measured = measure(&tracer, metrics.parse()?, &pids, None);
-        (measured?, tracer.stop()?)
+        Ok((measured?, tracer.stop()?))
     };
+    if let Some((other, rounds)) = against {
+        return compare(&other, &bin, rounds, without);
+    }
+    let without = without(&bin)?;
 
     let collector = Collector::start()?;
     let otlp_arg = format!("http://{}", collector.addr);
@@ -159,6 +172,69 @@ impl Measured {
             or_dash(started_per_sec, 0),
         )
     }
+}
+
+/// `--against BIN [--rounds N]`, when given.
+fn parse_against(args: &[String]) -> anyhow::Result<Option<(std::path::PathBuf, usize)>> {
+    let mut against = None;
+    let mut rounds = COMPARE_ROUNDS;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--against" => against = Some(std::path::PathBuf::from(value()?)),
+            "--rounds" => rounds = value()?.parse().context("--rounds takes a count")?,
+            other => {
+                bail!("bench agent: unknown argument {other:?} (known: --against BIN, --rounds N)")
+            }
+        }
+    }
+    match against {
+        _ if rounds == 0 => bail!("--rounds 0 measures nothing: give 1 or more"),
+        Some(bin) if bin.is_file() => Ok(Some((bin, rounds))),
+        Some(bin) => {
+            bail!("--against {}: no such file (a tracer binary built elsewhere)", bin.display())
+        }
+        None if rounds != COMPARE_ROUNDS => bail!("--rounds goes with --against BIN"),
+        None => Ok(None),
+    }
+}
+
+/// `other` and this build `ours`, one window each per round, alternating; prints each window
+/// and the means (nothing is written to docs/benchmarks.md).
+fn compare(
+    other: &std::path::Path,
+    ours: &std::path::Path,
+    rounds: usize,
+    without: impl Fn(&std::path::Path) -> anyhow::Result<(Measured, String)>,
+) -> anyhow::Result<()> {
+    let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 1..=rounds {
+        for (i, bin) in [other, ours].into_iter().enumerate() {
+            let (measured, _) = without(bin)?;
+            eprintln!(
+                "bench agent: round {round}/{rounds}: {}: {:.2} %",
+                bin.display(),
+                measured.cpu_percent
+            );
+            cpu[i].push(measured.cpu_percent);
+        }
+    }
+    let row = |name: String, cpu: &[f64]| {
+        let each: Vec<String> = cpu.iter().map(|c| format!("{c:.2} %")).collect();
+        let mean = cpu.iter().sum::<f64>() / cpu.len() as f64;
+        format!("| {name} | {} | {mean:.2} % |\n", each.join(", "))
+    };
+    println!(
+        "`cargo xtask bench agent --against {} --rounds {rounds}`: tracer CPU (one core) without \
+         export, {} s windows alternating, beside the same {RUNTIMES} runtimes.\n\n\
+         | build | each window | mean |\n|---|---|---:|\n{}{}",
+        other.display(),
+        WINDOW.as_secs(),
+        row(format!("`{}`", other.display()), &cpu[0]),
+        row("this build".into(), &cpu[1]),
+    );
+    Ok(())
 }
 
 /// `count` CoreCLR hosts, and their pids.

@@ -76,12 +76,12 @@ enum Command {
         targets: Vec<String>,
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
-    /// `agent`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`, `sampler`,
-    /// `profile [--rounds N] [--seconds S]`.
+    /// `agent [--against BIN [--rounds N]]`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`,
+    /// `sampler`, `profile [--rounds N] [--seconds S]`.
     Bench {
         name: String,
         /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run; profile:
-        /// its rounds and seconds per run).
+        /// its rounds and seconds per run; agent: another tracer binary to compare with).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -111,7 +111,7 @@ fn main() -> ExitCode {
         }
         Command::GenRuntimeEvents { manifests } => gen_events::run(&manifests),
         Command::Bench { name, args } => match name.as_str() {
-            "agent" => bench_agent::run(),
+            "agent" => bench_agent::run(&args),
             "detect" => bench_detect::run(),
             "ipc" => bench_ipc::run(),
             "hostile" => bench_hostile::run(),
