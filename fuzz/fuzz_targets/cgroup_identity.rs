@@ -5,8 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tracer_decode::container::{
-    CONTAINER_ID_LEN, cgroup_is_within, environ_has, is_container_id, is_pod_uid,
-    parse_cgroup_path,
+    CONTAINER_ID_LEN, cgroup_is_within, environ_has, is_container_id, is_pod_uid, parse_cgroup_path,
 };
 use tracer_decode::procfs::cgroup_v2_path;
 

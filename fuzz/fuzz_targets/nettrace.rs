@@ -24,9 +24,11 @@ use tracer_decode::counters::{
     RESERVED_PREFIX, counter_sample, output_counter_sample,
 };
 use tracer_decode::nettrace::methods::MethodTable;
-use tracer_decode::nettrace::stacks::{MAX_STACK_JSON_BYTES, NamedStack};
 use tracer_decode::nettrace::payload::cost_budget;
-use tracer_decode::nettrace::{EventMetadata, MetadataLimits, NettraceError, NettraceParser};
+use tracer_decode::nettrace::stacks::{MAX_STACK_JSON_BYTES, NamedStack};
+use tracer_decode::nettrace::{
+    EventMetadata, MetadataLimits, NettraceError, NettraceParser, OutputEvent,
+};
 
 /// Bytes tracer's envelope adds to an event (`ts`, `mono_ns`, `pid`, `kind`, `source`).
 const ENVELOPE: u64 = 160;
@@ -59,7 +61,9 @@ fn assert_sample_is_exposable(sample: &CounterSample) {
         let name = name.as_bytes();
         assert!(!name.is_empty() && (name[0].is_ascii_alphabetic() || name[0] == b'_'));
         assert!(name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_'), "{sample:?}");
-        assert!(!name.starts_with(b"__") && !PROCESS_LABELS.contains(&&*String::from_utf8_lossy(name)));
+        assert!(
+            !name.starts_with(b"__") && !PROCESS_LABELS.contains(&&*String::from_utf8_lossy(name))
+        );
         assert!(value.len() <= MAX_LABEL_VALUE, "{sample:?}");
         assert!(value.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\' && b != b'"'));
     }
@@ -109,8 +113,16 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
             if reference {
                 let decoded = event.decode();
                 let sample = counter_sample(&decoded);
-                // Sessions decode only the events whose names may carry a sample.
-                assert_eq!(output_counter_sample(&event), sample);
+                // Sessions decode only the events whose names may carry a sample, once for
+                // the line's fields and the sample: the same line, the same sample.
+                let mut fields = Vec::new();
+                assert_eq!(output_counter_sample(&event, &mut fields), sample);
+                if !fields.is_empty() {
+                    let mut rendered = Vec::new();
+                    OutputEvent { rendered_fields: Some(&fields), ..event }
+                        .write_json(&mut rendered);
+                    assert_eq!(String::from_utf8(rendered).unwrap(), json);
+                }
                 if let Some(Ok(sample)) = sample {
                     assert_sample_is_exposable(&sample);
                 }
@@ -125,8 +137,7 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
         at += n;
         // What tracer would have written stays within the bound of what it was sent.
         assert!(
-            budget.output()
-                <= OUTPUT_BYTES_PER_INPUT_BYTE * at as u64 + OUTPUT_ALLOWANCE_BYTES
+            budget.output() <= OUTPUT_BYTES_PER_INPUT_BYTE * at as u64 + OUTPUT_ALLOWANCE_BYTES
         );
         assert!(
             stack_budget.output()

@@ -12,14 +12,14 @@ use tracer_decode::ftrace::format::EventFormat;
 use tracer_decode::ftrace::page::{PageLayout, decode_page};
 use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
+use tracer_decode::procfs::{
+    cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid,
+    parse_start_time, parse_stat_ppid, parse_status_cap_eff, parse_status_tgid, parse_status_uid,
+    parse_status_uids, parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
+};
 use tracer_decode::text::escape_control;
 use tracer_decode::unix_socket::{
     diagnostic_socket_name, listening_diagnostic_sockets, parse_net_unix_line, parse_socket_link,
-};
-use tracer_decode::procfs::{
-    cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid, parse_start_time,
-    parse_stat_ppid, parse_status_cap_eff, parse_status_tgid, parse_status_uid, parse_status_uids,
-    parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
 };
 
 fuzz_target!(|input: &[u8]| {

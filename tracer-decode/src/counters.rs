@@ -18,7 +18,7 @@
 use thiserror::Error;
 
 use crate::nettrace::payload::{Fields, Value};
-use crate::nettrace::{DecodedEvent, OutputEvent, decode_payload_members};
+use crate::nettrace::{DecodedEvent, OutputEvent, write_payload_json_and_members};
 
 /// The event every EventCounters sample is.
 pub const EVENT_COUNTERS: &str = "EventCounters";
@@ -112,17 +112,25 @@ fn is_sample_member(name: &str) -> bool {
 }
 
 /// The counter sample of an event on its way to output, as [`counter_sample`] reads it from the
-/// decoded event. Only events whose names say they may carry one are decoded, and only into
-/// the members a sample is read from: counters come every second from every traced process.
-pub fn output_counter_sample(event: &OutputEvent) -> Option<Result<CounterSample, CounterError>> {
+/// decoded event. Only events whose names say they may carry one are decoded, once: into
+/// `fields_json`, the `fields` object of the event's line (for
+/// [`OutputEvent::rendered_fields`]), and into the members a sample is read from. Counters come
+/// every second from every traced process. `fields_json` is left as it was for other events,
+/// and for a payload that does not decode (its line shows why).
+pub fn output_counter_sample(
+    event: &OutputEvent,
+    fields_json: &mut Vec<u8>,
+) -> Option<Result<CounterSample, CounterError>> {
     let meta = event.metadata;
     // An unnamed event (empty name) carries none.
     if !may_carry_sample(&meta.provider, &meta.event_name) {
         return None;
     }
+    let (payload, pointer_size) = (event.payload, event.pointer_size);
     // A payload that does not decode has none of the members (as `decode` keeps it as hex).
-    let fields = decode_payload_members(meta, event.payload, event.pointer_size, is_sample_member)
-        .unwrap_or_default();
+    let fields =
+        write_payload_json_and_members(meta, payload, pointer_size, fields_json, is_sample_member)
+            .unwrap_or_default();
     sample_of(&meta.provider, &meta.event_name, &fields)
 }
 
@@ -196,7 +204,7 @@ fn tag_labels(instrument: &str, tags: &str) -> Result<Vec<(String, String)>, Cou
             name.insert_str(0, "tag_");
         }
         name.truncate(MAX_LABEL_VALUE);
-        let value: String = printable(value).take(MAX_LABEL_VALUE).collect();
+        let value: String = printable(value.chars()).take(MAX_LABEL_VALUE).collect();
         (name, value)
     });
     let labels: Vec<(String, String)> = labels.collect();
@@ -317,13 +325,17 @@ fn valid(c: char, first: bool) -> bool {
 /// `text (units)` (or `text` without units) in printable ASCII without `\` and `"` (which the
 /// exposition would have to escape), cut to [`MAX_HELP`] bytes.
 fn help_text(text: &str, units: &str) -> String {
-    let help = if units.is_empty() { text.to_owned() } else { format!("{text} ({units})") };
-    printable(&help).take(MAX_HELP).collect()
+    let (open, close) = if units.is_empty() { ("", "") } else { (" (", ")") };
+    // One allocation: counters come every second from every traced process.
+    let mut help = String::with_capacity(MAX_HELP.min(text.len() + units.len() + 3));
+    help.extend(
+        printable([text, open, units, close].into_iter().flat_map(str::chars)).take(MAX_HELP),
+    );
+    help
 }
 
-fn printable(text: &str) -> impl Iterator<Item = char> {
-    text.chars()
-        .map(|c| if c.is_ascii_graphic() && c != '\\' && c != '"' || c == ' ' { c } else { '_' })
+fn printable(text: impl Iterator<Item = char>) -> impl Iterator<Item = char> {
+    text.map(|c| if c.is_ascii_graphic() && c != '\\' && c != '"' || c == ' ' { c } else { '_' })
 }
 
 #[cfg(test)]
@@ -608,8 +620,16 @@ mod tests {
         parser
             .feed(&data, |e| {
                 let decoded = e.decode();
-                // The output path decodes only the members samples are read from.
-                assert_eq!(output_counter_sample(&e.output()), counter_sample(&decoded));
+                // The output path decodes once, for the line's fields and the sample's members.
+                let (event, mut fields) = (e.output(), Vec::new());
+                assert_eq!(output_counter_sample(&event, &mut fields), counter_sample(&decoded));
+                let rendered = OutputEvent { rendered_fields: Some(&fields), ..event };
+                if !fields.is_empty() {
+                    let (mut line, mut expected) = (Vec::new(), Vec::new());
+                    rendered.write_json(&mut line);
+                    event.write_json(&mut expected);
+                    assert_eq!(String::from_utf8(line), String::from_utf8(expected));
+                }
                 if let Some(sample) = counter_sample(&decoded) {
                     let Value::Object(wrapper) = &decoded.fields.0[0].1 else { panic!() };
                     let Some(Value::Object(payload)) = wrapper.get("Payload") else { panic!() };

@@ -474,6 +474,7 @@ mod tests {
                 pointer_size: 8,
                 context,
                 stack: None,
+                rendered_fields: None,
             }
             .decode(),
         )

@@ -31,8 +31,8 @@ use crate::work;
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
 pub use payload::{
-    Fields, PayloadError, Value, decode_payload, decode_payload_members, format_guid,
-    write_payload_json,
+    Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json,
+    write_payload_json_and_members,
 };
 use sequence::SequenceTracker;
 use stacks::{NamedStack, StackBlockError, StackFrame, StackTable};
@@ -211,6 +211,7 @@ impl<'a> Event<'a> {
             payload: self.payload,
             pointer_size: self.pointer_size,
             stack: None,
+            rendered_fields: None,
             context: EventContext {
                 thread: self.thread_id,
                 sequence: Some(self.sequence),
@@ -252,6 +253,9 @@ pub struct OutputEvent<'a> {
     /// The frames of the event's stack, named by the session that read it (written as `stack`,
     /// after `stack_id`); `None`: no `stack` member.
     pub stack: Option<&'a NamedStack>,
+    /// The `fields` object, already rendered by a decode that also read some of them
+    /// ([`crate::counters::output_counter_sample`]); `None`: decoded as the line is written.
+    pub rendered_fields: Option<&'a [u8]>,
     pub context: EventContext,
 }
 
@@ -334,7 +338,11 @@ impl<'a> OutputEvent<'a> {
             stack.write_member(out);
         }
         out.extend_from_slice(br#","fields":"#);
-        if let Err(e) = payload::write_payload_json(meta, self.payload, self.pointer_size, out) {
+        if let Some(fields) = self.rendered_fields {
+            out.extend_from_slice(fields);
+        } else if let Err(e) =
+            payload::write_payload_json(meta, self.payload, self.pointer_size, out)
+        {
             out.extend_from_slice(br#"{"raw_payload":"#);
             json::push_hex_string(out, self.payload);
             out.extend_from_slice(br#"},"decode_error":"#);

@@ -212,20 +212,6 @@ pub fn decode_payload<'m>(
     Ok(OrderedMap(tree.top))
 }
 
-/// Decodes `payload` as [`decode_payload`] does, but keeps only the scalar members whose names
-/// `keep` accepts (objects and arrays stay, with what they keep): for code that reads a few
-/// fields of frequent events (counters), without a `String` for every other member.
-pub fn decode_payload_members<'m>(
-    meta: &'m EventMetadata,
-    payload: &[u8],
-    pointer_size: u32,
-    keep: fn(&str) -> bool,
-) -> Result<Fields<'m>, PayloadError> {
-    let mut tree = TreeSink { keep: Some(keep), ..TreeSink::default() };
-    decode_into(meta, payload, pointer_size, &mut tree)?;
-    Ok(OrderedMap(tree.top))
-}
-
 /// Decodes `payload` as [`decode_payload`] does, straight into `out` as a JSON object: no
 /// tree, no `String` per value. On an error `out` is left as it was.
 pub fn write_payload_json(
@@ -240,19 +226,43 @@ pub fn write_payload_json(
     {
         return Ok(());
     }
+    write_json_and(meta, payload, pointer_size, out, &mut NoSink)
+}
+
+/// [`write_payload_json`], and from the same decode the [`decode_payload`] tree of only the
+/// scalar members whose names `keep` accepts (objects and arrays stay, with what they keep): for
+/// events whose line is written and a few of whose fields are read (counters, every second from
+/// every traced process), without a `String` for every other member. On an error `out` is left
+/// as it was.
+pub fn write_payload_json_and_members<'m>(
+    meta: &'m EventMetadata,
+    payload: &[u8],
+    pointer_size: u32,
+    out: &mut Vec<u8>,
+    keep: fn(&str) -> bool,
+) -> Result<Fields<'m>, PayloadError> {
+    let mut tree = TreeSink { keep: Some(keep), ..TreeSink::default() };
+    write_json_and(meta, payload, pointer_size, out, &mut tree)?;
+    Ok(OrderedMap(tree.top))
+}
+
+/// The fields as a JSON object into `out`, `also` fed by the same decode.
+fn write_json_and<'m, S: Sink<'m>>(
+    meta: &'m EventMetadata,
+    payload: &[u8],
+    pointer_size: u32,
+    out: &mut Vec<u8>,
+    also: &mut S,
+) -> Result<(), PayloadError> {
     let start = out.len();
     out.push(b'{');
-    let mut json = JsonSink { out, comma: false };
-    match decode_into(meta, payload, pointer_size, &mut json) {
-        Ok(()) => {
-            out.push(b'}');
-            Ok(())
-        }
-        Err(e) => {
-            out.truncate(start);
-            Err(e)
-        }
+    let mut sinks = Both(JsonSink { out, comma: false }, also);
+    let decoded = decode_into(meta, payload, pointer_size, &mut sinks);
+    match decoded {
+        Ok(()) => out.push(b'}'),
+        Err(_) => out.truncate(start),
     }
+    decoded
 }
 
 /// The one decoder behind [`decode_payload`] and [`write_payload_json`].
@@ -531,6 +541,50 @@ impl<'m> Sink<'m> for JsonSink<'_> {
     fn rewind(&mut self, (len, comma): (usize, bool)) {
         self.out.truncate(len);
         self.comma = comma;
+    }
+}
+
+/// Two sinks fed by one decode (a line's JSON and the members read from it).
+struct Both<'b, A, B>(A, &'b mut B);
+
+impl<'m, A: Sink<'m>, B: Sink<'m>> Sink<'m> for Both<'_, A, B> {
+    type Mark = (A::Mark, B::Mark);
+
+    #[inline]
+    fn key(&mut self, name: &'m str) {
+        self.0.key(name);
+        self.1.key(name);
+    }
+
+    #[inline]
+    fn plain_key(&mut self, name: &'static str) {
+        self.0.plain_key(name);
+        self.1.plain_key(name);
+    }
+
+    #[inline]
+    fn scalar(&mut self, value: Scalar<'_>) {
+        self.0.scalar(value);
+        self.1.scalar(value);
+    }
+
+    fn open(&mut self, nest: Nest) {
+        self.0.open(nest);
+        self.1.open(nest);
+    }
+
+    fn close(&mut self, nest: Nest) {
+        self.0.close(nest);
+        self.1.close(nest);
+    }
+
+    fn mark(&self) -> Self::Mark {
+        (self.0.mark(), self.1.mark())
+    }
+
+    fn rewind(&mut self, (a, b): Self::Mark) {
+        self.0.rewind(a);
+        self.1.rewind(b);
     }
 }
 

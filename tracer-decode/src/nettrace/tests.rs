@@ -1467,8 +1467,14 @@ fn edge_values_are_written_byte_for_byte_as_serde_json_writes_them() {
         related_activity_id: [0xff; 16],
         stack_id: u32::MAX,
     };
-    let event =
-        OutputEvent { metadata: &meta, payload: &payload, pointer_size: 8, context, stack: None };
+    let event = OutputEvent {
+        metadata: &meta,
+        payload: &payload,
+        pointer_size: 8,
+        context,
+        stack: None,
+        rendered_fields: None,
+    };
     assert_eq!(event.decode().decode_error, None);
     assert_writes_like_serde(&event);
     // Cut short: the raw payload and the error.
@@ -1482,6 +1488,7 @@ fn edge_values_are_written_byte_for_byte_as_serde_json_writes_them() {
         payload,
         pointer_size: 8,
         stack: None,
+        rendered_fields: None,
         context: EventContext::default(),
     };
     assert_writes_like_serde(&bare_event(&[]));
@@ -1542,6 +1549,7 @@ fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
         payload: &payload,
         pointer_size: 8,
         stack: None,
+        rendered_fields: None,
         context: EventContext::default(),
     };
     assert_eq!(event.decode().decode_error, None);
@@ -1578,6 +1586,7 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
         payload,
         pointer_size: 8,
         stack: None,
+        rendered_fields: None,
         context: EventContext::default(),
     };
     assert_writes_like_serde(&event(&payload));
@@ -1640,6 +1649,7 @@ fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
             pointer_size: 8,
             context: EventContext::default(),
             stack: None,
+            rendered_fields: None,
         }
     }
     // GCStart v2: Count, Depth, Reason (value map), Type (value map), ClrInstanceID,
@@ -1716,6 +1726,7 @@ fn a_flat_layout_writes_strings_and_leaves_the_general_decoder_what_they_do_not_
             pointer_size,
             context: EventContext::default(),
             stack: None,
+            rendered_fields: None,
         }
     }
     let expected = |name: &str, type_id: u64| {

@@ -673,6 +673,7 @@ mod tests {
             payload: &[],
             pointer_size: 8,
             stack: None,
+            rendered_fields: None,
             context: EventContext {
                 timestamp: 5,
                 thread: 77,

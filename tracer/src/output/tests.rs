@@ -426,6 +426,7 @@ fn one_of_each_kind() -> Vec<Value> {
         pointer_size: 8,
         context,
         stack: Some(&stack),
+        rendered_fields: None,
     };
     let identity =
         LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(PROCESS), None, Some(6));

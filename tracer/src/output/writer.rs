@@ -1,9 +1,7 @@
 //! The JSON-lines writer: one [`Line`] per line to stdout or a file, flushed per line so a
 //! consumer (or a test) sees each event as soon as it is decoded — or, for the lines a pipeline
 //! has at hand at once (a [`Batch`]: the events sessions have sent, a ring buffer's records),
-//! flushed once for all of them: one `write` per batch instead of one per line. `tracer run`'s
-//! event batches may wait a little for the next ([`JsonLines::deferred_batch`]): every write
-//! wakes the output's reader, and many sessions each hand on a few lines a second.
+//! flushed once for all of them: one `write` per batch instead of one per line.
 //!
 //! The output holds command lines and payloads of other users' processes: a file is created
 //! `0600` and never through a symlink. `SIGHUP` (see [`ReopenRequest`]) reopens the file after
@@ -17,7 +15,6 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
@@ -44,10 +41,6 @@ pub struct JsonLines {
     unflushed: u64,
     /// Inside a [`Batch`]: lines are flushed when it ends, not one by one.
     batching: bool,
-    /// When lines were last flushed.
-    flushed_at: Option<Instant>,
-    /// Lines of a deferred batch wait for a flush by then ([`JsonLines::flush_deadline`]).
-    flush_by: Option<Instant>,
     /// `--otlp-endpoint`: every line's record is also offered to the exporter (never waits).
     export: Option<Export>,
 }
@@ -188,8 +181,6 @@ impl JsonLines {
             unwritten: 0,
             unflushed: 0,
             batching: false,
-            flushed_at: None,
-            flush_by: None,
             export: None,
         }
     }
@@ -245,48 +236,16 @@ impl JsonLines {
     /// Lines written until the batch is dropped leave together, in one flush.
     pub fn batch(&mut self) -> Batch<'_> {
         self.batching = true;
-        Batch { sink: self, defer: None }
-    }
-
-    /// As [`JsonLines::batch`], but when the last flush was less than `interval` ago the lines
-    /// wait, until [`JsonLines::flush_deadline`] (at most `interval` after that flush) or the
-    /// next line that is flushed. The caller must flush them then ([`JsonLines::flush_due`]).
-    pub fn deferred_batch(&mut self, interval: Duration) -> Batch<'_> {
-        self.batching = true;
-        Batch { sink: self, defer: Some(interval) }
-    }
-
-    /// When lines of a deferred batch must be flushed (`None`: none wait).
-    pub fn flush_deadline(&self) -> Option<Instant> {
-        self.flush_by
-    }
-
-    /// Flushes the lines of deferred batches.
-    pub fn flush_due(&mut self) {
-        self.flush();
+        Batch { sink: self }
     }
 
     fn flush(&mut self) {
-        self.flush_by = None;
         if self.failure.is_some() {
             return;
         }
         match self.out.flush() {
-            Ok(()) => {
-                self.unflushed = 0;
-                self.flushed_at = Some(Instant::now());
-            }
+            Ok(()) => self.unflushed = 0,
             Err(e) => self.fail(e),
-        }
-    }
-
-    /// The end of a batch: its lines are flushed, or with `defer` wait for the deadline.
-    fn end_batch(&mut self, defer: Option<Duration>) {
-        self.batching = false;
-        let by = defer.zip(self.flushed_at).map(|(interval, at)| at + interval);
-        match by {
-            Some(by) if self.unflushed > 0 && Instant::now() < by => self.flush_by = Some(by),
-            _ => self.flush(),
         }
     }
 
@@ -333,11 +292,9 @@ impl JsonLines {
     }
 }
 
-/// Lines a pipeline writes together (see [`JsonLines::batch`]); flushed when dropped, or
-/// deferred ([`JsonLines::deferred_batch`]).
+/// Lines a pipeline writes together (see [`JsonLines::batch`]); flushed when dropped.
 pub struct Batch<'a> {
     sink: &'a mut JsonLines,
-    defer: Option<Duration>,
 }
 
 impl Deref for Batch<'_> {
@@ -356,7 +313,8 @@ impl DerefMut for Batch<'_> {
 
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        self.sink.end_batch(self.defer);
+        self.sink.batching = false;
+        self.sink.flush();
     }
 }
 
@@ -471,37 +429,6 @@ mod tests {
         writes.fail.store(true, Ordering::Relaxed);
         sink.emit_batch(&batch);
         assert_eq!(sink.unwritten(), 2, "each line of the failed batch");
-    }
-
-    /// A deferred batch within the interval after a flush waits for its deadline (or for the
-    /// next line that is flushed); one with nothing flushed in the interval leaves at once.
-    #[test]
-    fn deferred_batches_wait_for_the_interval_after_a_flush() {
-        let interval = Duration::from_secs(3600);
-        let writes = Writes::default();
-        let written = || writes.writes.lock().unwrap().clone();
-        let mut sink = JsonLines::writer(BufWriter::new(writes.clone()));
-        emit(&mut sink.deferred_batch(interval), 1);
-        assert_eq!((written(), sink.flush_deadline()), (vec![line(1)], None), "first: at once");
-        let flushed = Instant::now();
-        emit(&mut sink.deferred_batch(interval), 2);
-        emit(&mut sink.deferred_batch(interval), 3);
-        assert_eq!(written(), [line(1)], "within the interval: held");
-        let deadline = sink.flush_deadline().expect("held lines have a deadline");
-        assert!(deadline > flushed && deadline <= flushed + interval, "{deadline:?}");
-        sink.flush_due();
-        assert_eq!(
-            (written(), sink.flush_deadline()),
-            (vec![line(1), [line(2), line(3)].concat()], None)
-        );
-        // A line written on its own takes the held lines with it.
-        emit(&mut sink.deferred_batch(interval), 4);
-        emit(&mut sink, 5);
-        assert_eq!(written()[2..], [[line(4), line(5)].concat()]);
-        assert_eq!(sink.flush_deadline(), None);
-        // Past the interval (zero here), a batch leaves at once.
-        emit(&mut sink.deferred_batch(Duration::ZERO), 6);
-        assert_eq!((written()[3..].to_vec(), sink.flush_deadline()), (vec![line(6)], None));
     }
 
     #[test]

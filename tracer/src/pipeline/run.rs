@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 use tracer_decode::bpf_event::{DetectionEvent, EventBody};
 use tracer_decode::diagnostic_ipc::FilteredProvider;
@@ -33,9 +33,9 @@ use crate::output::{
 };
 use crate::session::{
     self, EventLines, LineExtras, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
-    SessionMessage, SessionMode, user_events,
+    SessionMessage, SessionMode, inbox::Inbox, user_events,
 };
-use crate::time::{Clock, sleep_until_opt};
+use crate::time::Clock;
 
 pub use crate::summary::RunSummary;
 
@@ -116,7 +116,7 @@ pub async fn run(
     if let Some(counters) = &summary.runtime_counters {
         metrics.serve_runtime_counters(counters.clone());
     }
-    let (out_tx, mut out_rx) = mpsc::channel::<SessionMessage>(1024);
+    let (mut inbox, out_tx, bell) = Inbox::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     // Processes that already have (or had) a session, as (pid, start time): each is traced
@@ -134,6 +134,7 @@ pub async fn run(
         config: config.session.clone(),
         clock,
         out: out_tx,
+        bell,
         stop: stop_rx,
         user_events: user_events.as_ref().map(user_events::Hub::handle),
         labels: labels.clone(),
@@ -225,7 +226,6 @@ pub async fn run(
     tokio::pin!(stop);
     // Until stopped, or until the output takes no more lines (`tracer run | head -1`).
     while sink.failure().is_none() {
-        let flush_by = sink.flush_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
             () = &mut stop => break,
             res = detector.read(&mut batch) => {
@@ -252,8 +252,7 @@ pub async fn run(
                     }
                 }
             }
-            Some(msg) = out_rx.recv() => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
-            () = sleep_until_opt(flush_by) => sink.flush_due(),
+            Some(msg) = inbox.recv() => handle_messages(msg, &mut inbox, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
             events = next_kernel_events(&mut kernel_events) => {
                 let events = events.context("reading the kernel events' ftrace buffer")?;
                 if let Some(kernel) = &mut kernel_events {
@@ -301,13 +300,11 @@ pub async fn run(
     // pipeline's own sender goes with the session starter.
     drop((start_session, spawn));
     loop {
-        let flush_by = sink.flush_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
-            msg = out_rx.recv() => match msg {
-                Some(msg) => handle_messages(msg, &mut out_rx, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
+            msg = inbox.recv() => match msg {
+                Some(msg) => handle_messages(msg, &mut inbox, &clock, &mut sink, &mut summary, &mut events_by_process, &labels, kernel_events.as_mut()),
                 None => break,
             },
-            () = sleep_until_opt(flush_by) => sink.flush_due(),
             // Session tasks wait on the user_events reader (release) while they finish.
             lines = next_user_events(&mut user_events, &clock) => {
                 emit_events("user_events", lines, &mut sink, &mut summary, &mut events_by_process, &labels);
@@ -407,18 +404,14 @@ async fn next_user_events(hub: &mut Option<user_events::Hub>, clock: &Clock) -> 
 /// its other work again.
 const MAX_BATCH_MESSAGES: usize = 256;
 
-/// Sessions' lines leave at most this often while the output is busy: a batch ending sooner
-/// after the last flush waits for the next, at most this late. Each flush is a `write` that
-/// wakes the output's reader, and 50 runtimes each hand on a read of counters a second.
-pub const EVENT_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
-
-/// `first`, then what the sessions have sent meanwhile, as one batch of lines. `kernel`: the
+/// `first`, then what the sessions have sent meanwhile, as one batch of lines (one write; the
+/// inbox waits a round before the next once this finds it empty). `kernel`: the
 /// kernel events, which start recording a process's threads before its `session_started` line
 /// is written (a reader of the output sees them from then on).
 #[allow(clippy::too_many_arguments)] // the loop's state, each borrowed apart
 fn handle_messages(
     first: SessionMessage,
-    out_rx: &mut mpsc::Receiver<SessionMessage>,
+    inbox: &mut Inbox,
     clock: &Clock,
     sink: &mut JsonLines,
     summary: &mut RunSummary,
@@ -426,7 +419,7 @@ fn handle_messages(
     labels: &LabelRegistry,
     mut kernel: Option<&mut KernelEvents>,
 ) {
-    let mut batch = sink.deferred_batch(EVENT_FLUSH_INTERVAL);
+    let mut batch = sink.batch();
     let mut handle = |msg: SessionMessage| {
         if let (SessionMessage::Started { process, .. }, Some(kernel)) = (&msg, &mut kernel)
             && let Err(e) = kernel.watch(*process)
@@ -437,7 +430,7 @@ fn handle_messages(
     };
     handle(first);
     for _ in 1..MAX_BATCH_MESSAGES {
-        let Ok(msg) = out_rx.try_recv() else { break };
+        let Some(msg) = inbox.try_recv() else { break };
         handle(msg);
     }
 }

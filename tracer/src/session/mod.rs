@@ -3,6 +3,7 @@
 //! a streaming session (nettrace on the socket) or a CollectTracing5 user_events session
 //! (records through tracer's ftrace instance), and reports through [`SessionMessage`]s: events
 //! arrive already rendered as output lines, so the pipeline only counts and writes them.
+pub mod inbox;
 pub mod nettrace_file;
 pub mod stopping;
 pub mod streaming;
@@ -190,6 +191,8 @@ pub struct EventLines {
     /// The envelope members the last line's process and source repeat, rendered once.
     identity: Option<LineIdentity>,
     extras: LineExtras,
+    /// The `fields` of the line being rendered, when its counter sample came from their decode.
+    fields_json: Vec<u8>,
 }
 
 /// What event lines carry besides their JSON, as the pipeline's outputs need it.
@@ -253,9 +256,16 @@ impl EventLines {
         keep: impl FnOnce(usize) -> bool,
     ) -> bool {
         let meta = event.metadata;
-        // With metrics on, and then only for the events whose names can be counters.
-        let counter =
-            if self.extras.counter_samples { output_counter_sample(&event) } else { None };
+        // With metrics on, and then only for the events whose names can be counters: read from
+        // the decode that renders the line's fields.
+        self.fields_json.clear();
+        let counter = if self.extras.counter_samples {
+            output_counter_sample(&event, &mut self.fields_json)
+        } else {
+            None
+        };
+        let rendered_fields = (!self.fields_json.is_empty()).then_some(&self.fields_json[..]);
+        let event = OutputEvent { rendered_fields, ..event };
         let mono_ns = event.context.timestamp as u64;
         let EventOrigin { process, session_id } = origin;
         let (kind, pid, session) = (Kind::DotnetEvent, Pid::Known(process), Some(session_id));
@@ -359,6 +369,8 @@ pub struct SessionContext {
     pub clock: Clock,
     /// Where the task reports.
     pub out: mpsc::Sender<SessionMessage>,
+    /// Rung with a burst of lines, for the pipeline to take them now ([`inbox`]).
+    pub bell: inbox::Bell,
     /// Flips to true when the pipeline shuts down.
     pub stop: watch::Receiver<bool>,
     /// The pipeline's user_events hub, when the kernel has user_events.
@@ -621,6 +633,7 @@ mod tests {
             payload: &[],
             pointer_size: 8,
             stack: None,
+            rendered_fields: None,
             context: EventContext { timestamp, ..EventContext::default() },
         };
         let (clock, labels) = (Clock::new(), Some(Arc::new(ProcessLabels::default())));

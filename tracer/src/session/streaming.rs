@@ -39,6 +39,7 @@ use tracer_decode::nettrace::runtime_events::{EVENTPIPE_PROVIDER, RUNDOWN_PROVID
 use tracer_decode::nettrace::stacks::NamedStack;
 use tracer_decode::nettrace::{NettraceError, NettraceParser};
 
+use super::inbox::Bell;
 use super::nettrace_file::NettraceFile;
 use super::{
     EVENT_LINES_BATCH_BYTES, EndReason, EventLines, EventOrigin, SessionContext, SessionEnd,
@@ -95,9 +96,11 @@ impl Drop for Share {
 
 /// Where a session's lines go: to the pipeline at once, unless it is behind; then held (in
 /// order, within [`MAX_PENDING_LINE_BYTES`] and the session's share of
-/// [`MAX_TOTAL_PENDING_LINE_BYTES`]) until the read's events are all decoded.
+/// [`MAX_TOTAL_PENDING_LINE_BYTES`]) until the read's events are all decoded. A full batch, or
+/// a full channel, rings the pipeline's bell: a burst is taken at once.
 struct Outbox<'o> {
     out: &'o mpsc::Sender<SessionMessage>,
+    bell: &'o Bell,
     held: Vec<EventLines>,
     share: Share,
     /// The pipeline is gone: the session ends.
@@ -108,9 +111,15 @@ impl Outbox<'_> {
     /// Hands `lines` on, or holds them; `Err` says why they could be neither (then they are
     /// dropped: the session ends over budget).
     fn offer(&mut self, mut lines: EventLines) -> Result<(), String> {
+        let len = lines.lines.len_bytes();
         if self.held.is_empty() {
             match self.out.try_send(SessionMessage::Events(lines)) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    if len >= EVENT_LINES_BATCH_BYTES {
+                        self.bell.ring();
+                    }
+                    return Ok(());
+                }
                 Err(TrySendError::Closed(_)) => {
                     self.closed = true;
                     return Ok(());
@@ -119,7 +128,7 @@ impl Outbox<'_> {
                 Err(TrySendError::Full(_)) => unreachable!("Events were sent"),
             }
         }
-        let len = lines.lines.len_bytes();
+        self.bell.ring();
         if self.share.held + len > MAX_PENDING_LINE_BYTES || !self.share.take(len) {
             return Err(format!(
                 "{} bytes of lines held while the pipeline is behind (at most {} per session, \
@@ -152,7 +161,7 @@ pub(super) async fn run(
     runtime: Option<ProcessInfo>,
     ctx: SessionContext,
 ) {
-    let SessionContext { config, clock, out, mut stop, labels, line_extras, .. } = ctx;
+    let SessionContext { config, clock, out, bell, mut stop, labels, line_extras, .. } = ctx;
     let (pid, process) = (target.pid(), target.incarnation());
     let labels = labels.get(pid);
     let major = runtime.as_ref().and_then(ProcessInfo::major_version);
@@ -224,6 +233,7 @@ pub(super) async fn run(
     let mut stacks_unwritten = 0u64;
     let mut outbox = Outbox {
         out: &out,
+        bell: &bell,
         held: Vec::new(),
         share: Share::new(&PENDING_LINE_BYTES, MAX_TOTAL_PENDING_LINE_BYTES),
         closed: false,

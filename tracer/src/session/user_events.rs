@@ -645,6 +645,7 @@ impl Hub {
             payload: record.payload,
             pointer_size: info.pointer_size,
             stack: None,
+            rendered_fields: None,
             context,
         };
         if grant.stopping_event.as_ref().is_some_and(|s| s.matches(&event))
