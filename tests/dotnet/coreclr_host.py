@@ -17,6 +17,10 @@ Protocol, one line each way:
                      ObservableGauge<double> `queue-length` (unit `items`, always 42.5) → `METER`
   stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
   stdin  `burn S`  → runs the CPU workload below on this thread for S seconds → `BURNED <rounds>`
+  stdin  `optimized` (before the first `burn`) → the workload's methods are compiled fully
+                     optimized at their first call (AggressiveOptimization): no tier-0 code, no
+                     on-stack replacement and no tier-up while it runs, whose code runs at
+                     speeds of its own → `OPTIMIZED`
 The CPU workload (`burn`): a dynamic assembly emitted at first use (Reflection.Emit, so every
 method is JIT-compiled, none is precompiled) with the type `TracerWorkload.Hot`: `Inner` and
 `Other` are loops (never inlined); each round `Run` calls `CallerA` → `Inner(3w)`,
@@ -75,9 +79,9 @@ if _initialize is not None:
     _initialize.Invoke(None, None)
 
 
-def emit_workload():
+def emit_workload(optimized):
     """The `burn` workload's type (see the module documentation)."""
-    from System import Int16, Int64, Object  # noqa: E402
+    from System import Enum, Int16, Int64, Object  # noqa: E402
     from System.Reflection import (  # noqa: E402
         AssemblyName, MethodAttributes, MethodImplAttributes, TypeAttributes,
     )
@@ -91,7 +95,11 @@ def emit_workload():
 
     def method(name, args=int_arg):
         m = hot.DefineMethod(name, MethodAttributes.Public | MethodAttributes.Static, Int64, args)
-        m.SetImplementationFlags(MethodImplAttributes.NoInlining)
+        flags = int(MethodImplAttributes.NoInlining)
+        if optimized:
+            flags |= int(MethodImplAttributes.AggressiveOptimization)
+        # (the enum has no [Flags]: pythonnet combines its values only as integers)
+        m.SetImplementationFlags(Enum.ToObject(MethodImplAttributes, flags))
         return m, m.GetILGenerator()
 
     def counted_loop(il, count_arg, body):
@@ -169,6 +177,7 @@ def emit_workload():
 print("READY", os.getpid(), Environment.Version, flush=True)
 requests = None
 burn = None
+optimized = False
 for line in sys.stdin:
     cmd = line.split()
     if not cmd:
@@ -214,7 +223,7 @@ for line in sys.stdin:
         print("ADDED", cmd[1], cmd[2], flush=True)
     elif cmd[0] == "burn":
         import time
-        burn = burn or emit_workload()
+        burn = burn or emit_workload(optimized)
         deadline, rounds = time.monotonic() + float(cmd[1]), 0
         while time.monotonic() < deadline:
             # Each Inner/Other call lasts milliseconds, many sampling periods (at up to 1 kHz):
@@ -222,6 +231,9 @@ for line in sys.stdin:
             burn(5, 2000000)  # about 60 ms a call
             rounds += 5
         print("BURNED", rounds, flush=True)
+    elif cmd[0] == "optimized" and burn is None:
+        optimized = True
+        print("OPTIMIZED", flush=True)
     elif cmd[0] == "exit":
         break
     else:

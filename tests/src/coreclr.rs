@@ -127,6 +127,12 @@ impl CoreclrHost {
         reply.parse().context("BURNED rounds")
     }
 
+    /// Makes the workload of the first [`CoreclrHost::burn`] fully optimized code from its
+    /// first call (no tier-0 code, on-stack replacement or tier-up, whose speeds differ).
+    pub fn optimize_workload(&mut self) -> Result<()> {
+        self.process.request("optimized", "OPTIMIZED", REPLY_TIMEOUT).map(drop)
+    }
+
     /// Asks the runtime to exit and waits until it has.
     pub fn exit(&mut self) -> Result<()> {
         self.process.send_line("exit")?;

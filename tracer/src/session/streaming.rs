@@ -484,3 +484,71 @@ fn end_of_stream(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::output::{FieldMap, Kind, Line, Pid};
+    use crate::session::inbox::{CAPACITY, Inbox, LOOK_INTERVAL};
+    use crate::time::Clock;
+
+    /// Lines of at least `bytes`.
+    fn lines_of(bytes: usize) -> EventLines {
+        let clock = Clock::new();
+        let line = Line::new(
+            &clock,
+            0,
+            Kind::Summary,
+            Source::Tracer,
+            Pid::NotApplicable,
+            FieldMap::default(),
+        );
+        let mut lines = EventLines::default();
+        while lines.lines.len_bytes() < bytes {
+            lines.lines.push_if(&line, &clock, |_| true);
+        }
+        lines
+    }
+
+    fn failed() -> SessionMessage {
+        let process = crate::output::Incarnation::new(1, None);
+        SessionMessage::Failed { process, error: String::new(), refused: false }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_or_a_full_channel_rings_the_pipeline_at_once() {
+        static HELD: AtomicUsize = AtomicUsize::new(0);
+        let (mut inbox, out, bell) = Inbox::new();
+        let mut outbox = Outbox {
+            out: &out,
+            bell: &bell,
+            held: Vec::new(),
+            share: Share::new(&HELD, MAX_TOTAL_PENDING_LINE_BYTES),
+            closed: false,
+        };
+        // The end of a read: a few lines, taken at the pipeline's next round.
+        assert!(inbox.try_recv().is_none(), "the round's look finds nothing");
+        let start = Instant::now();
+        outbox.offer(lines_of(1)).unwrap();
+        assert!(matches!(inbox.recv().await, Some(SessionMessage::Events(_))));
+        assert_eq!(start.elapsed(), LOOK_INTERVAL);
+        // A full batch: at once.
+        assert!(inbox.try_recv().is_none());
+        let start = Instant::now();
+        outbox.offer(lines_of(EVENT_LINES_BATCH_BYTES)).unwrap();
+        assert!(matches!(inbox.recv().await, Some(SessionMessage::Events(_))));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // A full channel: the lines are held, and the pipeline is rung.
+        assert!(inbox.try_recv().is_none());
+        for _ in 0..CAPACITY {
+            out.try_send(failed()).unwrap();
+        }
+        let start = Instant::now();
+        outbox.offer(lines_of(1)).unwrap();
+        assert_eq!((outbox.held.len(), HELD.load(Ordering::Relaxed) > 0), (1, true));
+        assert!(matches!(inbox.recv().await, Some(SessionMessage::Failed { .. })));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+}
