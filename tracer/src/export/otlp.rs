@@ -354,7 +354,9 @@ async fn export_loop(mut rx: mpsc::Receiver<Msg>, mut sender: Sender) {
             }
         }
         if !batch.is_empty() {
-            sender.send(std::mem::take(&mut batch)).await;
+            // One buffer for every batch: a few hundred KiB each, not a new one grown each time.
+            sender.send(&batch).await;
+            batch.clear();
         }
         for ack in acks {
             let _ = ack.send(());
@@ -393,23 +395,34 @@ impl Sender {
         }
     }
 
-    /// An `ExportLogsServiceRequest` of one resource and scope with `records`.
+    /// An `ExportLogsServiceRequest` of one resource and scope with `records`: the nested
+    /// messages written once, into a buffer of their exact size (a request is a few hundred KiB).
     fn request(&self, records: &EncodedRecords) -> Vec<u8> {
-        let mut scope_logs = Vec::with_capacity(self.scope.len() + records.as_bytes().len() + 8);
-        prost::encoding::bytes::encode(1, &self.scope, &mut scope_logs);
-        scope_logs.extend_from_slice(records.as_bytes());
-        let mut resource_logs = Vec::with_capacity(scope_logs.len() + self.resource.len() + 16);
-        prost::encoding::bytes::encode(1, &self.resource, &mut resource_logs);
-        prost::encoding::bytes::encode(2, &scope_logs, &mut resource_logs);
-        let mut request = Vec::with_capacity(resource_logs.len() + 8);
-        prost::encoding::bytes::encode(1, &resource_logs, &mut request);
+        use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+        let field_len = |tag: u32, len: usize| key_len(tag) + encoded_len_varint(len as u64) + len;
+        let head = |tag: u32, len: usize, out: &mut Vec<u8>| {
+            encode_key(tag, WireType::LengthDelimited, out);
+            encode_varint(len as u64, out);
+        };
+        // ExportLogsServiceRequest { 1: ResourceLogs { 1: resource, 2: ScopeLogs { 1: scope,
+        // 2: records… } } }
+        let scope_logs = field_len(1, self.scope.len()) + records.as_bytes().len();
+        let resource_logs = field_len(1, self.resource.len()) + field_len(2, scope_logs);
+        let mut request = Vec::with_capacity(field_len(1, resource_logs));
+        head(1, resource_logs, &mut request);
+        head(1, self.resource.len(), &mut request);
+        request.extend_from_slice(&self.resource);
+        head(2, scope_logs, &mut request);
+        head(1, self.scope.len(), &mut request);
+        request.extend_from_slice(&self.scope);
+        request.extend_from_slice(records.as_bytes());
+        debug_assert_eq!(request.len(), request.capacity());
         request
     }
 
-    async fn send(&mut self, records: EncodedRecords) {
+    async fn send(&mut self, records: &EncodedRecords) {
         let n = records.count();
-        let body = Bytes::from(self.request(&records));
-        drop(records);
+        let body = Bytes::from(self.request(records));
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         let (counter, why) = loop {

@@ -231,6 +231,12 @@ impl EncodedRecords {
         &self.bytes
     }
 
+    /// Drops the records, keeping the buffer.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.count = 0;
+    }
+
     /// Moves `other`'s records after these.
     pub fn append(&mut self, other: &EncodedRecords) {
         self.bytes.extend_from_slice(&other.bytes);
