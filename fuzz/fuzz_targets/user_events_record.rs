@@ -36,6 +36,7 @@ fuzz_target!(|input: &[u8]| {
         payload: parsed.payload,
         pointer_size: 8,
         stack: None,
+        rendered_fields: None,
         context: EventContext::default(),
     };
     // Decoded straight into JSON: the same bytes as serde_json over the fields tree.
