@@ -236,7 +236,7 @@ impl JsonLines {
     /// Lines written until the batch is dropped leave together, in one flush.
     pub fn batch(&mut self) -> Batch<'_> {
         self.batching = true;
-        Batch { sink: self }
+        Batch(self)
     }
 
     fn flush(&mut self) {
@@ -293,28 +293,26 @@ impl JsonLines {
 }
 
 /// Lines a pipeline writes together (see [`JsonLines::batch`]); flushed when dropped.
-pub struct Batch<'a> {
-    sink: &'a mut JsonLines,
-}
+pub struct Batch<'a>(&'a mut JsonLines);
 
 impl Deref for Batch<'_> {
     type Target = JsonLines;
 
     fn deref(&self) -> &JsonLines {
-        self.sink
+        self.0
     }
 }
 
 impl DerefMut for Batch<'_> {
     fn deref_mut(&mut self) -> &mut JsonLines {
-        self.sink
+        self.0
     }
 }
 
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        self.sink.batching = false;
-        self.sink.flush();
+        self.0.batching = false;
+        self.0.flush();
     }
 }
 
