@@ -20,8 +20,8 @@ use tracer_decode::budget::{
     STACK_OUTPUT_ALLOWANCE_BYTES, STACK_OUTPUT_BYTES_PER_INPUT_BYTE,
 };
 use tracer_decode::counters::{
-    CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS, PROCESS_LABELS,
-    RESERVED_PREFIX, counter_sample, output_counter_sample,
+    CounterReader, CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS,
+    PROCESS_LABELS, RESERVED_PREFIX, counter_sample,
 };
 use tracer_decode::nettrace::methods::MethodTable;
 use tracer_decode::nettrace::payload::cost_budget;
@@ -85,6 +85,8 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
     let mut result = Ok(());
     let mut over_budget = false;
     let (mut methods, mut named) = (MethodTable::default(), NamedStack::default());
+    // One for the stream, as a session has: the names it keeps give the samples built afresh.
+    let mut counters = CounterReader::default();
     for size in chunks.iter().cycle() {
         if at >= data.len() || result.is_err() {
             break;
@@ -116,7 +118,7 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
                 // Sessions decode only the events whose names may carry a sample, once for
                 // the line's fields and the sample: the same line, the same sample.
                 let mut fields = Vec::new();
-                assert_eq!(output_counter_sample(&event, &mut fields), sample);
+                assert_eq!(counters.read(&event, &mut fields), sample);
                 if !fields.is_empty() {
                     let mut rendered = Vec::new();
                     OutputEvent { rendered_fields: Some(&fields), ..event }

@@ -3,16 +3,19 @@
 //! blocks replayed, re-framed so block padding stays correct) and parses it.
 //!
 //! Usage: nettrace_throughput FIXTURE [MEGABYTES=256] [CHUNK_BYTES=65536]
-//!        [parse|decode|json|otlp|both]
+//!        [parse|decode|json|otlp|counters|both]
 //! Prints MB/s for the parser alone (events counted), with every payload decoded into a fields tree (`decode`: what counters and the stopping
 //! event inspect), and
 //! with every event rendered as the `dotnet_event` line a streaming session writes (`json`:
 //! envelope, process labels, decoded event, into the batches a session hands on, each written
 //! by the pipeline's writer to nowhere); `otlp`: `json` and each line's OTLP log record encoded
-//! with it (`--otlp-endpoint`); `both` is `parse` and `json`.
+//! with it (`--otlp-endpoint`); `counters`: `json` with each counter event's sample read and kept
+//! as the pipeline keeps it for `/metrics` (`--metrics-addr`, the node agent); `both` is `parse`
+//! and `json`.
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracer::metrics::runtime::RuntimeCounters;
 use tracer::output::{Incarnation, JsonLines, ProcessLabels, Source};
 use tracer::session::{EVENT_LINES_BATCH_BYTES, EventLines, EventOrigin, LineExtras};
 use tracer::time::Clock;
@@ -63,6 +66,7 @@ fn main() {
         "decode" => &[Mode::Decode],
         "json" => &[Mode::Json],
         "otlp" => &[Mode::Otlp],
+        "counters" => &[Mode::Counters],
         _ => &[Mode::Parse, Mode::Json],
     };
 
@@ -95,12 +99,18 @@ fn main() {
         // As tracer/src/session/streaming.rs renders each read's events and the pipeline
         // writes them (here to nowhere).
         let mut sink = JsonLines::writer(std::io::sink());
-        // As `tracer run` without --metrics-addr: no counter samples.
-        let extras = LineExtras { otlp_records: mode == Mode::Otlp, counter_samples: false };
+        // Counter samples only as with --metrics-addr.
+        let extras = LineExtras {
+            otlp_records: mode == Mode::Otlp,
+            counter_samples: mode == Mode::Counters,
+        };
+        let runtime_counters = RuntimeCounters::default();
         let mut lines = EventLines::new(extras);
         let mut emit = |lines: &mut EventLines, json_bytes: &mut usize| {
             *json_bytes += lines.lines.len_bytes();
-            sink.emit_batch(&lines.take().lines);
+            let batch = lines.take();
+            sink.emit_batch(&batch.lines);
+            runtime_counters.record_all(batch.counters, |_| labels.clone());
         };
         for piece in stream.chunks(chunk) {
             parser
@@ -109,7 +119,7 @@ fn main() {
                     match mode {
                         Mode::Parse => {}
                         Mode::Decode => drop(std::hint::black_box(e.decode())),
-                        Mode::Json | Mode::Otlp => {
+                        Mode::Json | Mode::Otlp | Mode::Counters => {
                             let process = Incarnation::new(4242, Some(1_230_000_000));
                             lines.push_if(
                                 &clock,
@@ -139,6 +149,7 @@ fn main() {
                 Mode::Decode => "parse + decode payloads into trees",
                 Mode::Json => "parse + decode + dotnet_event lines",
                 Mode::Otlp => "parse + decode + lines + OTLP records encoded with them",
+                Mode::Counters => "parse + decode + lines + counter samples kept",
             },
             mb / secs,
             events as f64 / secs / 1e6,
@@ -157,4 +168,5 @@ enum Mode {
     Decode,
     Json,
     Otlp,
+    Counters,
 }

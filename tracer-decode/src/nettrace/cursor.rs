@@ -155,9 +155,10 @@ impl<'a> Cursor<'a> {
         let string = rest[..2 * nul].chunks_exact(2);
         text.clear();
         if ascii {
-            let mut bytes = std::mem::take(text).into_bytes();
-            bytes.extend(string.map(|pair| pair[0]));
-            *text = String::from_utf8(bytes).expect("units below 0x80 are ASCII");
+            // SAFETY: every unit of the string was checked to be below 0x80 (`ascii`, over the
+            // words and units up to the NUL), so each low byte pushed is an ASCII character and
+            // the text stays UTF-8.
+            unsafe { text.as_mut_vec() }.extend(string.map(|pair| pair[0]));
         } else {
             text.extend(
                 char::decode_utf16(string.map(unit_of))

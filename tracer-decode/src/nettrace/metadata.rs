@@ -53,6 +53,16 @@ pub enum FieldType {
 pub struct FieldDef {
     pub name: String,
     pub ty: FieldType,
+    /// The name is ASCII letters, digits and `_`: written into JSON as it is (nearly every name
+    /// is; known once here rather than looked over for escapes in every event).
+    pub plain_name: bool,
+}
+
+impl FieldDef {
+    pub fn new(name: String, ty: FieldType) -> FieldDef {
+        let plain_name = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        FieldDef { name, ty, plain_name }
+    }
 }
 
 /// Decoded metadata of one event.
@@ -332,7 +342,7 @@ impl Parser<'_, '_> {
                 scalar_type(code).ok_or(MetadataError::UnsupportedType { at, code })?
             };
             let name = self.string("field name")?;
-            fields.push(FieldDef { name, ty });
+            fields.push(FieldDef::new(name, ty));
         }
         Ok(fields)
     }
@@ -353,7 +363,7 @@ impl Parser<'_, '_> {
                 return Err(MetadataError::BadSize { at: start, what: "V2 field", size });
             }
             self.cur.take(end - self.cur.pos()); // newer writers may append data: skip it
-            fields.push(FieldDef { name, ty });
+            fields.push(FieldDef::new(name, ty));
         }
         Ok(fields)
     }

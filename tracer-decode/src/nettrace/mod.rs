@@ -30,10 +30,7 @@ use crate::json;
 use crate::work;
 use cursor::Cursor;
 pub use metadata::{EventMetadata, FieldDef, FieldType, MetadataError, MetadataLimits};
-pub use payload::{
-    Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json,
-    write_payload_json_and_members,
-};
+pub use payload::{Fields, PayloadError, Value, decode_payload, format_guid, write_payload_json};
 use sequence::SequenceTracker;
 use stacks::{NamedStack, StackBlockError, StackFrame, StackTable};
 
@@ -254,7 +251,7 @@ pub struct OutputEvent<'a> {
     /// after `stack_id`); `None`: no `stack` member.
     pub stack: Option<&'a NamedStack>,
     /// The `fields` object, already rendered by a decode that also read some of them
-    /// ([`crate::counters::output_counter_sample`]); `None`: decoded as the line is written.
+    /// ([`crate::counters::CounterReader::read`]); `None`: decoded as the line is written.
     pub rendered_fields: Option<&'a [u8]>,
     pub context: EventContext,
 }

@@ -229,21 +229,17 @@ pub fn write_payload_json(
     write_json_and(meta, payload, pointer_size, out, &mut NoSink)
 }
 
-/// [`write_payload_json`], and from the same decode the [`decode_payload`] tree of only the
-/// scalar members whose names `keep` accepts (objects and arrays stay, with what they keep): for
-/// events whose line is written and a few of whose fields are read (counters, every second from
-/// every traced process), without a `String` for every other member. On an error `out` is left
-/// as it was.
-pub fn write_payload_json_and_members<'m>(
+/// [`write_payload_json`], with `also` fed by the same decode: for events whose line is written
+/// and a few of whose members are read (counters, every second from every traced process),
+/// without a tree. On an error `out` is left as it was (`also` may have seen part of it).
+pub(crate) fn write_payload_json_and<'m>(
     meta: &'m EventMetadata,
     payload: &[u8],
     pointer_size: u32,
     out: &mut Vec<u8>,
-    keep: fn(&str) -> bool,
-) -> Result<Fields<'m>, PayloadError> {
-    let mut tree = TreeSink { keep: Some(keep), ..TreeSink::default() };
-    write_json_and(meta, payload, pointer_size, out, &mut tree)?;
-    Ok(OrderedMap(tree.top))
+    also: &mut impl Sink<'m>,
+) -> Result<(), PayloadError> {
+    write_json_and(meta, payload, pointer_size, out, also)
 }
 
 /// The fields as a JSON object into `out`, `also` fed by the same decode.
@@ -360,15 +356,16 @@ pub(crate) enum Scalar<'v> {
 
 /// Arrays and objects.
 #[derive(Debug, Clone, Copy)]
-enum Nest {
+pub(crate) enum Nest {
     Array,
     Object,
 }
 
-/// Where the decoder puts what it decodes, in payload order: a [`Value`] tree ([`TreeSink`])
-/// or JSON text ([`JsonSink`]). One decoder serves both, so the line tracer writes and the
-/// fields tracer inspects cannot disagree.
-trait Sink<'m> {
+/// Where the decoder puts what it decodes, in payload order: a [`Value`] tree ([`TreeSink`]),
+/// JSON text ([`JsonSink`]), or the few members a counter sample is read from
+/// ([`crate::counters::CounterReader`]). One decoder serves them all, so the line tracer writes
+/// and the fields tracer inspects cannot disagree.
+pub(crate) trait Sink<'m> {
     /// Where the sink is, to go back to (a runtime layout that did not fit).
     type Mark: Copy;
     /// The name of the next member of the object being written.
@@ -376,6 +373,10 @@ trait Sink<'m> {
     /// [`Sink::key`] for the runtime table's names, which need no escaping (a test checks).
     fn plain_key(&mut self, name: &'static str) {
         self.key(name);
+    }
+    /// [`Sink::key`] of a metadata field, which knows whether its name needs escaping.
+    fn field_key(&mut self, def: &'m FieldDef) {
+        self.key(&def.name);
     }
     fn scalar(&mut self, value: Scalar<'_>);
     fn open(&mut self, nest: Nest);
@@ -393,8 +394,6 @@ struct TreeSink<'m> {
     /// Arrays and objects being filled, each with its name in its parent (none in an array).
     open: Vec<(Option<&'m str>, Open<'m>)>,
     key: Option<&'m str>,
-    /// Which scalar members to keep (`None`: all).
-    keep: Option<fn(&str) -> bool>,
 }
 
 enum Open<'m> {
@@ -423,12 +422,6 @@ impl<'m> Sink<'m> for TreeSink<'m> {
     }
 
     fn scalar(&mut self, value: Scalar<'_>) {
-        if let (Some(keep), Some(key)) = (self.keep, self.key)
-            && !keep(key)
-        {
-            self.key = None;
-            return;
-        }
         self.put(match value {
             Scalar::Bool(v) => Value::Bool(v),
             Scalar::I64(v) => Value::I64(v),
@@ -505,6 +498,15 @@ impl<'m> Sink<'m> for JsonSink<'_> {
         self.comma = false;
     }
 
+    fn field_key(&mut self, def: &'m FieldDef) {
+        self.separate();
+        match def.plain_name {
+            true => json::push_plain_key(self.out, &def.name),
+            false => json::push_key(self.out, &def.name),
+        }
+        self.comma = false;
+    }
+
     // Inlined, so that where the decoder knows the kind (an integer, nearly always) it writes
     // the digits without building and matching a `Scalar` in a call.
     #[inline]
@@ -560,6 +562,12 @@ impl<'m, A: Sink<'m>, B: Sink<'m>> Sink<'m> for Both<'_, A, B> {
     fn plain_key(&mut self, name: &'static str) {
         self.0.plain_key(name);
         self.1.plain_key(name);
+    }
+
+    #[inline]
+    fn field_key(&mut self, def: &'m FieldDef) {
+        self.0.field_key(def);
+        self.1.field_key(def);
     }
 
     #[inline]
@@ -775,6 +783,9 @@ impl Integer {
     }
 }
 
+/// Bytes a decoder's text buffer starts with (it grows for longer strings).
+const TEXT_CAPACITY: usize = 64;
+
 struct Decoder<'p, 's, S> {
     cur: Cursor<'p>,
     len: usize,
@@ -797,7 +808,8 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
             budget: MAX_VALUES,
             cost: cost_budget(payload.len()),
             sink,
-            text: String::new(),
+            // Room for the usual name or message: one allocation, not one per longer string.
+            text: String::with_capacity(TEXT_CAPACITY),
         }
     }
 
@@ -827,7 +839,7 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
     fn fields(&mut self, defs: &'m [FieldDef]) -> Result<(), PayloadError> {
         for def in defs {
             self.charge(&def.name, self.cur.pos(), def.name.len())?;
-            self.sink.key(&def.name);
+            self.sink.field_key(def);
             self.value(&def.name, &def.ty)?;
         }
         Ok(())

@@ -1392,7 +1392,7 @@ fn every_fixture_event_is_written_byte_for_byte_as_serde_json_writes_it() {
 
 /// A field of every metadata type, written with edge values: the bytes of each in a payload.
 fn edge_payload() -> (Vec<FieldDef>, Vec<u8>) {
-    let field = |name: &str, ty| FieldDef { name: name.into(), ty };
+    let field = |name: &str, ty| FieldDef::new(name.into(), ty);
     let mut defs = Vec::new();
     let mut payload = Vec::new();
     let mut add = |name: &str, ty: FieldType, bytes: &[u8]| {
@@ -1532,7 +1532,7 @@ fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
     let meta = EventMetadata {
         event_name: "Strings".into(),
         fields: ["a", "b", "c", "d"]
-            .map(|name| FieldDef { name: name.into(), ty: FieldType::String })
+            .map(|name| FieldDef::new(name.into(), FieldType::String))
             .into(),
         ..EventMetadata::native("P", 1)
     };
@@ -1577,7 +1577,7 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
         ("u64", FieldType::UInt64, u64::MAX.to_le_bytes().to_vec()),
         ("flag", FieldType::Boolean, 2u32.to_le_bytes().to_vec()),
     ];
-    let fields = ints.iter().map(|(n, ty, _)| FieldDef { name: (*n).into(), ty: ty.clone() });
+    let fields = ints.iter().map(|(n, ty, _)| FieldDef::new((*n).into(), ty.clone()));
     let meta = EventMetadata { fields: fields.collect(), ..EventMetadata::native("P", 1) };
     assert!(FlatLayout::of(&meta).is_some());
     let payload: Vec<u8> = ints.iter().flat_map(|(_, _, bytes)| bytes.clone()).collect();
@@ -1616,7 +1616,7 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
     // Names longer than the budget allows for a one-byte payload: refused as the decoder does.
     let long = "n".repeat(payload::cost_budget(1));
     let over = EventMetadata {
-        fields: vec![FieldDef { name: long, ty: FieldType::Byte }],
+        fields: vec![FieldDef::new(long, FieldType::Byte)],
         ..EventMetadata::native("P", 1)
     };
     let over_event = OutputEvent { metadata: &over, ..event(&[1]) };

@@ -3,7 +3,7 @@
 //! `process_start_ns`, and `container_id`, `pod_uid` where known) and the tags. A process's series go when its session
 //! ends. Counter names come from the traced processes, so the
 //! number of series is capped per process and in all; what the caps refuse is counted.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tracer_decode::counters::{CounterError, CounterSample};
@@ -17,12 +17,12 @@ pub const MAX_SERIES: usize = 16_384;
 
 #[derive(Debug, Clone, PartialEq)]
 struct Latest {
-    help: String,
+    help: Arc<str>,
     value: f64,
 }
 
 /// A series of one process: its metric name and its own labels (tags).
-type SeriesKey = (String, Vec<(String, String)>);
+type SeriesKey = (Arc<str>, Vec<(String, String)>);
 
 #[derive(Debug, Default, Clone)]
 struct ProcessSeries {
@@ -53,14 +53,17 @@ impl RuntimeCounters {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records what one counter event of `process` said.
-    pub fn record(
+    /// Records what counter events said, each with its process, under one lock. `labels_of` is
+    /// asked for a process's labels only when it has no series yet.
+    pub fn record_all(
         &self,
-        process: Incarnation,
-        labels: Option<&ProcessLabels>,
-        sample: Result<CounterSample, CounterError>,
+        samples: impl IntoIterator<Item = (Incarnation, Result<CounterSample, CounterError>)>,
+        labels_of: impl Fn(u32) -> Option<Arc<ProcessLabels>>,
     ) {
-        self.table().record(process, labels, sample);
+        let mut table = self.table();
+        for (process, sample) in samples {
+            table.record(process, &labels_of, sample);
+        }
     }
 
     /// Drops the series of `process` (its session ended).
@@ -95,7 +98,8 @@ impl RuntimeCounters {
 
 #[derive(Debug, Default)]
 struct Table {
-    processes: HashMap<Incarnation, ProcessSeries>,
+    /// Looked up for every counter sample: a fast hasher, seeded per process.
+    processes: foldhash::HashMap<Incarnation, ProcessSeries>,
     series: usize,
     refused: u64,
     bad_samples: u64,
@@ -105,7 +109,7 @@ impl Table {
     fn record(
         &mut self,
         process: Incarnation,
-        labels: Option<&ProcessLabels>,
+        labels_of: impl Fn(u32) -> Option<Arc<ProcessLabels>>,
         sample: Result<CounterSample, CounterError>,
     ) {
         let pid = process.pid;
@@ -120,7 +124,7 @@ impl Table {
             }
         };
         let process = self.processes.entry(process).or_insert_with(|| ProcessSeries {
-            labels: series_labels(process, labels),
+            labels: series_labels(process, labels_of(pid).as_deref()),
             latest: BTreeMap::new(),
         });
         let latest = Latest { help: sample.help, value: sample.value };
@@ -156,9 +160,9 @@ impl Table {
             for ((metric, tags), latest) in &process.latest {
                 let labels = process.labels.iter().chain(tags).cloned().collect();
                 families
-                    .entry(metric.clone())
+                    .entry(metric.to_string())
                     .or_insert_with(|| RuntimeFamily {
-                        help: latest.help.clone(),
+                        help: latest.help.to_string(),
                         series: Vec::new(),
                     })
                     .series
@@ -198,11 +202,27 @@ mod tests {
         value: f64,
     ) -> Result<CounterSample, CounterError> {
         let labels = tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Ok(CounterSample { metric: metric.into(), help: format!("{metric} help"), value, labels })
+        Ok(CounterSample {
+            metric: metric.into(),
+            help: format!("{metric} help").into(),
+            value,
+            labels,
+        })
     }
 
     fn l(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// One counter event's sample, recorded as the pipeline records a batch.
+    fn record(
+        c: &RuntimeCounters,
+        process: Incarnation,
+        labels: Option<&ProcessLabels>,
+        sample: Result<CounterSample, CounterError>,
+    ) {
+        let labels = labels.cloned().map(Arc::new);
+        c.record_all([(process, sample)], |_| labels.clone());
     }
 
     /// Process `pid`, started at `pid` seconds.
@@ -222,10 +242,10 @@ mod tests {
     #[test]
     fn latest_value_per_process_with_its_labels() {
         let c = RuntimeCounters::default();
-        c.record(p(7), Some(&labels("c7")), sample("m_a", 1.0));
-        c.record(p(7), Some(&labels("c7")), sample("m_a", 2.0));
-        c.record(p(3), None, sample("m_a", 5.0));
-        c.record(p(3), None, sample("m_b", 6.0));
+        record(&c, p(7), Some(&labels("c7")), sample("m_a", 1.0));
+        record(&c, p(7), Some(&labels("c7")), sample("m_a", 2.0));
+        record(&c, p(3), None, sample("m_a", 5.0));
+        record(&c, p(3), None, sample("m_b", 6.0));
         let families = c.families();
         assert_eq!(families.keys().collect::<Vec<_>>(), ["m_a", "m_b"]);
         assert_eq!(
@@ -255,9 +275,9 @@ mod tests {
         c.remove(p(3));
         assert!(c.is_empty() && c.families().is_empty());
         // A pid reused by another process has series of its own; one not known has no start.
-        c.record(p(3), None, sample("m_a", 1.0));
-        c.record(Incarnation::new(3, Some(9)), None, sample("m_a", 2.0));
-        c.record(Incarnation::new(4, None), None, sample("m_a", 3.0));
+        record(&c, p(3), None, sample("m_a", 1.0));
+        record(&c, Incarnation::new(3, Some(9)), None, sample("m_a", 2.0));
+        record(&c, Incarnation::new(4, None), None, sample("m_a", 3.0));
         assert_eq!(
             c.families()["m_a"].series,
             vec![
@@ -269,11 +289,28 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_asks_for_the_labels_of_each_new_process_once() {
+        let c = RuntimeCounters::default();
+        let asked = std::cell::RefCell::new(Vec::new());
+        let labels_of = |pid: u32| {
+            asked.borrow_mut().push(pid);
+            Some(Arc::new(labels(&format!("c{pid}"))))
+        };
+        c.record_all([(p(7), sample("m_a", 1.0)), (p(7), sample("m_b", 2.0))], labels_of);
+        c.record_all([(p(7), sample("m_a", 3.0)), (p(8), sample("m_a", 4.0))], labels_of);
+        assert_eq!(*asked.borrow(), [7, 8]);
+        let container_of = |series: &(Vec<(String, String)>, f64)| series.0[2].1.clone();
+        let m_a = &c.families()["m_a"].series;
+        assert_eq!(m_a.iter().map(container_of).collect::<Vec<_>>(), ["c7", "c8"]);
+        assert_eq!((m_a[0].1, m_a[1].1, c.len()), (3.0, 4.0, 3));
+    }
+
+    #[test]
     fn each_tag_set_is_a_series() {
         let c = RuntimeCounters::default();
-        c.record(p(1), None, tagged("m", &[("route", "/a")], 1.0));
-        c.record(p(1), None, tagged("m", &[("route", "/b")], 2.0));
-        c.record(p(1), None, tagged("m", &[("route", "/a")], 3.0));
+        record(&c, p(1), None, tagged("m", &[("route", "/a")], 1.0));
+        record(&c, p(1), None, tagged("m", &[("route", "/b")], 2.0));
+        record(&c, p(1), None, tagged("m", &[("route", "/a")], 3.0));
         assert_eq!(c.len(), 2);
         assert_eq!(
             c.families()["m"].series,
@@ -288,23 +325,23 @@ mod tests {
     fn caps_refuse_new_series_and_count_them() {
         let c = RuntimeCounters::default();
         for i in 0..MAX_SERIES_PER_PROCESS + 10 {
-            c.record(p(1), None, sample(&format!("m_{i}"), 1.0));
+            record(&c, p(1), None, sample(&format!("m_{i}"), 1.0));
         }
         assert_eq!((c.len(), c.refused()), (MAX_SERIES_PER_PROCESS, 10));
         // Known series still update at the cap.
-        c.record(p(1), None, sample("m_0", 9.0));
+        record(&c, p(1), None, sample("m_0", 9.0));
         assert_eq!(c.families()["m_0"].series[0].1, 9.0);
         assert_eq!(c.refused(), 10);
         // The total cap holds across processes.
         let processes = MAX_SERIES / MAX_SERIES_PER_PROCESS;
         for pid in 2..=processes as u32 + 1 {
             for i in 0..MAX_SERIES_PER_PROCESS {
-                c.record(p(pid), None, sample(&format!("m_{i}"), 1.0));
+                record(&c, p(pid), None, sample(&format!("m_{i}"), 1.0));
             }
         }
         assert_eq!(c.len(), MAX_SERIES);
         assert_eq!(c.refused(), 10 + MAX_SERIES_PER_PROCESS as u64);
-        c.record(p(1), None, Err(CounterError::NoPayload));
+        record(&c, p(1), None, Err(CounterError::NoPayload));
         assert_eq!(c.bad_samples(), 1);
     }
 }

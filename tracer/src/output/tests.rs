@@ -406,7 +406,7 @@ fn one_of_each_kind() -> Vec<Value> {
         version: Some(1),
         level: 4,
         keywords: 1,
-        fields: vec![FieldDef { name: "x".into(), ty: FieldType::Int32 }],
+        fields: vec![FieldDef::new("x".into(), FieldType::Int32)],
         ..EventMetadata::native("P", 1)
     };
     let context = EventContext {

@@ -459,9 +459,7 @@ fn emit_events(
         sink.emit_batch(&lines);
     }
     if let Some(runtime_counters) = &summary.runtime_counters {
-        for (process, sample) in counters {
-            runtime_counters.record(process, labels.get(process.pid).as_deref(), sample);
-        }
+        runtime_counters.record_all(counters, |pid| labels.get(pid));
     }
 }
 

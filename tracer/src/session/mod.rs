@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracer_decode::counters::{CounterError, CounterSample, output_counter_sample};
+use tracer_decode::counters::{CounterError, CounterReader, CounterSample};
 use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, TracingRequest};
 use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
@@ -193,6 +193,8 @@ pub struct EventLines {
     extras: LineExtras,
     /// The `fields` of the line being rendered, when its counter sample came from their decode.
     fields_json: Vec<u8>,
+    /// Reads the counter samples, with the metric names it built for the session's counters.
+    counter_reader: CounterReader,
 }
 
 /// What event lines carry besides their JSON, as the pipeline's outputs need it.
@@ -239,8 +241,9 @@ impl EventLines {
     /// and keeps the rendered envelope of its process for the lines that follow.
     pub fn take(&mut self) -> EventLines {
         let identity = self.identity.take();
+        let counter_reader = std::mem::take(&mut self.counter_reader);
         let full = std::mem::replace(self, EventLines::new(self.extras));
-        self.identity = identity;
+        (self.identity, self.counter_reader) = (identity, counter_reader);
         full
     }
 
@@ -260,7 +263,7 @@ impl EventLines {
         // the decode that renders the line's fields.
         self.fields_json.clear();
         let counter = if self.extras.counter_samples {
-            output_counter_sample(&event, &mut self.fields_json)
+            self.counter_reader.read(&event, &mut self.fields_json)
         } else {
             None
         };

@@ -15,10 +15,15 @@
 //! Every string in them comes from the traced process: the names built here contain only
 //! `[A-Za-z0-9_]`, are bounded in length and never take the `tracer_` prefix of tracer's own
 //! families; tags become at most [`MAX_TAGS`] labels with bounded, printable values.
+use std::sync::Arc;
+
 use thiserror::Error;
 
-use crate::nettrace::payload::{Fields, Value};
-use crate::nettrace::{DecodedEvent, OutputEvent, write_payload_json_and_members};
+use crate::nettrace::payload::write_payload_json_and;
+use crate::nettrace::{DecodedEvent, OutputEvent};
+
+mod members;
+use members::{Found, Member, MemberSink, Members, Seen};
 
 /// The event every EventCounters sample is.
 pub const EVENT_COUNTERS: &str = "EventCounters";
@@ -37,13 +42,19 @@ pub const MAX_LABEL_VALUE: usize = 128;
 /// Labels tracer puts on every series itself: a tag of one of these names is `tag_<name>`.
 pub const PROCESS_LABELS: [&str; 3] = ["pid", "container_id", "pod_uid"];
 
+/// Metric names (with their HELP) one [`CounterReader`] keeps, each built once for the strings
+/// it is made of; names past it are built for every event that has them.
+pub const MAX_CACHED_NAMES: usize = 64;
+/// Longest strings (bytes, together) a kept name is made of; longer: built for every event.
+pub const MAX_CACHED_NAME_KEY: usize = 256;
+
 /// One counter value, ready to be a series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterSample {
     /// The Prometheus metric name (dotnet-monitor's naming: `systemruntime_gc_heap_size_bytes`).
-    pub metric: String,
+    pub metric: Arc<str>,
     /// The display name and units: printable ASCII, no `\` or `"`, at most [`MAX_HELP`] bytes.
-    pub help: String,
+    pub help: Arc<str>,
     /// In the metric's base unit (`MB` counters in bytes).
     pub value: f64,
     /// Labels from the instrument's tags (`System.Diagnostics.Metrics`), in the order sent.
@@ -75,11 +86,11 @@ pub enum CounterError {
     DuplicateTag { instrument: String, label: String },
 }
 
-/// The `System.Diagnostics.Metrics` events that carry a value, with the field holding it.
-const METER_VALUES: [(&str, &str); 3] = [
-    ("GaugeValuePublished", "lastValue"),
-    ("CounterRateValuePublished", "rate"),
-    ("UpDownCounterRateValuePublished", "value"),
+/// The `System.Diagnostics.Metrics` events that carry a value, with the member holding it.
+const METER_VALUES: [(&str, Member); 3] = [
+    ("GaugeValuePublished", Member::LastValue),
+    ("CounterRateValuePublished", Member::Rate),
+    ("UpDownCounterRateValuePublished", Member::Value),
 ];
 
 /// Whether events of `provider` named `event` may carry a counter sample.
@@ -89,85 +100,133 @@ fn may_carry_sample(provider: &str, event: &str) -> bool {
             && METER_VALUES.iter().any(|&(name, _)| name == event)
 }
 
-/// Every member name a counter sample is read by: of an `EventCounters` payload (its wrapper
-/// and `Payload` included, so that a scalar of such a name is judged as in the whole tree),
-/// then of a `System.Diagnostics.Metrics` value event (value fields: [`METER_VALUES`]).
-const SAMPLE_MEMBERS: [&str; 12] = [
-    "",
-    "Payload",
-    "Name",
-    "DisplayName",
-    "DisplayUnits",
-    "CounterType",
-    "Mean",
-    "Increment",
-    "meterName",
-    "instrumentName",
-    "unit",
-    "tags",
-];
-
-fn is_sample_member(name: &str) -> bool {
-    SAMPLE_MEMBERS.contains(&name) || METER_VALUES.iter().any(|&(_, field)| field == name)
+/// Reads the counter samples of a session's events on their way to output: from the decode that
+/// renders each event's `fields` (no tree of the payload), with the metric names it built
+/// before. Counters come every second from every traced process.
+#[derive(Debug, Default)]
+pub struct CounterReader {
+    /// The strings of the members read (of one event at a time).
+    text: String,
+    names: NameCache,
 }
 
-/// The counter sample of an event on its way to output, as [`counter_sample`] reads it from the
-/// decoded event. Only events whose names say they may carry one are decoded, once: into
-/// `fields_json`, the `fields` object of the event's line (for
-/// [`OutputEvent::rendered_fields`]), and into the members a sample is read from. Counters come
-/// every second from every traced process. `fields_json` is left as it was for other events,
-/// and for a payload that does not decode (its line shows why).
-pub fn output_counter_sample(
-    event: &OutputEvent,
-    fields_json: &mut Vec<u8>,
-) -> Option<Result<CounterSample, CounterError>> {
-    let meta = event.metadata;
-    // An unnamed event (empty name) carries none.
-    if !may_carry_sample(&meta.provider, &meta.event_name) {
-        return None;
+impl CounterReader {
+    /// The counter sample `event` carries, as [`counter_sample`] reads it from the decoded event.
+    /// Only events whose names say they may carry one are decoded, once: into `fields_json`, the
+    /// `fields` object of the event's line (for [`OutputEvent::rendered_fields`]), and into the
+    /// members a sample is read from. `fields_json` is left as it was for other events, and for
+    /// a payload that does not decode (its line shows why).
+    pub fn read(
+        &mut self,
+        event: &OutputEvent,
+        fields_json: &mut Vec<u8>,
+    ) -> Option<Result<CounterSample, CounterError>> {
+        let meta = event.metadata;
+        // An unnamed event (empty name) carries none.
+        if !may_carry_sample(&meta.provider, &meta.event_name) {
+            return None;
+        }
+        let mut sink = MemberSink::new(&mut self.text);
+        let decoded =
+            write_payload_json_and(meta, event.payload, event.pointer_size, fields_json, &mut sink);
+        // A payload that does not decode has none of the members (as `decode` keeps it as hex).
+        let found = if decoded.is_ok() { sink.found } else { Found::default() };
+        sample_of(&meta.provider, &meta.event_name, &found, &self.text, &mut self.names)
     }
-    let (payload, pointer_size) = (event.payload, event.pointer_size);
-    // A payload that does not decode has none of the members (as `decode` keeps it as hex).
-    let fields =
-        write_payload_json_and_members(meta, payload, pointer_size, fields_json, is_sample_member)
-            .unwrap_or_default();
-    sample_of(&meta.provider, &meta.event_name, &fields)
 }
 
 /// The counter sample `event` carries: `None` when it carries none (another event, or an
 /// instrument that has no value yet).
 pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, CounterError>> {
-    sample_of(event.provider, &event.event, &event.fields)
+    if !may_carry_sample(event.provider, &event.event) {
+        return None;
+    }
+    let mut text = String::new();
+    let mut sink = MemberSink::new(&mut text);
+    sink.walk(&event.fields);
+    let found = sink.found;
+    sample_of(event.provider, &event.event, &found, &text, &mut NameCache::default())
+}
+
+/// A metric name and its HELP text.
+#[derive(Debug, Clone)]
+struct SeriesName {
+    metric: Arc<str>,
+    help: Arc<str>,
+}
+
+/// Series names by the strings they are made of (at most [`MAX_CACHED_NAMES`]).
+#[derive(Debug, Default)]
+struct NameCache {
+    /// The strings of the name being looked up, joined.
+    key: String,
+    /// Looked up for every counter event: a fast hasher, seeded per process.
+    names: foldhash::HashMap<Box<str>, Result<SeriesName, CounterError>>,
+}
+
+impl NameCache {
+    /// The name made of `parts`, built by `build` unless it was before.
+    fn get_or_build(
+        &mut self,
+        parts: &[&str],
+        build: impl FnOnce() -> Result<SeriesName, CounterError>,
+    ) -> Result<SeriesName, CounterError> {
+        self.key.clear();
+        for part in parts {
+            // No decoded string holds a NUL (each ended at one).
+            self.key.push_str(part);
+            self.key.push('\0');
+        }
+        if let Some(known) = self.names.get(self.key.as_str()) {
+            return known.clone();
+        }
+        let name = build();
+        if self.key.len() <= MAX_CACHED_NAME_KEY && self.names.len() < MAX_CACHED_NAMES {
+            self.names.insert(self.key.as_str().into(), name.clone());
+        }
+        name
+    }
 }
 
 fn sample_of(
     provider: &str,
     event: &str,
-    fields: &Fields,
+    found: &Found,
+    text: &str,
+    names: &mut NameCache,
 ) -> Option<Result<CounterSample, CounterError>> {
     if !may_carry_sample(provider, event) {
         return None;
     }
     if event == EVENT_COUNTERS {
-        return Some(event_counter(provider, fields));
+        return Some(event_counter(provider, found, text, names));
     }
-    let &(name, field) = METER_VALUES.iter().find(|(name, _)| event == *name)?;
-    meter_value(name, field, fields)
+    let &(name, member) = METER_VALUES.iter().find(|(name, _)| event == *name)?;
+    meter_value(name, member, &found.top, text, names)
+}
+
+/// The string `member` of `members` is, if it is one.
+fn str_of<'t>(members: &Members, member: Member, text: &'t str) -> Option<&'t str> {
+    match members.get(member) {
+        Seen::Str { start, end } => Some(&text[start as usize..end as usize]),
+        _ => None,
+    }
 }
 
 /// A `System.Diagnostics.Metrics` value event: named `<meter>_<instrument>[_<unit>]`.
 fn meter_value(
     event: &'static str,
-    field: &'static str,
-    fields: &Fields,
+    field: Member,
+    top: &Members,
+    text: &str,
+    names: &mut NameCache,
 ) -> Option<Result<CounterSample, CounterError>> {
-    let text = |name: &'static str| match fields.get(name) {
-        Some(Value::Str(s)) => Ok(s.as_str()),
-        _ => Err(CounterError::MissingField { event, field: name }),
+    let text = |member: Member| {
+        str_of(top, member, text).ok_or(CounterError::MissingField { event, field: member.name() })
     };
-    let sample = || -> Result<Option<CounterSample>, CounterError> {
+    let mut sample = || -> Result<Option<CounterSample>, CounterError> {
         let (meter, instrument, unit) =
-            (text("meterName")?, text("instrumentName")?, text("unit")?);
+            (text(Member::MeterName)?, text(Member::InstrumentName)?, text(Member::Unit)?);
         let raw = text(field)?;
         // A gauge not observed yet, or a rate without a previous value, has an empty value.
         if raw.is_empty() {
@@ -178,9 +237,15 @@ fn meter_value(
         if !value.is_finite() {
             return Err(bad());
         }
-        let labels = tag_labels(instrument, text("tags").unwrap_or(""))?;
-        let metric = checked_metric(metric_name(meter, instrument, unit), instrument)?;
-        let help = help_text(&format!("{instrument} of meter {meter}"), unit);
+        let labels = tag_labels(instrument, text(Member::Tags).unwrap_or(""))?;
+        let SeriesName { metric, help } =
+            names.get_or_build(&["M", meter, instrument, unit], || {
+                Ok(SeriesName {
+                    metric: checked_metric(metric_name(meter, instrument, unit), instrument)?
+                        .into(),
+                    help: help_text(&format!("{instrument} of meter {meter}"), unit).into(),
+                })
+            })?;
         Ok(Some(CounterSample { metric, help, value, labels }))
     };
     sample().transpose()
@@ -219,36 +284,45 @@ fn tag_labels(instrument: &str, tags: &str) -> Result<Vec<(String, String)>, Cou
     Ok(labels)
 }
 
-fn event_counter(provider: &str, fields: &Fields) -> Result<CounterSample, CounterError> {
+fn event_counter(
+    provider: &str,
+    found: &Found,
+    text: &str,
+    names: &mut NameCache,
+) -> Result<CounterSample, CounterError> {
     // CoreCLR writes the payload object inside one unnamed object field; accept it bare too.
-    let payload = match (fields.get("Payload"), fields.get("")) {
-        (Some(Value::Object(payload)), _) => payload,
-        (None, Some(Value::Object(wrapper))) => match wrapper.get("Payload") {
-            Some(Value::Object(payload)) => payload,
+    let payload = match (found.top.get(Member::Payload), found.top.get(Member::Wrapper)) {
+        (Seen::Object, _) => &found.payload,
+        (Seen::Absent, Seen::Object) => match found.wrapper.get(Member::Payload) {
+            Seen::Object => &found.wrapped,
             _ => return Err(CounterError::NoPayload),
         },
         _ => return Err(CounterError::NoPayload),
     };
-    let text = |field: &'static str| match payload.get(field) {
-        Some(Value::Str(s)) => Ok(s.as_str()),
-        _ => Err(CounterError::MissingName(field)),
+    let text = |member: Member| {
+        str_of(payload, member, text).ok_or(CounterError::MissingName(member.name()))
     };
-    let name = text("Name")?;
-    let units = text("DisplayUnits").unwrap_or("");
-    let display = text("DisplayName").unwrap_or(name);
+    let name = text(Member::Name)?;
+    let units = text(Member::DisplayUnits).unwrap_or("");
+    let display = text(Member::DisplayName).unwrap_or(name);
     // `Sum` counters report what was added during the interval; the others are gauges.
-    let sum = text("CounterType") == Ok("Sum") || payload.get("Mean").is_none();
-    let field = if sum { "Increment" } else { "Mean" };
-    let raw = payload
-        .get(field)
-        .and_then(number)
-        .ok_or_else(|| CounterError::MissingValue { counter: name.to_owned(), field })?;
+    let sum = text(Member::CounterType) == Ok("Sum") || payload.get(Member::Mean) == Seen::Absent;
+    let field = if sum { Member::Increment } else { Member::Mean };
+    let Seen::Number(raw) = payload.get(field) else {
+        return Err(CounterError::MissingValue { counter: name.to_owned(), field: field.name() });
+    };
     let value = raw * unit_scale(units);
     if !value.is_finite() {
         return Err(CounterError::NotFinite { counter: name.to_owned() });
     }
-    let metric = checked_metric(metric_name(provider, name, units), name)?;
-    Ok(CounterSample { metric, help: help_text(display, units), value, labels: Vec::new() })
+    let SeriesName { metric, help } =
+        names.get_or_build(&["E", provider, name, display, units], || {
+            Ok(SeriesName {
+                metric: checked_metric(metric_name(provider, name, units), name)?.into(),
+                help: help_text(display, units).into(),
+            })
+        })?;
+    Ok(CounterSample { metric, help, value, labels: Vec::new() })
 }
 
 /// `metric` unless it is too long or takes tracer's own prefix.
@@ -260,15 +334,6 @@ fn checked_metric(metric: String, counter: &str) -> Result<String, CounterError>
         return Err(CounterError::Reserved { metric });
     }
     Ok(metric)
-}
-
-fn number(value: &Value) -> Option<f64> {
-    match *value {
-        Value::F64(v) => Some(v),
-        Value::I64(v) => Some(v as f64),
-        Value::U64(v) => Some(v as f64),
-        _ => None,
-    }
 }
 
 /// EventCounters' `MB` is 10^6 bytes; the metric is in bytes.
@@ -340,10 +405,11 @@ fn printable(text: impl Iterator<Item = char>) -> impl Iterator<Item = char> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ordered::OrderedMap;
     use std::borrow::Cow;
 
     use super::*;
+    use crate::nettrace::payload::{Fields, Value};
+    use crate::ordered::OrderedMap;
 
     fn event<'a>(provider: &'a str, name: &'a str, fields: Fields<'a>) -> DecodedEvent<'a> {
         DecodedEvent {
@@ -453,7 +519,7 @@ mod tests {
             })
         );
         let cpu = sample_of("System.Runtime", mean("cpu-usage", "CPU Usage", "%", 12.5)).unwrap();
-        assert_eq!((cpu.metric.as_str(), cpu.value), ("systemruntime_cpu_usage_ratio", 12.5));
+        assert_eq!((&*cpu.metric, cpu.value), ("systemruntime_cpu_usage_ratio", 12.5));
     }
 
     #[test]
@@ -474,7 +540,7 @@ mod tests {
     fn a_bare_payload_object_is_read_too() {
         let Value::Object(wrapped) = &mean("c", "C", "", 2.0).0[0].1 else { unreachable!() };
         let bare = sample_of("P", wrapped.clone()).unwrap();
-        assert_eq!((bare.metric.as_str(), bare.value), ("p_c", 2.0));
+        assert_eq!((&*bare.metric, bare.value), ("p_c", 2.0));
     }
 
     fn meter_event<'a>(name: &'a str, fields: Vec<(&'a str, &'a str)>) -> DecodedEvent<'a> {
@@ -517,7 +583,7 @@ mod tests {
         );
         let rate = published("CounterRateValuePublished", "", "route=/a,pid=7", ("rate", "5"));
         let sample = counter_sample(&rate).unwrap().unwrap();
-        assert_eq!((sample.metric.as_str(), sample.value), ("tracertestapp_queue_length", 5.0));
+        assert_eq!((&*sample.metric, sample.value), ("tracertestapp_queue_length", 5.0));
         let labels = vec![("route".into(), "/a".into()), ("tag_pid".into(), "7".into())];
         assert_eq!(sample.labels, labels);
         let level = published("UpDownCounterRateValuePublished", "MB", "", ("value", "2"));
@@ -580,6 +646,71 @@ mod tests {
     }
 
     #[test]
+    fn the_first_member_of_a_name_counts_and_deeper_ones_do_not() {
+        let object =
+            |members: Vec<(&'static str, Value<'static>)>| Value::Object(OrderedMap(members));
+        let counter = |name: &str| vec![("Name", s(name)), ("Mean", Value::F64(1.0))];
+        // A later name in the payload object, and the same name deeper down, are not read.
+        let deep = object(vec![("Name", s("deep"))]);
+        let mut members = vec![("inner", deep.clone()), ("list", Value::Array(vec![deep]))];
+        members.extend(counter("first"));
+        members.push(("Name", s("second")));
+        let bare = OrderedMap(vec![("Payload", object(members))]);
+        assert_eq!(&*sample_of("P", bare).unwrap().metric, "p_first");
+        // The first top-level `Payload` decides, also when it is not an object.
+        let shadowed = OrderedMap(vec![("Payload", s("x")), ("Payload", object(counter("a")))]);
+        assert_eq!(sample_of("P", shadowed), Err(CounterError::NoPayload));
+        // The wrapper is read only without a top-level `Payload`, and only its first `Payload`.
+        let wrapped_twice = OrderedMap(vec![(
+            "",
+            object(vec![("Payload", Value::Array(vec![])), ("Payload", object(counter("b")))]),
+        )]);
+        assert_eq!(sample_of("P", wrapped_twice), Err(CounterError::NoPayload));
+        let both = OrderedMap(vec![
+            ("", object(vec![("Payload", object(counter("wrapped")))])),
+            ("Payload", object(counter("top"))),
+        ]);
+        assert_eq!(&*sample_of("P", both).unwrap().metric, "p_top");
+        let second_wrapper = OrderedMap(vec![
+            ("", s("not an object")),
+            ("", object(vec![("Payload", object(counter("c")))])),
+        ]);
+        assert_eq!(sample_of("P", second_wrapper), Err(CounterError::NoPayload));
+    }
+
+    #[test]
+    fn a_reader_builds_each_name_once_and_keeps_a_bounded_number() {
+        let mut names = NameCache::default();
+        let built = std::cell::Cell::new(0);
+        let get = |names: &mut NameCache, parts: &[&str]| {
+            names.get_or_build(parts, || {
+                built.set(built.get() + 1);
+                Ok(SeriesName { metric: parts.concat().into(), help: "h".into() })
+            })
+        };
+        let first = get(&mut names, &["E", "P", "c"]).unwrap();
+        let again = get(&mut names, &["E", "P", "c"]).unwrap();
+        assert!(Arc::ptr_eq(&first.metric, &again.metric));
+        // The parts are kept apart: the same letters split otherwise are another name.
+        let split = get(&mut names, &["E", "Pc", ""]).unwrap();
+        assert_eq!((&*split.metric, built.get()), ("EPc", 2));
+        for i in 0..MAX_CACHED_NAMES + 5 {
+            get(&mut names, &["E", "P", &i.to_string()]).unwrap();
+        }
+        assert_eq!(names.names.len(), MAX_CACHED_NAMES);
+        // Past the bound (or too long a key), names are built each time, and the same.
+        let (late, long) = ((MAX_CACHED_NAMES + 1).to_string(), "x".repeat(MAX_CACHED_NAME_KEY));
+        let before = built.get();
+        for parts in [["E", "P", late.as_str()], ["E", "P", long.as_str()]] {
+            assert_eq!(
+                get(&mut names, &parts).unwrap().metric,
+                get(&mut names, &parts).unwrap().metric
+            );
+        }
+        assert_eq!(built.get() - before, 4);
+    }
+
+    #[test]
     fn malformed_payloads_say_what_is_missing() {
         assert_eq!(sample_of("P", Fields::default()), Err(CounterError::NoPayload));
         let empty_wrapper = OrderedMap(vec![("", Value::Object(Fields::default()))]);
@@ -616,13 +747,15 @@ mod tests {
         );
         let data = std::fs::read(path).unwrap();
         let mut parser = crate::nettrace::NettraceParser::default();
+        // One reader for the stream, as a session has: its kept names give the same samples.
+        let mut reader = CounterReader::default();
         let mut samples = Vec::new();
         parser
             .feed(&data, |e| {
                 let decoded = e.decode();
                 // The output path decodes once, for the line's fields and the sample's members.
                 let (event, mut fields) = (e.output(), Vec::new());
-                assert_eq!(output_counter_sample(&event, &mut fields), counter_sample(&decoded));
+                assert_eq!(reader.read(&event, &mut fields), counter_sample(&decoded));
                 if !fields.is_empty() {
                     let rendered = OutputEvent { rendered_fields: Some(&fields), ..event };
                     let (mut line, mut expected) = (Vec::new(), Vec::new());
@@ -653,8 +786,8 @@ mod tests {
             samples.iter().filter(|(n, _)| n == name).map(|(_, s)| s).collect()
         };
         let heap = by_name("gc-heap-size");
-        assert!(heap.iter().all(|s| s.metric == "systemruntime_gc_heap_size_bytes"));
-        assert!(heap.iter().all(|s| s.value > 1e6 && s.help == "GC Heap Size (MB)"));
+        assert!(heap.iter().all(|s| &*s.metric == "systemruntime_gc_heap_size_bytes"));
+        assert!(heap.iter().all(|s| s.value > 1e6 && &*s.help == "GC Heap Size (MB)"));
         // `gc 3` during the capture: three gen-2 collections, counted once each over the intervals.
         let gen2: f64 = by_name("gen-2-gc-count").iter().map(|s| s.value).sum();
         assert_eq!(gen2, 3.0);
@@ -676,6 +809,6 @@ mod tests {
         assert!(sample.help.starts_with("a_b_c_d_[2Jyyy"), "{}", sample.help);
         assert_eq!(sample.help.len(), MAX_HELP);
         let metric = sample_of("P", mean("a{b=\"c\"} 1\n#", "d", "", 1.0)).unwrap().metric;
-        assert_eq!(metric, "p_a_b__c___1__");
+        assert_eq!(&*metric, "p_a_b__c___1__");
     }
 }
