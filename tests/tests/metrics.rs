@@ -790,9 +790,15 @@ fn probes_are_answered_while_the_output_is_stalled() {
         assert!(Instant::now() < deadline, "tracer's output never stalled");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let blocked =
+        || samples(&get(addr, "/metrics", &[]).unwrap().body)["tracer_output_blocked_seconds"];
+    let waited = blocked();
     let took = probe_latencies(addr, 4);
     assert!(took.iter().all(|t| *t < Duration::from_secs(1)), "probes took {took:?}");
     assert!(in_pipe_write(), "still stalled while the probes were answered");
+    // The scrape says how long the write under way has waited, and it goes on waiting.
+    let later = blocked();
+    assert!(waited > 0.0 && later > waited, "{waited} s, then {later} s");
     // The read end stays open until here: a write blocks rather than failing with EPIPE.
     drop((tracer, read_end, runtime));
 }

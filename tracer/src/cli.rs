@@ -87,7 +87,7 @@ impl Command {
                         hooks: args.hooks.hooks,
                         registrations: args.registrations,
                         filter: args.filter.filter()?,
-                        metrics: args.metrics.start().await?,
+                        metrics: args.metrics.start(&sink).await?,
                         otlp: args.otlp.config()?,
                     };
                     let summary = audit::run(config, sink, stop, None).await?;
@@ -98,7 +98,7 @@ impl Command {
             Command::Run(args) => {
                 run_pipeline("run", args.duration, args.output.clone(), |sink, stop| async move {
                     let mut config = run_config(&args)?;
-                    config.metrics = args.metrics.start().await?;
+                    config.metrics = args.metrics.start(&sink).await?;
                     let summary = run::run(config, sink, stop, None).await?;
                     summary.print();
                     Ok(Ended { output_failed: summary.output_error.is_some() })
@@ -124,7 +124,7 @@ impl Command {
                         buffer_percent: args.buffer_percent,
                         read_mode: args.read_mode.into(),
                         integrity: args.integrity.into(),
-                        metrics: args.metrics.start().await?,
+                        metrics: args.metrics.start(&sink).await?,
                     };
                     let summary = ftrace::run(config, sink, stop, None).await?;
                     eprint!("{summary}");
@@ -434,13 +434,15 @@ pub struct MetricsArgs {
 
 impl MetricsArgs {
     /// Binds the endpoint (inside the runtime) when asked; the pipeline publishes through the
-    /// returned handle.
-    pub async fn start(&self) -> anyhow::Result<Option<Publisher>> {
+    /// returned handle, and the endpoint says how long a write to `output` has waited.
+    pub async fn start(&self, output: &JsonLines) -> anyhow::Result<Option<Publisher>> {
         let Some(addr) = self.metrics_addr else { return Ok(None) };
         let shared = Shared::new();
         let local = crate::metrics::serve(addr, shared.clone()).await?;
         log::info!("metrics on http://{local}/metrics, health on http://{local}/healthz");
-        Ok(Some(Publisher::new(shared)))
+        let publisher = Publisher::new(shared);
+        publisher.serve_output_wait(output.output_wait());
+        Ok(Some(publisher))
     }
 }
 

@@ -35,6 +35,7 @@ use self::runtime::RuntimeCounters;
 pub use self::server::{
     DEFAULT_PROFILE_SECONDS, MAX_CONNECTIONS, MAX_PROFILE_SECONDS, REQUEST_TIMEOUT, serve,
 };
+use crate::output::OutputWait;
 
 /// How often a pipeline publishes its counters while it runs (and always once at exit).
 pub const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
@@ -115,6 +116,8 @@ pub struct Shared {
     profiling: std::sync::atomic::AtomicBool,
     /// Profile requests answered 429 (one was being taken).
     profiles_refused: AtomicU64,
+    /// How long the pipeline's write to its output has waited, read when scraped.
+    output_wait: std::sync::OnceLock<OutputWait>,
 }
 
 impl Shared {
@@ -127,6 +130,7 @@ impl Shared {
             profiles: std::sync::OnceLock::new(),
             profiling: std::sync::atomic::AtomicBool::new(false),
             profiles_refused: AtomicU64::new(0),
+            output_wait: std::sync::OnceLock::new(),
         })
     }
 
@@ -211,6 +215,14 @@ impl Publisher {
     pub fn serve_runtime_counters(&self, counters: RuntimeCounters) {
         if let Some(shared) = &self.0 {
             let _ = shared.runtime_counters.set(counters);
+        }
+    }
+
+    /// Serves how long the pipeline's write to its output has waited, read with every scrape
+    /// (once; later calls change nothing).
+    pub fn serve_output_wait(&self, wait: OutputWait) {
+        if let Some(shared) = &self.0 {
+            let _ = shared.output_wait.set(wait);
         }
     }
 
@@ -355,6 +367,17 @@ impl Collector for Shared {
             MetricType::Gauge,
             f.detection_hooks.iter().map(|m| (vec![("mechanism", *m)], ConstGauge::new(1i64))),
         )?;
+        if let Some(wait) = self.output_wait.get() {
+            encode_family(
+                &mut encoder,
+                "tracer_output_blocked_seconds",
+                "How long the write under way to the output (stdout or --output) has waited; 0 \
+                 when none is. While it rises nothing reads the output, the other families are \
+                 not updated, and sessions hold their lines within their bounds.",
+                MetricType::Gauge,
+                std::iter::once((vec![], ConstGauge::new(wait.seconds()))),
+            )?;
+        }
         let connections = &self.connections;
         encode_family(
             &mut encoder,

@@ -21,7 +21,7 @@ use tracer_decode::nettrace::OutputEvent;
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
 use self::otlp::{EncodedRecords, RecordParts};
 pub use self::writer::{
-    Batch, JsonLines, LineBatch, LineTap, OUTPUT_FILE_MODE, ReopenRequest, private_file,
+    Batch, JsonLines, LineBatch, LineTap, OUTPUT_FILE_MODE, OutputWait, ReopenRequest, private_file,
 };
 use crate::kernel::detect::{HookMechanism, LifecycleMechanism};
 use crate::kernel::ftrace_reader::{CpuStats, ReaderStats};

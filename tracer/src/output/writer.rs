@@ -7,20 +7,22 @@
 //! `0600` and never through a symlink. `SIGHUP` (see [`ReopenRequest`]) reopens the file after
 //! log rotation. A failed write (`EPIPE` from `tracer run | head -1`, `ENOSPC`) does not stop the
 //! caller mid-line: the writer keeps the first error, counts every line it could not write from
-//! then on, and the pipeline ends as if stopped (see [`JsonLines::failure`]).
+//! then on, and the pipeline ends as if stopped (see [`JsonLines::failure`]). A write that does
+//! not return (a pipe nobody reads, a hung filesystem) is timed ([`OutputWait`]): the metrics
+//! endpoint, on another thread, says how long it has waited.
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::Context as _;
 
 use super::otlp::EncodedRecords;
 use super::{Line, LineBody, WriteLine};
-use crate::time::Clock;
+use crate::time::{Clock, monotonic_ns};
 
 /// Mode of a new output file: it holds other users' command lines and event payloads.
 pub const OUTPUT_FILE_MODE: u32 = 0o600;
@@ -43,6 +45,56 @@ pub struct JsonLines {
     batching: bool,
     /// `--otlp-endpoint`: every line's record is also offered to the exporter (never waits).
     export: Option<Export>,
+    /// Times the writes that reach stdout or the file.
+    wait: OutputWait,
+}
+
+/// How long the write under way to the output has waited, read from another thread (the
+/// metrics endpoint's): while a pipeline is blocked in a write it publishes nothing, and this
+/// is what says so. A handle: clones share one clock.
+#[derive(Debug, Clone, Default)]
+pub struct OutputWait(Arc<AtomicU64>);
+
+impl OutputWait {
+    /// Seconds the write under way has waited; 0 when none is.
+    pub fn seconds(&self) -> f64 {
+        match self.0.load(Ordering::Relaxed) {
+            0 => 0.0,
+            since => monotonic_ns().saturating_sub(since) as f64 / 1e9,
+        }
+    }
+
+    fn timing<T>(&self, write: impl FnOnce() -> T) -> T {
+        // 0 means no write under way; CLOCK_MONOTONIC is never 0 after boot.
+        self.0.store(monotonic_ns().max(1), Ordering::Relaxed);
+        let done = write();
+        self.0.store(0, Ordering::Relaxed);
+        done
+    }
+}
+
+/// The output under the line buffer: each write and flush that reaches it is timed.
+struct Timed<W> {
+    inner: W,
+    wait: OutputWait,
+}
+
+impl<W: Write> Write for Timed<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.wait.timing(|| self.inner.write(bytes))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.wait.timing(|| self.inner.flush())
+    }
+}
+
+/// The buffered writer of stdout or a file, its writes timed into `wait`.
+fn buffered(out: impl Write + Send + 'static, wait: &OutputWait) -> Box<dyn Write + Send> {
+    Box::new(BufWriter::with_capacity(
+        OUTPUT_BUFFER_BYTES,
+        Timed { inner: out, wait: wait.clone() },
+    ))
 }
 
 /// Another consumer of every written line (the OTLP exporter's queue): offered the OTLP log
@@ -152,13 +204,16 @@ impl LineBatch {
 
 impl JsonLines {
     pub fn stdout() -> JsonLines {
-        JsonLines::writer(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, io::stdout()))
+        let mut sink = JsonLines::writer(io::sink());
+        sink.out = buffered(io::stdout(), &sink.wait);
+        sink
     }
 
     /// Creates (or truncates) `path`: mode 0600 when new, refused when `path` is a symlink.
     pub fn file(path: &Path) -> anyhow::Result<JsonLines> {
         let file = open_output(path, true)?;
-        let mut sink = JsonLines::writer(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, file));
+        let mut sink = JsonLines::writer(io::sink());
+        sink.out = buffered(file, &sink.wait);
         sink.path = Some(path.to_path_buf());
         Ok(sink)
     }
@@ -182,7 +237,14 @@ impl JsonLines {
             unflushed: 0,
             batching: false,
             export: None,
+            wait: OutputWait::default(),
         }
+    }
+
+    /// How long the write under way to stdout or the file has waited (writers given to
+    /// [`JsonLines::writer`] are not timed).
+    pub fn output_wait(&self) -> OutputWait {
+        self.wait.clone()
     }
 
     /// The handle that makes this writer reopen its file (no effect on other writers).
@@ -285,7 +347,7 @@ impl JsonLines {
             self.unflushed = 0;
             // Appends: after rotation the name is new (or truncated by the rotator).
             let file = open_output(path, false).map_err(io::Error::other)?;
-            self.out = Box::new(BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, file));
+            self.out = buffered(file, &self.wait);
             log::info!("reopened {}", path.display());
         }
         Ok(())
@@ -385,6 +447,43 @@ mod tests {
 
     fn emit(sink: &mut JsonLines, mono_ns: u64) {
         sink.emit(&summary(&Clock::with_offset(0), mono_ns));
+    }
+
+    /// An output that, in each write, waits until the writer's clock says a write has waited,
+    /// and records what it said.
+    struct Slow {
+        wait: OutputWait,
+        seen: Arc<Mutex<Vec<f64>>>,
+    }
+
+    impl Write for Slow {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let deadline = monotonic_ns() + 1_000_000_000;
+            while self.wait.seconds() == 0.0 {
+                assert!(monotonic_ns() < deadline, "the write under way was never timed");
+                std::hint::spin_loop();
+            }
+            self.seen.lock().unwrap().push(self.wait.seconds());
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_under_way_says_how_long_it_has_waited_and_none_says_zero() {
+        let mut sink = JsonLines::writer(io::sink());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        sink.out = buffered(Slow { wait: sink.output_wait(), seen: seen.clone() }, &sink.wait);
+        let wait = sink.output_wait();
+        assert_eq!(wait.seconds(), 0.0);
+        emit(&mut sink, 1);
+        emit(&mut sink, 2);
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.len() == 2 && seen.iter().all(|s| *s > 0.0 && *s < 1.0), "{seen:?}");
+        assert_eq!((wait.seconds(), sink.failure().is_none()), (0.0, true));
     }
 
     #[test]
