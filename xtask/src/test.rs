@@ -28,11 +28,12 @@ struct Stage {
 }
 
 impl Stage {
-    /// A runner that could not run at all.
+    /// A runner that could not run at all: the summary says what it was doing (the whole
+    /// error is among the failures printed above it).
     fn not_run(label: &'static str, error: &anyhow::Error) -> Stage {
         Stage {
             label,
-            detail: "not run".into(),
+            detail: format!("not run ({error})"),
             passed: 0,
             failed: 0,
             failures: vec![format!("{error:#}")],
@@ -326,14 +327,18 @@ mod tests {
             stage("host", 157, 0, &[]),
             stage("doc", 1, 0, &[]),
             stage("vm", 14, 2, &["vm_a: exit status 101", "vm_b: exit status 101"]),
-            Stage::not_run("fuzz", &anyhow::anyhow!("cargo fuzz build failed")),
+            Stage::not_run(
+                "fuzz",
+                &anyhow::anyhow!("exit status: 1").context("building fuzz target bpf_event"),
+            ),
         ];
         let (summary, totals) = closing_lines(&stages);
         assert_eq!(
             summary,
             "host: 157 passed, 0 failed | doc: 1 passed, 0 failed | vm: 14 passed, 2 failed | \
-             fuzz: not run"
+             fuzz: not run (building fuzz target bpf_event)"
         );
+        assert_eq!(stages[3].failures, ["building fuzz target bpf_event: exit status: 1"]);
         assert_eq!(totals, "172 passed, 3 failed");
     }
 
