@@ -161,11 +161,15 @@ pub struct NamedStack {
     frames: Vec<StackFrame>,
     /// `[` and the frames, without the closing `]`.
     json: Vec<u8>,
+    /// The frames are `ips` as [`NamedStack::name`] named them from an empty method table: their
+    /// addresses, whatever the time, so the same stack again needs no naming.
+    addresses_only: bool,
+    ips: Vec<u64>,
 }
 
 impl Default for NamedStack {
     fn default() -> Self {
-        NamedStack { frames: Vec::new(), json: vec![b'['] }
+        NamedStack { frames: Vec::new(), json: vec![b'['], addresses_only: false, ips: Vec::new() }
     }
 }
 
@@ -174,11 +178,13 @@ impl NamedStack {
     pub fn clear(&mut self) {
         self.frames.clear();
         self.json.truncate(1);
+        self.addresses_only = false;
     }
 
     /// Appends the next frame, root-ward; false once the stack is full (it then ends with
     /// [`StackFrame::Cut`], and further frames are left out).
     pub fn push(&mut self, frame: StackFrame) -> bool {
+        self.addresses_only = false;
         if self.frames.last() == Some(&StackFrame::Cut) {
             return false;
         }
@@ -271,6 +277,11 @@ impl NamedStack {
     /// Names `ips` (a stack, leaf first) at `time_ns` from `methods`: each frame by the method
     /// whose code covered it then, else by its address.
     pub fn name(&mut self, ips: &[u64], time_ns: u64, methods: &mut MethodTable) {
+        // Without method events (`--profile counters` asks for none) every frame is its
+        // address, and a runtime's counter events all carry the same stack: named once.
+        if methods.is_empty() && self.addresses_only && self.ips == ips {
+            return;
+        }
         self.clear();
         for (ip, method) in methods.name_stack(ips, time_ns) {
             let frame = match method {
@@ -280,6 +291,11 @@ impl NamedStack {
             if !self.push(frame) {
                 break;
             }
+        }
+        if methods.is_empty() {
+            self.ips.clear();
+            self.ips.extend_from_slice(ips);
+            self.addresses_only = true;
         }
     }
 }
@@ -331,10 +347,8 @@ mod tests {
         assert_eq!(serde_json::to_string(stack.frames()).unwrap(), text);
     }
 
-    #[test]
-    fn a_stack_is_named_by_the_methods_that_covered_its_addresses_then() {
-        let mut methods = MethodTable::default();
-        let code = |id, start, name: &str| MethodCode {
+    fn code(id: u64, start: u64, name: &str) -> MethodCode {
+        MethodCode {
             method_id: id,
             module_id: 1,
             start,
@@ -343,7 +357,31 @@ mod tests {
             namespace: "W".into(),
             name: name.into(),
             signature: String::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_stack_named_without_methods_is_named_again_only_once_it_may_differ() {
+        let (mut methods, mut stack) = (MethodTable::default(), NamedStack::default());
+        stack.name(&[0x1000, 0x2010], 1, &mut methods);
+        assert_eq!(json(&stack), r#"["0x1000","0x2010"]"#);
+        stack.name(&[0x1000, 0x2010], 2, &mut methods);
+        assert_eq!(json(&stack), r#"["0x1000","0x2010"]"#);
+        stack.name(&[0x1000], 3, &mut methods);
+        assert_eq!(json(&stack), r#"["0x1000"]"#);
+        // Frames pushed by hand are not the addresses named before.
+        stack.push(StackFrame::Address(0x3000));
+        stack.name(&[0x1000], 4, &mut methods);
+        assert_eq!(json(&stack), r#"["0x1000"]"#);
+        // Once the table knows a method, the same addresses are looked up again.
+        methods.method(CodeEvent::Loaded, &code(1, 0x1000, "Leaf"), 0);
+        stack.name(&[0x1000], 5, &mut methods);
+        assert_eq!(stack.frames(), [StackFrame::Method("W.Leaf".into())]);
+    }
+
+    #[test]
+    fn a_stack_is_named_by_the_methods_that_covered_its_addresses_then() {
+        let mut methods = MethodTable::default();
         methods.method(CodeEvent::Loaded, &code(1, 0x1000, "Leaf"), 10);
         methods.method(CodeEvent::Loaded, &code(2, 0x2000, "Caller"), 10);
         let mut stack = NamedStack::default();
