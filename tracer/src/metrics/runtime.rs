@@ -27,7 +27,8 @@ type SeriesKey = (Arc<str>, Vec<(String, String)>);
 #[derive(Debug, Default, Clone)]
 struct ProcessSeries {
     labels: Vec<(String, String)>,
-    latest: BTreeMap<SeriesKey, Latest>,
+    /// Looked up for every sample (the exposition orders the series itself).
+    latest: foldhash::HashMap<SeriesKey, Latest>,
 }
 
 /// Every counter family, by metric name: its HELP text and its series.
@@ -125,7 +126,7 @@ impl Table {
         };
         let process = self.processes.entry(process).or_insert_with(|| ProcessSeries {
             labels: series_labels(process, labels_of(pid).as_deref()),
-            latest: BTreeMap::new(),
+            latest: foldhash::HashMap::default(),
         });
         let latest = Latest { help: sample.help, value: sample.value };
         let key = (sample.metric, sample.labels);
