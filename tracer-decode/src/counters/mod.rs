@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::nettrace::payload::write_payload_json_and;
+use crate::nettrace::payload::write_json_and;
 use crate::nettrace::{DecodedEvent, OutputEvent};
 
 mod members;
@@ -128,7 +128,7 @@ impl CounterReader {
         }
         let mut sink = MemberSink::new(&mut self.text);
         let decoded =
-            write_payload_json_and(meta, event.payload, event.pointer_size, fields_json, &mut sink);
+            write_json_and(meta, event.payload, event.pointer_size, fields_json, &mut sink);
         // A payload that does not decode has none of the members (as `decode` keeps it as hex).
         let found = if decoded.is_ok() { sink.found } else { Found::default() };
         sample_of(&meta.provider, &meta.event_name, &found, &self.text, &mut self.names)

@@ -229,21 +229,11 @@ pub fn write_payload_json(
     write_json_and(meta, payload, pointer_size, out, &mut NoSink)
 }
 
-/// [`write_payload_json`], with `also` fed by the same decode: for events whose line is written
-/// and a few of whose members are read (counters, every second from every traced process),
-/// without a tree. On an error `out` is left as it was (`also` may have seen part of it).
-pub(crate) fn write_payload_json_and<'m>(
-    meta: &'m EventMetadata,
-    payload: &[u8],
-    pointer_size: u32,
-    out: &mut Vec<u8>,
-    also: &mut impl Sink<'m>,
-) -> Result<(), PayloadError> {
-    write_json_and(meta, payload, pointer_size, out, also)
-}
-
-/// The fields as a JSON object into `out`, `also` fed by the same decode.
-fn write_json_and<'m, S: Sink<'m>>(
+/// The fields as a JSON object into `out` ([`write_payload_json`] without its flat-layout path),
+/// `also` fed by the same decode: for events whose line is written and a few of whose members
+/// are read (counters, every second from every traced process), without a tree. On an error
+/// `out` is left as it was (`also` may have seen part of it).
+pub(crate) fn write_json_and<'m, S: Sink<'m>>(
     meta: &'m EventMetadata,
     payload: &[u8],
     pointer_size: u32,
@@ -808,8 +798,8 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
             budget: MAX_VALUES,
             cost: cost_budget(payload.len()),
             sink,
-            // Room for the usual name or message: one allocation, not one per longer string.
-            text: String::with_capacity(TEXT_CAPACITY),
+            // Allocated by the first string (layouts are tried on payloads without any).
+            text: String::new(),
         }
     }
 
@@ -856,6 +846,10 @@ impl<'p, 's, 'm, S: Sink<'m>> Decoder<'p, 's, S> {
 
     /// Reads a UTF-16Z string into `self.text`.
     fn string(&mut self, field: &str) -> Result<(), PayloadError> {
+        // Room for the usual name or message: one allocation, not one per longer string.
+        if self.text.capacity() == 0 {
+            self.text.reserve(TEXT_CAPACITY);
+        }
         let at = self.cur.pos();
         self.cur.utf16z_into(MAX_STRING_UNITS, &mut self.text).map_err(|p| {
             debug_assert_eq!(p, Utf16Problem::Unterminated);
