@@ -1,10 +1,11 @@
 //! Text that other processes or the kernel hand tracer: `/proc/<pid>/{maps,status,stat,environ,
-//! cgroup,timens_offsets,net/unix}` (any process names its sockets), `/proc/<pid>/fd` link
-//! targets, and a pidfd's fdinfo (a process controls its memfd names, comm,
-//! environment and time namespace offsets) and tracefs files (`format`, `header_page`,
-//! `header_event`, per-CPU `stats`; a user_events tracepoint's format follows the fields its
-//! registering process chose). Never a panic; a parsed event format or
-//! page layout then decodes the rest of the input as a record or page.
+//! cgroup,timens_offsets,net/unix}` and `/proc/<pid>/task/<tid>/stat` (any process names its
+//! sockets), `/proc/<pid>/fd` link targets, and a pidfd's fdinfo (a process controls its memfd
+//! names, comm, environment and time namespace offsets) and tracefs files (`format`,
+//! `header_page`, `header_event`, per-CPU `stats`; a user_events tracepoint's format follows the
+//! fields its registering process chose), and any of that text as a cell of `tracer top`'s
+//! screen. Never a panic; a parsed event format or page layout then decodes the rest of the
+//! input as a record or page.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,10 +15,10 @@ use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::procfs::{
     cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid,
-    parse_start_time, parse_stat_ppid, parse_status_cap_eff, parse_status_tgid, parse_status_uid,
+    parse_start_time, parse_stat_ppid, parse_task_stat, parse_status_cap_eff, parse_status_tgid, parse_status_uid,
     parse_status_uids, parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
 };
-use tracer_decode::text::escape_control;
+use tracer_decode::text::{escape_control, screen_cell, screen_width};
 use tracer_decode::unix_socket::{
     diagnostic_socket_name, listening_diagnostic_sockets, parse_net_unix_line, parse_socket_link,
 };
@@ -71,6 +72,11 @@ fuzz_target!(|input: &[u8]| {
         assert_eq!(parse_ns_pid(&format!("NSpid:\t{pid}")), Some(pid));
     }
     assert!(!escape_control(&text).chars().any(char::is_control));
+    // A name on `tracer top`'s screen stays in its column and moves no cursor.
+    let columns = usize::from(cut) % 64;
+    let cell = screen_cell(&text, columns);
+    assert!(screen_width(&cell) <= columns, "{cell:?} in {columns}");
+    assert!(!cell.chars().any(char::is_control), "{cell:?}");
     let _ = parse_status_uids(&text);
     let _ = parse_pidfd_fdinfo_pid(&text);
     if let Some(offsets) = parse_timens_offsets(&text) {
@@ -84,6 +90,21 @@ fuzz_target!(|input: &[u8]| {
         // Field 22 of a stat line: state, 18 more fields, then the start time.
         let stat = format!("1 (comm) S{} {start} 0", " 0".repeat(18));
         assert_eq!(parse_start_time(&stat), Some(start));
+    }
+    if let Some(stat) = parse_task_stat(&text) {
+        // Printed back as procfs prints the line (a name, whatever it holds, in parentheses),
+        // the fields read parse to themselves.
+        let line = format!(
+            "1 ({}) {} 0 0 0 0 -1 0 0 0 0 0 {} {} 0 0 20 0 {} 0 {} 0 {} 0 0\n",
+            stat.comm,
+            stat.state,
+            stat.utime_ticks,
+            stat.stime_ticks,
+            stat.num_threads,
+            stat.start_ticks,
+            stat.rss_pages
+        );
+        assert_eq!(parse_task_stat(&line), Some(stat));
     }
     // Each listening diagnostic socket found, printed back as procfs prints it, parses to itself.
     for socket in listening_diagnostic_sockets(rest) {

@@ -19,7 +19,8 @@ use tracer_common::{
 };
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::procfs::{
-    cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_start_time, parse_status_uid, parse_tmpdir,
+    cgroup_v2_path, memfd_mappings, parse_ns_pid, parse_start_time, parse_status_uid,
+    parse_task_stat, parse_tmpdir,
 };
 use tracer_decode::unix_socket::listening_diagnostic_sockets;
 use tracer_decode::{
@@ -695,6 +696,7 @@ fn proc_and_tracefs_text_seeds() -> Vec<Seed> {
     assert_eq!(cgroup_v2_path(PROC_CGROUP), Some("/system.slice/app.service"));
     assert_eq!(CpuBufferStats::parse(CPU_STATS).overrun, 3);
     assert_eq!(parse_start_time(PROC_STAT), Some(148_750));
+    assert_eq!(parse_task_stat(PROC_STAT).map(|s| (s.utime_ticks, s.rss_pages)), Some((12, 6656)));
     assert_eq!(parse_tmpdir(PROC_ENVIRON.as_bytes()), Path::new("/tmp/app-tmp"));
     for (name, text) in [
         ("proc_maps", PROC_MAPS),

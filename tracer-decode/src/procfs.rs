@@ -277,6 +277,48 @@ pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
     after_comm.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// What `tracer top` reads of a `/proc/<pid>/stat` or `/proc/<pid>/task/<tid>/stat` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskStat<'a> {
+    /// Field 2, between the first `(` and the last `)`: the task's own name, which it may set
+    /// to anything (`prctl(PR_SET_NAME)`), spaces, parentheses and control characters included.
+    pub comm: &'a str,
+    /// Field 3: `R` running, `S` sleeping, `D` in uninterruptible wait, `T` stopped, …
+    pub state: char,
+    /// Fields 14 and 15: CPU time in user and kernel mode, in clock ticks (of every thread, for
+    /// a process).
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    /// Field 20.
+    pub num_threads: u64,
+    /// Field 22: clock ticks since boot when it started.
+    pub start_ticks: u64,
+    /// Field 24: resident pages.
+    pub rss_pages: u64,
+}
+
+/// Parses the fields of a `stat` text [`TaskStat`] holds; `None` when one is missing or not a
+/// number. The fields after the name are counted from the last `)`.
+pub fn parse_task_stat(stat: &str) -> Option<TaskStat<'_>> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?;
+    // after_comm starts at field 3 (state): field N is token N - 3.
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().take(22).collect();
+    let mut state = fields.first()?.chars();
+    let (state, None) = (state.next()?, state.next()) else { return None };
+    let number = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(TaskStat {
+        comm,
+        state,
+        utime_ticks: number(14)?,
+        stime_ticks: number(15)?,
+        num_threads: number(20)?,
+        start_ticks: number(22)?,
+        rss_pages: number(24)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,5 +554,28 @@ mod tests {
         assert_eq!(parse_status_tgid("Name:\tx\n"), None);
         assert_eq!(parse_status_cap_eff("CapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
         assert_eq!(parse_status_cap_eff("CapEff:\tzz\n"), None);
+    }
+
+    #[test]
+    fn task_stat_fields_are_counted_after_the_last_parenthesis() {
+        let stat = "31896 (a) b) S\n) R 31890 31896 31890 0 -1 4194560 2515 0 0 0 12 4 0 0 20 0 9 \
+                    0 148750 3051737088 6656 18446744073709551615 1 1 0 0 0 0 0 4096\n";
+        let parsed = parse_task_stat(stat).expect("a stat line");
+        assert_eq!(
+            parsed,
+            TaskStat {
+                comm: "a) b) S\n",
+                state: 'R',
+                utime_ticks: 12,
+                stime_ticks: 4,
+                num_threads: 9,
+                start_ticks: 148_750,
+                rss_pages: 6656,
+            }
+        );
+        assert_eq!(parse_task_stat("1 (x) S 1 2 3"), None, "cut short");
+        assert_eq!(parse_task_stat(&stat.replace(" 12 4 ", " 12 -4 ")), None, "not a count");
+        assert_eq!(parse_task_stat(&stat.replace(") R ", ") RS ")), None, "one state letter");
+        assert_eq!(parse_task_stat("1 x) S"), None, "no name");
     }
 }

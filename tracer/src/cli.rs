@@ -24,7 +24,7 @@ use crate::kernel::tracefs::{EventSpec, Tracefs, remove_stale_instances};
 use crate::metrics::{Publisher, Shared};
 use crate::output::{JsonLines, ReopenRequest};
 use crate::pipeline::admission::AdmissionLimits;
-use crate::pipeline::{audit, check, convert, ftrace, profile, run};
+use crate::pipeline::{audit, check, convert, ftrace, profile, run, top};
 use crate::session::{SessionConfig, SessionMode};
 
 /// Linux observability for .NET diagnostics and user_events, from the kernel up.
@@ -54,6 +54,7 @@ pub enum Command {
     Convert(ConvertArgs),
     Ftrace(FtraceArgs),
     Ps(PsArgs),
+    Top(TopArgs),
     Check(CheckArgs),
 }
 
@@ -132,6 +133,7 @@ impl Command {
                 },
             ),
             Command::Ps(args) => ps_main(args),
+            Command::Top(args) => top_main(args),
             Command::Check(CheckArgs {}) => check::main(),
             Command::Convert(args) => convert_main(&args),
         }
@@ -164,7 +166,7 @@ where
         .and_then(|runtime| {
             runtime.block_on(async {
                 let sink = JsonLines::open(output.as_deref())?;
-                let stop = handle_signals(duration, sink.reopen_request())?;
+                let stop = handle_signals(duration, Some(sink.reopen_request()))?;
                 pipeline(sink, stop).await
             })
         });
@@ -179,16 +181,25 @@ where
 }
 
 /// Installs the signal handlers now (inside the runtime) and returns what the pipeline stops on.
-fn handle_signals(duration: Option<Duration>, reopen: ReopenRequest) -> anyhow::Result<StopSignal> {
+/// SIGHUP reopens the output (`reopen`); without one (a screen), it stops like SIGINT: the
+/// terminal went away.
+fn handle_signals(
+    duration: Option<Duration>,
+    reopen: Option<ReopenRequest>,
+) -> anyhow::Result<StopSignal> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            reopen.request();
-        }
-    });
+    let mut hangup_stops = None;
+    match reopen {
+        Some(reopen) => drop(tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                reopen.request();
+            }
+        })),
+        None => hangup_stops = Some(hup),
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let timer = async {
@@ -200,6 +211,12 @@ fn handle_signals(duration: Option<Duration>, reopen: ReopenRequest) -> anyhow::
         let why = tokio::select! {
             _ = int.recv() => "signal",
             _ = term.recv() => "signal",
+            Some(_) = async {
+                match &mut hangup_stops {
+                    Some(hup) => hup.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => "the terminal closed",
             () = timer => "duration",
         };
         log::info!("stopping ({why}); a second Ctrl-C exits at once");
@@ -208,6 +225,7 @@ fn handle_signals(duration: Option<Duration>, reopen: ReopenRequest) -> anyhow::
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
+        crate::top::terminal::give_back();
         eprintln!("tracer: second signal: exiting without draining");
         crate::kernel::exit_now(EXIT_FORCED);
     });
@@ -946,6 +964,84 @@ fn ps_main(args: PsArgs) -> ExitCode {
         let output_failed = sink.failure().is_some();
         Ok(Ended { output_failed })
     })
+}
+
+/// Every .NET process on the host in one live screen, refreshed every second.
+///
+/// One row per .NET process (those running and those that start; selected as `run` selects
+/// them): pid, name, container or pod, runtime version, CPU % (the kernel's, all threads),
+/// working set, GC heap, GCs per second by generation, % of time paused in GC, allocations,
+/// exceptions and lock contentions per second, thread-pool threads and queue, and the managed
+/// method most of its CPU samples are in (sampled in the kernel at 49 Hz, named as `tracer
+/// profile` names frames). `n/a`: the runtime does not report it. Each runtime gets the session
+/// `run --profile counters` starts (its System.Runtime counters every second), and a runtime
+/// busy in code tracer cannot name yet is asked for a rundown of its methods (at most every
+/// 30 s). Keys: c/m/g/a/e sort by CPU, memory, GC, allocations, exceptions; / filters by name,
+/// command line, container or pod; arrows select; Enter shows a process's counters with their
+/// last minute, its top methods and its threads; Esc goes back; q quits. Not on a terminal (or
+/// with --once): one snapshot, a `top_process` JSON line per process.
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// Print one snapshot as JSON lines (`top_process`, one per process: the fields the screen
+    /// shows, `null` where nothing is reported) once every process's counters covered a whole
+    /// interval, and exit. The default when stdout is not a terminal.
+    #[arg(long)]
+    pub once: bool,
+    /// Only these processes (repeatable); default: every .NET process.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Time limit for each step of a diagnostic IPC command (and a session's drain at the end).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub ipc_timeout: Duration,
+    #[command(flatten)]
+    pub hooks: HookArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+impl TopArgs {
+    pub fn config(&self) -> anyhow::Result<top::TopConfig> {
+        Ok(top::TopConfig {
+            target_pids: self.pids.clone(),
+            filter: self.filter.filter()?,
+            hooks: self.hooks.hooks,
+            admission: AdmissionLimits::default(),
+            timeouts: Timeouts {
+                connect: self.ipc_timeout,
+                write: self.ipc_timeout,
+                read: self.ipc_timeout,
+            },
+        })
+    }
+}
+
+/// `tracer top`: the screen on a terminal, one snapshot of JSON lines otherwise.
+fn top_main(args: TopArgs) -> ExitCode {
+    let once = args.once || !std::io::stdout().is_terminal();
+    if once {
+        return run_pipeline("top", None, None, |sink, stop| async move {
+            let output_failed = top::run(args.config()?, top::Display::Once(sink), stop).await?;
+            Ok(Ended { output_failed })
+        });
+    }
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let stop = handle_signals(None, None)?;
+                top::run(args.config()?, top::Display::Screen, stop).await
+            })
+        });
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tracer top: error: {}", escape_control(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// A directory that exists (`--nettrace-dir`).

@@ -14,6 +14,7 @@
 //! * [`metrics`] — `--metrics-addr`: the Prometheus endpoint and health check.
 //! * [`profile`] — sampled stack profiles, the names of their frames, and the files profilers
 //!   open (pprof, speedscope, folded stacks, SVG flame graphs).
+//! * [`top`] — `tracer top`'s model of each process, its screen and the terminal it takes.
 //! * [`time`] — clock reads and monotonic → wall-clock conversion.
 //! * [`cli`] — arguments of each subcommand and how a subcommand runs.
 pub mod cli;
@@ -29,6 +30,7 @@ pub mod registrations;
 pub mod session;
 pub mod summary;
 pub mod time;
+pub mod top;
 
 /// The detection programs' eBPF object, built from `tracer-ebpf` by build.rs.
 pub static EBPF_OBJECT: &[u8] =

@@ -9,7 +9,8 @@ use anyhow::{Context as _, bail};
 use crate::util::{output, run_cmd, workspace_root};
 
 /// Debian packages: LLVM 22 for bpf-linker, qemu/busybox and kernel build tools (with pahole)
-/// for the user_events test kernel, trace-cmd and perf for the comparison benchmarks.
+/// for the user_events test kernel, trace-cmd and perf for the comparison benchmarks, and the
+/// programs the tests read tracer's output with.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "qemu-system-x86",
@@ -38,6 +39,8 @@ const APT_PACKAGES: &[&str] = &[
     "golang-go",
     // Node runs speedscope's importer on tracer's speedscope files (npm packages: `npm()`).
     "nodejs",
+    // The `tracer top` tests run its screen in a real terminal (send-keys, capture-pane).
+    "tmux",
 ];
 
 /// Python packages the tests use: real CoreCLR 8.0.4 and 3.1.23 runtimes hosted from Python.

@@ -59,6 +59,10 @@ pub struct CounterSample {
     pub value: f64,
     /// Labels from the instrument's tags (`System.Diagnostics.Metrics`), in the order sent.
     pub labels: Vec<(String, String)>,
+    /// The seconds an EventCounters value covers (`IntervalSec`, positive and finite): a `Sum`
+    /// counter's value is what was added in them. `None` for `System.Diagnostics.Metrics`
+    /// values and counters that do not say.
+    pub interval_secs: Option<f64>,
 }
 
 /// Why an `EventCounters` event gives no sample.
@@ -246,7 +250,7 @@ fn meter_value(
                     help: help_text(&format!("{instrument} of meter {meter}"), unit).into(),
                 })
             })?;
-        Ok(Some(CounterSample { metric, help, value, labels }))
+        Ok(Some(CounterSample { metric, help, value, labels, interval_secs: None }))
     };
     sample().transpose()
 }
@@ -322,7 +326,11 @@ fn event_counter(
                 help: help_text(display, units).into(),
             })
         })?;
-    Ok(CounterSample { metric, help, value, labels: Vec::new() })
+    let interval_secs = match payload.get(Member::IntervalSec) {
+        Seen::Number(secs) if secs.is_finite() && secs > 0.0 => Some(secs),
+        _ => None,
+    };
+    Ok(CounterSample { metric, help, value, labels: Vec::new(), interval_secs })
 }
 
 /// `metric` unless it is too long or takes tracer's own prefix.
@@ -516,6 +524,7 @@ mod tests {
                 help: "GC Heap Size (MB)".into(),
                 value: 7_500_000.0,
                 labels: Vec::new(),
+                interval_secs: Some(1.0),
             })
         );
         let cpu = sample_of("System.Runtime", mean("cpu-usage", "CPU Usage", "%", 12.5)).unwrap();
@@ -532,6 +541,7 @@ mod tests {
                 help: "Gen 0 GC Count".into(),
                 value: 3.0,
                 labels: Vec::new(),
+                interval_secs: Some(1.0),
             })
         );
     }
@@ -579,6 +589,7 @@ mod tests {
                 help: "queue-length of meter TracerTest.App (items)".into(),
                 value: 42.5,
                 labels: Vec::new(),
+                interval_secs: None,
             }))
         );
         let rate = published("CounterRateValuePublished", "", "route=/a,pid=7", ("rate", "5"));

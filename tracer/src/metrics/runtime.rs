@@ -208,6 +208,7 @@ mod tests {
             help: format!("{metric} help").into(),
             value,
             labels,
+            interval_secs: None,
         })
     }
 

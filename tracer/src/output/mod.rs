@@ -46,6 +46,8 @@ pub enum Kind {
     Ftrace,
     /// `tracer ps`: one .NET process on the host.
     DotnetProcess,
+    /// `tracer top --once`: one .NET process, as the screen shows it.
+    TopProcess,
     /// The last line of every pipeline: event and loss counts.
     Summary,
 }
@@ -62,6 +64,7 @@ impl Kind {
             Kind::SocketRefused => "socket_refused",
             Kind::Ftrace => "ftrace",
             Kind::DotnetProcess => "dotnet_process",
+            Kind::TopProcess => "top_process",
             Kind::Summary => "summary",
         }
     }
@@ -278,6 +281,7 @@ serde_line_bodies!(
     SessionFailed<'_>,
     SocketRefused<'_>,
     DotnetProcess,
+    TopProcess,
     SummaryBody<'_>,
 );
 
@@ -640,6 +644,43 @@ pub struct DotnetProcess {
     /// Why tracer could not ask it for ProcessInfo.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Body of `top_process` (`tracer top --once`): what the screen shows of one process. Every
+/// value the runtime (or `/proc`) did not report is `null`, never 0.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopProcess {
+    /// Its `comm` (set by the process: any text).
+    pub name: String,
+    /// `/proc/<pid>/cmdline`, its arguments joined by spaces (else the command line its
+    /// runtime reported).
+    pub command_line: Option<String>,
+    pub runtime_version: Option<String>,
+    /// Its counters session: `starting`, `tracing`, `ended`, `failed`.
+    pub session: &'static str,
+    /// Why it ended (a `session_ended` reason) or failed.
+    pub session_detail: Option<String>,
+    /// CPU time of all its threads over the last second, in percent of one CPU.
+    pub cpu_percent: Option<f64>,
+    /// Resident memory.
+    pub working_set_bytes: Option<u64>,
+    pub gc_heap_bytes: Option<f64>,
+    pub gen0_gcs_per_sec: Option<f64>,
+    pub gen1_gcs_per_sec: Option<f64>,
+    pub gen2_gcs_per_sec: Option<f64>,
+    /// Share of the last counter interval the runtime was paused in GC, in percent.
+    pub gc_paused_percent: Option<f64>,
+    pub alloc_bytes_per_sec: Option<f64>,
+    pub exceptions_per_sec: Option<f64>,
+    pub lock_contentions_per_sec: Option<f64>,
+    pub threadpool_threads: Option<f64>,
+    pub threadpool_queue_length: Option<f64>,
+    /// The managed method most of its CPU samples were in (innermost managed frame), and its
+    /// share of them in percent.
+    pub hot_method: Option<String>,
+    pub hot_method_percent: Option<f64>,
+    /// Its CPU samples in the hot window.
+    pub cpu_samples: u32,
 }
 
 /// Body of `session_failed`.

@@ -517,6 +517,36 @@ fn one_of_each_kind() -> Vec<Value> {
         Pid::Known(PROCESS),
         process,
     )));
+    let top = TopProcess {
+        name: "app".into(),
+        command_line: Some("app --serve".into()),
+        runtime_version: Some("8.0.4".into()),
+        session: "failed",
+        session_detail: Some("x".into()),
+        cpu_percent: Some(1.5),
+        working_set_bytes: Some(1 << 20),
+        gc_heap_bytes: None,
+        gen0_gcs_per_sec: None,
+        gen1_gcs_per_sec: None,
+        gen2_gcs_per_sec: None,
+        gc_paused_percent: None,
+        alloc_bytes_per_sec: None,
+        exceptions_per_sec: None,
+        lock_contentions_per_sec: None,
+        threadpool_threads: None,
+        threadpool_queue_length: None,
+        hot_method: Some("App.Main".into()),
+        hot_method_percent: Some(50.0),
+        cpu_samples: 2,
+    };
+    lines.push(json_of(&Line::new(
+        &clock,
+        1,
+        Kind::TopProcess,
+        Source::Tracer,
+        Pid::Known(PROCESS),
+        top,
+    )));
     let ftrace = FtraceRecord {
         system: "sched",
         event: "sched_process_exec",

@@ -1,6 +1,7 @@
 //! One pipeline per subcommand: detection → sessions → decode → output, in one direction. Each
 //! takes its configuration, a sink, a stop future and an optional ready sender, and returns its
-//! summary: `audit::run`, `run::run`, `ftrace::run` (`check` only reads the machine).
+//! summary: `audit::run`, `run::run`, `ftrace::run` (`check` only reads the machine; `top::run`
+//! shows what it gathers).
 pub mod admission;
 pub mod audit;
 pub mod check;
@@ -10,6 +11,7 @@ pub mod kernel_events;
 pub mod profile;
 pub mod ps;
 pub mod run;
+pub mod top;
 
 use crate::kernel::procfs::{Scan, process_identity};
 use crate::output::{self, FieldMap, Line};

@@ -308,7 +308,7 @@ fn shared_module(modules: &mut HashMap<String, Arc<str>>, name: &str) -> Arc<str
 }
 
 /// Where JIT code runs: anonymous memory, or W^X's double mapping.
-fn holds_jit_code(module: &str) -> bool {
+pub(crate) fn holds_jit_code(module: &str) -> bool {
     module == "[anon]"
         || module.starts_with("/memfd:doublemapper")
         || module.starts_with("memfd:doublemapper")
