@@ -21,12 +21,21 @@ Protocol, one line each way:
                      optimized at their first call (AggressiveOptimization): no tier-0 code, no
                      on-stack replacement and no tier-up while it runs, whose code runs at
                      speeds of its own → `OPTIMIZED`
+  stdin  `hostile C T I` (before the first `burn`) → the process names itself C (prctl), the
+                     workload's type is named T and its `Inner` I (each hex-encoded UTF-8: a
+                     test gives names with escape sequences and newlines) → `HOSTILE`
+  stdin  `churn B T` → a thread allocates B bytes and throws (and catches) T exceptions a second
+                     in managed code (`TracerWorkload.Churn.Churn`, paced every 10 ms) until
+                     the process exits → `CHURNING`
+  stdin  `churned` → what that thread did since it started: `CHURNED <bytes allocated on it
+                     (GC.GetAllocatedBytesForCurrentThread)> <exceptions thrown> <seconds>`
 The CPU workload (`burn`): a dynamic assembly emitted at first use (Reflection.Emit, so every
 method is JIT-compiled, none is precompiled) with the type `TracerWorkload.Hot`: `Inner` and
 `Other` are loops (never inlined); each round `Run` calls `CallerA` → `Inner(3w)`,
 `CallerB` → `Inner(w)` and `Other(2w)`: Inner's CPU splits 3:1 between its two callers, and
 Inner : Other is 2:1.
   stdin  `exit` or EOF → exits 0
+Arguments after the script are ignored (a test gives the process a command line of its own).
 """
 import json
 import os
@@ -79,18 +88,46 @@ if _initialize is not None:
     _initialize.Invoke(None, None)
 
 
-def emit_workload(optimized):
-    """The `burn` workload's type (see the module documentation)."""
-    from System import Enum, Int16, Int64, Object  # noqa: E402
-    from System.Reflection import (  # noqa: E402
-        AssemblyName, MethodAttributes, MethodImplAttributes, TypeAttributes,
-    )
-    from System.Reflection.Emit import AssemblyBuilder, AssemblyBuilderAccess, OpCodes  # noqa: E402
+from System import Enum, Int16, Int64, Object  # noqa: E402
+from System.Reflection import (  # noqa: E402
+    AssemblyName, MethodAttributes, MethodImplAttributes, TypeAttributes,
+)
+from System.Reflection.Emit import AssemblyBuilder, AssemblyBuilderAccess, OpCodes  # noqa: E402
 
+WORKLOAD_NAMES = {"type": "TracerWorkload.Hot", "Inner": "Inner"}
+
+
+def new_type(assembly_name, type_name):
+    """A public class of a new dynamic assembly (collectible code is not needed)."""
     assembly = AssemblyBuilder.DefineDynamicAssembly(
-        AssemblyName("TracerWorkload"), AssemblyBuilderAccess.Run)
-    hot = assembly.DefineDynamicModule("TracerWorkload").DefineType(
-        "TracerWorkload.Hot", TypeAttributes.Public | TypeAttributes.Class)
+        AssemblyName(assembly_name), AssemblyBuilderAccess.Run)
+    return assembly.DefineDynamicModule(assembly_name).DefineType(
+        type_name, TypeAttributes.Public | TypeAttributes.Class)
+
+
+def counted_loop(il, count_arg, body):
+    # for (int i = 0; i < arg[count_arg]; i++) { body(i) }
+    i = il.DeclareLocal(Int32)
+    start, check = il.DefineLabel(), il.DefineLabel()
+    il.Emit(OpCodes.Ldc_I4_0)
+    il.Emit(OpCodes.Stloc, i)
+    il.Emit(OpCodes.Br, check)
+    il.MarkLabel(start)
+    body(i)
+    il.Emit(OpCodes.Ldloc, i)
+    il.Emit(OpCodes.Ldc_I4_1)
+    il.Emit(OpCodes.Add)
+    il.Emit(OpCodes.Stloc, i)
+    il.MarkLabel(check)
+    il.Emit(OpCodes.Ldloc, i)
+    il.Emit(OpCodes.Ldarg, Int16(count_arg))
+    il.Emit(OpCodes.Blt, start)
+
+
+def emit_workload(optimized, names):
+    """The `burn` workload's type (see the module documentation), its type and `Inner` named
+    as `names` says."""
+    hot = new_type("TracerWorkload", names["type"])
     int_arg = Array[Type]([Int32])
 
     def method(name, args=int_arg):
@@ -101,24 +138,6 @@ def emit_workload(optimized):
         # (the enum has no [Flags]: pythonnet combines its values only as integers)
         m.SetImplementationFlags(Enum.ToObject(MethodImplAttributes, flags))
         return m, m.GetILGenerator()
-
-    def counted_loop(il, count_arg, body):
-        # for (int i = 0; i < arg[count_arg]; i++) { body(i) }
-        i = il.DeclareLocal(Int32)
-        start, check = il.DefineLabel(), il.DefineLabel()
-        il.Emit(OpCodes.Ldc_I4_0)
-        il.Emit(OpCodes.Stloc, i)
-        il.Emit(OpCodes.Br, check)
-        il.MarkLabel(start)
-        body(i)
-        il.Emit(OpCodes.Ldloc, i)
-        il.Emit(OpCodes.Ldc_I4_1)
-        il.Emit(OpCodes.Add)
-        il.Emit(OpCodes.Stloc, i)
-        il.MarkLabel(check)
-        il.Emit(OpCodes.Ldloc, i)
-        il.Emit(OpCodes.Ldarg, Int16(count_arg))
-        il.Emit(OpCodes.Blt, start)
 
     def accumulate(name, args, count_arg, step):
         # long acc = 0; for (...) acc = step(acc, i); return acc;
@@ -161,7 +180,7 @@ def emit_workload(optimized):
         il.Emit(OpCodes.Ret)
         return m
 
-    inner, other = loop("Inner"), loop("Other")
+    inner, other = loop(names["Inner"]), loop("Other")
     caller_a, caller_b = calls("CallerA", (inner, 1)), calls("CallerB", (inner, 1))
     run = calls("Run", (caller_a, 3), (caller_b, 1), (other, 2))
     # Burn(rounds, w): r += Run(w), rounds times.
@@ -174,10 +193,82 @@ def emit_workload(optimized):
     return lambda rounds, w: method_info.Invoke(None, Array[Object]([Int32(rounds), Int32(w)]))
 
 
+def emit_churn():
+    """`TracerWorkload.Churn.Churn(allocs, size, throws)`: allocates `allocs` byte arrays of
+    `size` bytes, then throws and catches `throws` InvalidOperationExceptions."""
+    from System import Byte, Exception as ManagedException, InvalidOperationException  # noqa: E402
+
+    churn = new_type("TracerChurn", "TracerWorkload.Churn")
+    m = churn.DefineMethod(
+        "Churn", MethodAttributes.Public | MethodAttributes.Static, Int64,
+        Array[Type]([Int32, Int32, Int32]))
+    il = m.GetILGenerator()
+    acc = il.DeclareLocal(Int64)
+    il.Emit(OpCodes.Ldc_I8, Int64(0))
+    il.Emit(OpCodes.Stloc, acc)
+
+    def allocate(_):
+        # acc += new byte[size].Length (kept, so the array is not optimized away)
+        il.Emit(OpCodes.Ldloc, acc)
+        il.Emit(OpCodes.Ldarg_1)
+        il.Emit(OpCodes.Newarr, clr.GetClrType(Byte))
+        il.Emit(OpCodes.Ldlen)
+        il.Emit(OpCodes.Conv_I8)
+        il.Emit(OpCodes.Add)
+        il.Emit(OpCodes.Stloc, acc)
+
+    def throw(_):
+        # try { throw new InvalidOperationException(); } catch (Exception) { }
+        il.BeginExceptionBlock()
+        il.Emit(OpCodes.Newobj, clr.GetClrType(InvalidOperationException).GetConstructor(Type.EmptyTypes))
+        il.Emit(OpCodes.Throw)
+        il.BeginCatchBlock(clr.GetClrType(ManagedException))
+        il.Emit(OpCodes.Pop)
+        il.EndExceptionBlock()
+
+    counted_loop(il, 0, allocate)
+    counted_loop(il, 2, throw)
+    il.Emit(OpCodes.Ldloc, acc)
+    il.Emit(OpCodes.Ret)
+    method_info = churn.CreateType().GetMethod("Churn")
+    return lambda allocs, size, throws: method_info.Invoke(
+        None, Array[Object]([Int32(allocs), Int32(size), Int32(throws)]))
+
+
+# Bytes of each array `churn` allocates: small, so they fill the GC's allocation contexts (the
+# process-wide count of allocated bytes counts each context whole: large arrays leave gaps).
+CHURN_ARRAY_BYTES = 100
+
+
+def churn_thread(bytes_per_s, throws_per_s, counted, lock, stop):
+    """Allocates and throws at the rates asked, paced every 10 ms, until `stop` is set; keeps
+    what it did in `counted`."""
+    import time
+    churn = emit_churn()
+    allocated_before = GC.GetAllocatedBytesForCurrentThread()
+    start = time.monotonic()
+    allocs_done = throws_done = 0
+    while not stop.is_set():
+        elapsed = time.monotonic() - start
+        allocs = int(bytes_per_s * elapsed / CHURN_ARRAY_BYTES) - allocs_done
+        throws = int(throws_per_s * elapsed) - throws_done
+        if allocs or throws:
+            churn(allocs, CHURN_ARRAY_BYTES, throws)
+            allocs_done, throws_done = allocs_done + allocs, throws_done + throws
+        with lock:
+            counted["bytes"] = GC.GetAllocatedBytesForCurrentThread() - allocated_before
+            counted["throws"] = throws_done
+            counted["seconds"] = time.monotonic() - start
+        stop.wait(0.01)
+
+
 print("READY", os.getpid(), Environment.Version, flush=True)
 requests = None
 burn = None
 optimized = False
+names = WORKLOAD_NAMES
+churned = None
+churn_stop, churner = None, None
 for line in sys.stdin:
     cmd = line.split()
     if not cmd:
@@ -223,7 +314,7 @@ for line in sys.stdin:
         print("ADDED", cmd[1], cmd[2], flush=True)
     elif cmd[0] == "burn":
         import time
-        burn = burn or emit_workload(optimized)
+        burn = burn or emit_workload(optimized, names)
         deadline, rounds = time.monotonic() + float(cmd[1]), 0
         while time.monotonic() < deadline:
             # Each Inner/Other call lasts milliseconds, many sampling periods (at up to 1 kHz):
@@ -234,7 +325,30 @@ for line in sys.stdin:
     elif cmd[0] == "optimized" and burn is None:
         optimized = True
         print("OPTIMIZED", flush=True)
+    elif cmd[0] == "hostile" and burn is None:
+        import ctypes
+        comm, type_name, inner = (bytes.fromhex(name) for name in cmd[1:4])
+        names = {"type": type_name.decode(), "Inner": inner.decode()}
+        PR_SET_NAME = 15
+        ctypes.CDLL(None).prctl(PR_SET_NAME, comm, 0, 0, 0)
+        print("HOSTILE", flush=True)
+    elif cmd[0] == "churn" and churned is None:
+        import threading
+        churned, churn_lock = {"bytes": 0, "throws": 0, "seconds": 0.0}, threading.Lock()
+        churn_stop = threading.Event()
+        churner = threading.Thread(
+            target=churn_thread,
+            args=(float(cmd[1]), float(cmd[2]), churned, churn_lock, churn_stop))
+        churner.start()
+        print("CHURNING", flush=True)
+    elif cmd[0] == "churned" and churned is not None:
+        with churn_lock:
+            print("CHURNED", churned["bytes"], churned["throws"], churned["seconds"], flush=True)
     elif cmd[0] == "exit":
         break
     else:
         print("ERROR unknown command", cmd[0], flush=True)
+# A thread still in managed code when the interpreter ends would crash it.
+if churner is not None:
+    churn_stop.set()
+    churner.join()

@@ -10,6 +10,14 @@ use crate::process::LineProcess;
 use crate::procfs;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/dotnet/coreclr_host.py");
+
+/// A process name that would clear the screen, start a row of its own and turn on reverse
+/// video (15 bytes: what `comm` holds).
+pub const HOSTILE_COMM: &str = "\x1b[2J\n\x1b[7mEVIL";
+/// A type name that would clear the screen, move the cursor home and start a row.
+pub const HOSTILE_TYPE: &str = "Evil\x1b[2J\x1b[H\nType";
+/// A method name that would set the window title, turn the text red and start a row.
+pub const HOSTILE_INNER: &str = "\x1b]0;owned\x07\x1b[31mInner\nrow";
 /// Loading CoreCLR into Python takes a few seconds on a loaded 2-core machine.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,8 +40,18 @@ impl CoreclrHost {
 
     /// [`spawn`](Self::spawn) with extra environment (e.g. `DOTNET_EnableWriteXorExecute=0`).
     pub fn spawn_with(tmpdir: &Path, env: &[(&str, &str)]) -> Result<CoreclrHost> {
+        CoreclrHost::spawn_with_args(tmpdir, env, &[])
+    }
+
+    /// [`spawn_with`](Self::spawn_with), with `args` after the script on its command line
+    /// (which the script ignores).
+    pub fn spawn_with_args(
+        tmpdir: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Result<CoreclrHost> {
         let mut command = Command::new("python3");
-        command.arg(SCRIPT).env("TMPDIR", tmpdir).envs(env.iter().copied());
+        command.arg(SCRIPT).args(args).env("TMPDIR", tmpdir).envs(env.iter().copied());
         let mut process = LineProcess::spawn("coreclr_host", command)?;
         let host_pid = process.pid();
         let (ns_pid, version) = wait_ready(&mut process)?;
@@ -127,6 +145,47 @@ impl CoreclrHost {
         reply.parse().context("BURNED rounds")
     }
 
+    /// Starts the CPU workload for `seconds` and returns at once: the runtime answers nothing
+    /// else until [`CoreclrHost::burned`] has read its end.
+    pub fn start_burn(&mut self, seconds: u32) -> Result<()> {
+        self.process.send_line(&format!("burn {seconds}"))
+    }
+
+    /// Waits for the end of the workload [`CoreclrHost::start_burn`] started (at most `seconds`
+    /// after it started, and the reply timeout); returns its rounds.
+    pub fn burned(&mut self, seconds: u32) -> Result<u64> {
+        let timeout = REPLY_TIMEOUT + Duration::from_secs(seconds.into());
+        self.process.expect_line("BURNED", timeout)?.parse().context("BURNED rounds")
+    }
+
+    /// Names the process [`HOSTILE_COMM`], the workload's type [`HOSTILE_TYPE`] and its
+    /// `Inner` [`HOSTILE_INNER`] (before the first burn).
+    pub fn hostile_names(&mut self) -> Result<()> {
+        let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+        let line =
+            format!("hostile {} {} {}", hex(HOSTILE_COMM), hex(HOSTILE_TYPE), hex(HOSTILE_INNER));
+        self.process.request(&line, "HOSTILE", REPLY_TIMEOUT).map(drop)
+    }
+
+    /// Starts a thread that allocates `bytes_per_sec` and throws `throws_per_sec` exceptions a
+    /// second in managed code, until the process exits.
+    pub fn churn(&mut self, bytes_per_sec: u64, throws_per_sec: u64) -> Result<()> {
+        let line = format!("churn {bytes_per_sec} {throws_per_sec}");
+        self.process.request(&line, "CHURNING", REPLY_TIMEOUT).map(drop)
+    }
+
+    /// What the churn thread did so far: bytes allocated on it, exceptions thrown, seconds.
+    pub fn churned(&mut self) -> Result<Churned> {
+        let reply = self.process.request("churned", "CHURNED", REPLY_TIMEOUT)?;
+        let mut fields = reply.split_whitespace();
+        let mut next = |what| fields.next().with_context(|| format!("CHURNED without {what}"));
+        Ok(Churned {
+            bytes: next("bytes")?.parse()?,
+            exceptions: next("exceptions")?.parse()?,
+            seconds: next("seconds")?.parse()?,
+        })
+    }
+
     /// Makes the workload of the first [`CoreclrHost::burn`] fully optimized code from its
     /// first call (no tier-0 code, on-stack replacement or tier-up, whose speeds differ).
     pub fn optimize_workload(&mut self) -> Result<()> {
@@ -143,6 +202,25 @@ impl CoreclrHost {
     pub fn ping(&mut self) -> Result<u64> {
         let reply = self.process.request("ping", "PONG", REPLY_TIMEOUT)?;
         reply.parse().context("PONG count")
+    }
+}
+
+/// What the churn thread of [`CoreclrHost::churn`] counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Churned {
+    /// Allocated on the thread (`GC.GetAllocatedBytesForCurrentThread`), exceptions included.
+    pub bytes: u64,
+    pub exceptions: u64,
+    pub seconds: f64,
+}
+
+impl Churned {
+    pub fn bytes_per_sec(&self) -> f64 {
+        self.bytes as f64 / self.seconds
+    }
+
+    pub fn exceptions_per_sec(&self) -> f64 {
+        self.exceptions as f64 / self.seconds
     }
 }
 

@@ -16,5 +16,6 @@ pub mod pipeline;
 pub mod process;
 pub mod procfs;
 pub mod scratch;
+pub mod tmux;
 pub mod tools;
 pub mod user_events;

@@ -647,7 +647,8 @@ pub struct DotnetProcess {
 }
 
 /// Body of `top_process` (`tracer top --once`): what the screen shows of one process. Every
-/// value the runtime (or `/proc`) did not report is `null`, never 0.
+/// value the runtime (or `/proc`) did not report is `null`, never 0. Rates are over every
+/// counter interval its session reported (the screen shows each interval's).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TopProcess {
     /// Its `comm` (set by the process: any text).
@@ -668,7 +669,7 @@ pub struct TopProcess {
     pub gen0_gcs_per_sec: Option<f64>,
     pub gen1_gcs_per_sec: Option<f64>,
     pub gen2_gcs_per_sec: Option<f64>,
-    /// Share of the last counter interval the runtime was paused in GC, in percent.
+    /// Share of the time the runtime was paused in GC, in percent.
     pub gc_paused_percent: Option<f64>,
     pub alloc_bytes_per_sec: Option<f64>,
     pub exceptions_per_sec: Option<f64>,

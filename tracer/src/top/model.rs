@@ -54,6 +54,17 @@ const COUNTERS: [(Counter, &str, Reading); 10] = [
     (Counter::PoolQueue, "systemruntime_threadpool_queue_length", Reading::Level),
 ];
 
+impl Reading {
+    /// A rate's `amount` over `secs` as shown: per second, or (milliseconds) a percentage of
+    /// the time.
+    fn per_second(self, amount: f64, secs: f64) -> f64 {
+        match self {
+            Reading::CumulativeMs => (amount / (secs * 1000.0) * 100.0).min(100.0),
+            Reading::Level | Reading::PerInterval => amount / secs,
+        }
+    }
+}
+
 impl Counter {
     pub const ALL: [Counter; 10] = [
         Counter::GcHeap,
@@ -99,6 +110,13 @@ impl History {
     }
 }
 
+/// What a counter added over the intervals it covered: a rate over all of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Added {
+    amount: f64,
+    secs: f64,
+}
+
 /// The counters of one process's session, as shown: each `None` until the runtime reports it
 /// (and again once the session has ended), never a made-up 0.
 #[derive(Clone, Debug, Default)]
@@ -107,6 +125,8 @@ pub struct RuntimeCounters {
     history: [History; Counter::ALL.len()],
     /// The last running total of each [`Reading::CumulativeMs`] counter.
     totals: [Option<f64>; Counter::ALL.len()],
+    /// What each rate (and running total) added since the session started.
+    added: [Option<Added>; Counter::ALL.len()],
     /// The metric a session sends first in each round: seeing it again starts the next round.
     round_start: Option<Arc<str>>,
     rounds: u32,
@@ -126,18 +146,27 @@ impl RuntimeCounters {
         }
         let Some((counter, reading)) = Counter::of_metric(&sample.metric) else { return };
         let i = counter.index();
-        let shown = match reading {
-            Reading::Level => Some(sample.value),
-            Reading::PerInterval => sample.interval_secs.map(|secs| sample.value / secs),
-            Reading::CumulativeMs => {
-                let before = self.totals[i].replace(sample.value);
-                match (before, sample.interval_secs) {
+        // What was added, over how many seconds.
+        let added = match (reading, sample.interval_secs) {
+            (Reading::PerInterval, Some(secs)) => Some((sample.value, secs)),
+            (Reading::CumulativeMs, Some(secs)) => {
+                match self.totals[i].replace(sample.value) {
                     // A total that went down (a counter reset) gives no share.
-                    (Some(before), Some(secs)) if sample.value >= before => {
-                        Some(((sample.value - before) / (secs * 1000.0) * 100.0).min(100.0))
-                    }
+                    Some(before) if sample.value >= before => Some((sample.value - before, secs)),
                     _ => None,
                 }
+            }
+            _ => None,
+        };
+        if let Some((amount, secs)) = added.filter(|(a, _)| a.is_finite()) {
+            let so_far = self.added[i].get_or_insert_default();
+            so_far.amount += amount;
+            so_far.secs += secs;
+        }
+        let shown = match reading {
+            Reading::Level => Some(sample.value),
+            Reading::PerInterval | Reading::CumulativeMs => {
+                added.map(|(amount, secs)| reading.per_second(amount, secs))
             }
         };
         if let Some(value) = shown.filter(|v| v.is_finite()) {
@@ -146,8 +175,22 @@ impl RuntimeCounters {
         }
     }
 
+    /// The counter's last value (a rate: over its last interval).
     pub fn get(&self, counter: Counter) -> Option<f64> {
         self.latest[counter.index()]
+    }
+
+    /// The counter over the whole session: a level's last value, a rate over every interval
+    /// reported (a process's moment of contention for the CPU moves work across one interval's
+    /// end, not out of the session).
+    pub fn over_session(&self, counter: Counter) -> Option<f64> {
+        let (_, _, reading) = COUNTERS[counter.index()];
+        match reading {
+            Reading::Level => self.get(counter),
+            Reading::PerInterval | Reading::CumulativeMs => self.added[counter.index()]
+                .filter(|a| a.secs > 0.0)
+                .map(|a| reading.per_second(a.amount, a.secs)),
+        }
     }
 
     pub fn history(&self, counter: Counter) -> &History {
@@ -164,6 +207,7 @@ impl RuntimeCounters {
     pub fn clear(&mut self) {
         self.latest = Default::default();
         self.totals = Default::default();
+        self.added = Default::default();
     }
 }
 
@@ -287,9 +331,9 @@ impl ProcessRow {
     }
 
     /// The line `tracer top --once` writes for it: what the screen shows, `null` where the
-    /// runtime reports nothing.
+    /// runtime reports nothing; rates over every interval its session reported.
     pub fn snapshot(&self) -> TopProcess {
-        let c = |counter| self.counters.get(counter);
+        let c = |counter| self.counters.over_session(counter);
         let hottest = self.hot.hottest();
         TopProcess {
             name: self.name.clone(),
@@ -493,6 +537,12 @@ mod tests {
         assert_eq!(c.get(Counter::LockContentions), None);
         assert_eq!(c.get(Counter::PoolQueue), None);
         assert_eq!(c.history(Counter::Allocations).values().collect::<Vec<_>>(), [1_000_000.0]);
+        // Over the session: what every interval added, over their seconds.
+        c.record(&sample("systemruntime_alloc_rate_bytes", 4_000_000.0, Some(1.0)));
+        assert_eq!(c.get(Counter::Allocations), Some(4_000_000.0));
+        assert_eq!(c.over_session(Counter::Allocations), Some(2_000_000.0));
+        assert_eq!(c.over_session(Counter::GcHeap), Some(7.5e6));
+        assert_eq!(c.over_session(Counter::LockContentions), None);
         c.clear();
         assert_eq!(c.get(Counter::GcHeap), None);
     }
@@ -508,9 +558,14 @@ mod tests {
         assert_eq!((c.get(Counter::GcPaused), c.rounds()), (None, 1));
         pause(&mut c, 150.0);
         assert_eq!((c.get(Counter::GcPaused), c.rounds()), (Some(2.5), 2));
+        pause(&mut c, 250.0);
+        assert_eq!(
+            (c.get(Counter::GcPaused), c.over_session(Counter::GcPaused)),
+            (Some(5.0), Some(3.75))
+        );
         // A total that went down (a reset) leaves the last share.
         pause(&mut c, 10.0);
-        assert_eq!((c.get(Counter::GcPaused), c.rounds()), (Some(2.5), 3));
+        assert_eq!((c.get(Counter::GcPaused), c.rounds()), (Some(5.0), 4));
     }
 
     fn row(pid: u32, cpu: Option<f64>, name: &str) -> ProcessRow {
