@@ -127,9 +127,14 @@ fn top_ranks_the_busy_runtime_first_with_its_hot_method_and_gives_the_terminal_b
                 && rows[0].0 == busy_pid
                 && rows[1].0 == churner_pid
                 && rows[0].1.contains(HOT_METHOD)
+                && s.contains("2 sending counters")
         })
         .unwrap();
-    assert!(screen.starts_with("tracer top · 2 of 2 .NET processes · sorted by CPU"), "{screen}");
+    assert!(
+        screen
+            .starts_with("tracer top · 2 of 2 .NET processes · 2 sending counters · sorted by CPU"),
+        "{screen}"
+    );
     // Sorted by exceptions, the churning one comes first; by CPU again, the busy one.
     tmux.keys(&["e"]).unwrap();
     tmux.wait_for("the churning runtime first", SCREEN_TIMEOUT, |s| {

@@ -30,12 +30,12 @@ use crate::bench::{
 };
 use crate::util;
 
-const RUNTIMES: usize = 50;
+pub const RUNTIMES: usize = 50;
 const HOST: &str = "tests/dotnet/coreclr_host.py";
 const SCRAPE_INTERVAL: Duration = Duration::from_secs(5);
 /// Runtimes settle (JIT, first counters) before the window starts.
-const SETTLE: Duration = Duration::from_secs(10);
-const WINDOW: Duration = Duration::from_secs(60);
+pub const SETTLE: Duration = Duration::from_secs(10);
+pub const WINDOW: Duration = Duration::from_secs(60);
 /// Short-lived processes started per second during the churn row, and for how long.
 const CHURN_RATE: u32 = 1000;
 const CHURN_WINDOW: Duration = Duration::from_secs(30);
@@ -238,7 +238,9 @@ fn compare(
 }
 
 /// `count` CoreCLR hosts, and their pids.
-fn start_runtimes(count: usize) -> anyhow::Result<(Vec<Process>, std::collections::HashSet<u64>)> {
+pub fn start_runtimes(
+    count: usize,
+) -> anyhow::Result<(Vec<Process>, std::collections::HashSet<u64>)> {
     let host = util::workspace_root().join(HOST);
     let mut runtimes: Vec<Process> = Vec::with_capacity(count);
     let mut pids = std::collections::HashSet::new();

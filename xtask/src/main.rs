@@ -16,6 +16,7 @@ mod bench_ipc;
 mod bench_nettrace;
 mod bench_profile;
 mod bench_sampler;
+mod bench_top;
 mod fuzz;
 mod gen_events;
 mod libtest;
@@ -77,7 +78,7 @@ enum Command {
     },
     /// Benchmarks that print numbers and record them in docs/benchmarks.md:
     /// `agent [--against BIN [--rounds N]]`, `detect`, `ipc`, `ftrace [METHOD..]`, `hostile`,
-    /// `sampler`, `profile [--rounds N] [--seconds S]`.
+    /// `sampler`, `profile [--rounds N] [--seconds S]`, `top`.
     Bench {
         name: String,
         /// Benchmark-specific arguments (ftrace: which of mmap, read, trace-cmd to run; profile:
@@ -118,9 +119,10 @@ fn main() -> ExitCode {
             "ftrace" => bench_ftrace::run(&args),
             "sampler" => bench_sampler::run(),
             "profile" => bench_profile::run(&args),
+            "top" => bench_top::run(),
             other => Err(anyhow::anyhow!(
                 "unknown benchmark {other:?} (known: agent, detect, ipc, ftrace, hostile, \
-                 sampler, profile)"
+                 sampler, profile, top)"
             )),
         },
     };

@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
 use tracer_decode::text::screen_cell;
 
 use super::hot::HOT_WINDOW;
-use super::model::{Counter, History, Model, ProcessRow, SortKey};
+use super::model::{Counter, History, Model, ProcessRow, SessionState, SortKey};
 use super::procstat::{Threads, state_name};
 
 /// What a value the runtime does not report shows as.
@@ -127,8 +127,9 @@ impl Ui {
             (f, false) if !f.is_empty() => format!(" · filter: {}", screen_cell(f, 64)),
             _ => String::new(),
         };
+        let traced = model.rows().filter(|r| r.session == SessionState::Tracing).count();
         let heading = format!(
-            "tracer top · {} of {} .NET processes · sorted by {}{filter}",
+            "tracer top · {} of {} .NET processes · {traced} sending counters · sorted by {}{filter}",
             rows.len(),
             model.len(),
             self.sort.name(),
