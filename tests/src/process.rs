@@ -158,6 +158,19 @@ fn exit_status_within(
     Ok(wait_readable(pidfd.as_fd(), timeout)?.then(|| child.wait()).transpose()?)
 }
 
+/// Waits until process `pid` (not a child of this one: another's, which reaps it) has exited;
+/// an error if it is still running after `timeout`, or was gone before it could be watched.
+pub fn wait_gone(pid: u32, timeout: Duration) -> Result<()> {
+    let raw = libc::pid_t::try_from(pid).context("pid out of range")?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+    ensure!(fd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    ensure!(wait_readable(pidfd.as_fd(), timeout)?, "pid {pid} still running after {timeout:?}");
+    Ok(())
+}
+
 /// Waits until `fd` is readable (data, end of file or a process exit for a pidfd); false when
 /// `timeout` passed first.
 fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<bool> {

@@ -82,6 +82,24 @@ impl Tmux {
         Ok(String::from_utf8_lossy(&output.stdout).trim_end().to_owned())
     }
 
+    /// The pid of the program the window started (its shell).
+    pub fn shell_pid(&self) -> Result<u32> {
+        let output = self.run(&["display-message", "-p", "-t", "0", "#{pane_pid}"])?;
+        let pid = String::from_utf8_lossy(&output.stdout);
+        pid.trim().parse().with_context(|| format!("a pane pid: {pid:?}"))
+    }
+
+    /// Makes the window `width` × `height` cells (the program in it gets SIGWINCH).
+    pub fn resize(&self, width: u16, height: u16) -> Result<()> {
+        let (w, h) = (width.to_string(), height.to_string());
+        self.run(&["resize-window", "-t", "0", "-x", &w, "-y", &h]).map(drop)
+    }
+
+    /// Closes the terminal: the server and its window go, the programs in it get SIGHUP.
+    pub fn close(self) -> Result<()> {
+        self.run(&["kill-server"]).map(drop)
+    }
+
     /// Reads the screen until `shows` holds for it, at most `limit`; returns that screen. The
     /// error names `what` and holds the last screen.
     pub fn wait_for(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tests::coreclr::{CoreclrHost, HOSTILE_COMM, HOSTILE_INNER};
-use tests::process::{tracer_binary, wait_child_exit};
+use tests::process::{tracer_binary, wait_child_exit, wait_gone};
 use tests::scratch::ScratchDir;
 use tests::tmux::Tmux;
 use tracer_decode::text::screen_cell;
@@ -28,6 +28,10 @@ const HOT_METHOD: &str = "TracerWorkload.Hot.Inner";
 /// The terminal's size: every column of the list and a long hot method fit.
 const WIDTH: u16 = 220;
 const HEIGHT: u16 = 40;
+/// A width that leaves the hot method 22 columns.
+const NARROW: u16 = 150;
+/// From SIGHUP to tracer's exit: its sessions' drain (the IPC timeout) and a margin.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The list's rows on `screen`: each line below the header that starts with a pid, with the
 /// pid.
@@ -168,6 +172,14 @@ fn top_ranks_the_busy_runtime_first_with_its_hot_method_and_gives_the_terminal_b
     })
     .unwrap();
 
+    // The screen follows a resize: the hot method is cut to what is left of the width.
+    tmux.resize(NARROW, HEIGHT).unwrap();
+    tmux.wait_for("the list at the new width", SCREEN_TIMEOUT, |s| {
+        let rows = rows(s);
+        rows.len() == 1 && rows[0].1.contains("TracerWorkload.Ho…") && !s.contains(HOT_METHOD)
+    })
+    .unwrap();
+
     // `q`: top ends (status 0) and the terminal is as it was: the shell's screen, its modes.
     tmux.keys(&["q"]).unwrap();
     let after = tmux
@@ -292,11 +304,33 @@ fn names_with_escape_sequences_and_newlines_stay_in_their_columns() {
     let command = detail.lines().nth(1).unwrap();
     assert!(command.starts_with("command: ") && command.ends_with(&screen_cell(hostile_arg, 80)));
     assert!(!detail.lines().any(|l| l.starts_with("second line") || l.starts_with("row")));
-    tmux.keys(&["q"]).unwrap();
+
+    // SIGTERM ends it as `q` does: status 0, the shell's screen back.
+    let top_pid = top_in(&tmux);
+    // SAFETY: kill takes a pid and a signal; the pid is the child of the test's shell, which
+    // has not reaped it (it waits for it).
+    assert_eq!(unsafe { libc::kill(top_pid as i32, libc::SIGTERM) }, 0);
     let after = tmux
         .wait_for("top's exit status", SCREEN_TIMEOUT, |s| {
             s.lines().any(|l| l.starts_with("TOP-EXIT"))
         })
         .unwrap();
     assert!(after.lines().any(|l| l == "TOP-EXIT 0"), "{after}");
+    assert!(!after.contains("tracer top ·") && !after.contains(" top methods on CPU"), "{after}");
+
+    // A terminal that closes ends it too (SIGHUP), its sessions stopped as on `q`.
+    start_top(&tmux, &[evil_pid, plain_pid], &log);
+    tmux.wait_for("both runtimes again", SCREEN_TIMEOUT, |s| pids(s).len() == 2).unwrap();
+    let top_pid = top_in(&tmux);
+    tmux.close().expect("closing the terminal");
+    wait_gone(top_pid, EXIT_TIMEOUT).expect("top ends when its terminal closes");
+}
+
+/// The pid of the `tracer top` the terminal's shell runs.
+fn top_in(tmux: &Tmux) -> u32 {
+    let shell = tmux.shell_pid().expect("the shell's pid");
+    match tests::procfs::children(shell)[..] {
+        [pid] => pid,
+        ref other => panic!("the shell {shell} should run one program, runs {other:?}"),
+    }
 }

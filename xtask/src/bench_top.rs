@@ -29,7 +29,8 @@ pub fn run() -> anyhow::Result<()> {
     let stdin = busy.0.stdin.as_mut().context("the runtime's stdin")?;
     std::io::Write::write_all(stdin, b"optimized\nburn 3600\n")?;
 
-    let terminal = Terminal::start(&format!("{} top 2>/dev/null", bin.display()))?;
+    // `exec`: the window's process is tracer itself (its pid is the pane's).
+    let terminal = Terminal::start(&format!("exec {} top 2>/dev/null", bin.display()))?;
     let pid = terminal.pane_pid()?;
     let wanted = format!("{RUNTIMES} sending counters");
     let deadline = Instant::now() + READY_TIMEOUT;

@@ -132,6 +132,8 @@ pub async fn run(
     })?;
     let sampler = Sampler::attach(&SamplerOptions {
         hooks: config.hooks,
+        // The samples are counted once a refresh: read as often (each read wakes tracer).
+        drain_interval: REFRESH,
         ..SamplerOptions::cpu(SAMPLE_HZ, Targets::Processes(Vec::new()))
     })
     .context("starting the kernel sampler")?;
