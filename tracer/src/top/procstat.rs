@@ -2,15 +2,16 @@
 //! memory (`stat`), and for the process in the detail view each thread's name, state and CPU
 //! time (`task/<tid>/stat`). The kernel's own accounting, whatever the runtime says.
 use std::collections::HashMap;
-use std::path::Path;
+use std::fs::File;
+use std::io::Read as _;
 
-use tracer_decode::procfs::parse_task_stat;
+use tracer_decode::procfs::{TaskStat, parse_task_stat};
 
-use crate::kernel::procfs::{ns_per_tick, read_bounded, start_ns_of_ticks};
+use crate::kernel::procfs::{ns_per_tick, start_ns_of_ticks};
 use crate::output::Incarnation;
 
 /// Bytes of a `stat` file read (a line of a few hundred bytes; its name is at most 64).
-const MAX_STAT_BYTES: u64 = 4096;
+const MAX_STAT_BYTES: usize = 4096;
 /// Threads of the detail view's process read each refresh; the others are counted.
 pub const MAX_THREADS_SHOWN: usize = 512;
 
@@ -23,21 +24,19 @@ pub struct Usage {
 
 /// The usage of `process`, `None` once it has exited (or its pid names another process now).
 pub fn usage(process: Incarnation) -> Option<Usage> {
-    let text = read_stat(&format!("/proc/{}/stat", process.pid))?;
-    let stat = parse_task_stat(&text)?;
-    if process.start_ns.is_some_and(|start| start != start_ns_of_ticks(stat.start_ticks)) {
+    let stat = with_stat(&format!("/proc/{}/stat", process.pid), |stat| {
+        (stat.start_ticks, stat.utime_ticks + stat.stime_ticks, stat.rss_pages)
+    })?;
+    let (start_ticks, cpu_ticks, rss_pages) = stat;
+    if process.start_ns.is_some_and(|start| start != start_ns_of_ticks(start_ticks)) {
         return None;
     }
-    Some(Usage {
-        cpu_ticks: stat.utime_ticks + stat.stime_ticks,
-        rss_bytes: stat.rss_pages.saturating_mul(page_size()),
-    })
+    Some(Usage { cpu_ticks, rss_bytes: rss_pages.saturating_mul(page_size()) })
 }
 
 /// The `comm` of `pid` now (`None`: gone).
 pub fn name(pid: u32) -> Option<String> {
-    let text = read_stat(&format!("/proc/{pid}/stat"))?;
-    parse_task_stat(&text).map(|s| s.comm.to_owned())
+    with_stat(&format!("/proc/{pid}/stat"), |stat| stat.comm.to_owned())
 }
 
 /// One thread, as the detail view shows it.
@@ -79,20 +78,16 @@ impl Threads {
         let mut last = HashMap::with_capacity(tids.len());
         self.rows.clear();
         for tid in tids {
-            let Some(text) = read_stat(&format!("/proc/{pid}/task/{tid}/stat")) else { continue };
-            let Some(stat) = parse_task_stat(&text) else { continue };
-            let ticks = stat.utime_ticks + stat.stime_ticks;
+            let path = format!("/proc/{pid}/task/{tid}/stat");
+            let read =
+                with_stat(&path, |s| (s.comm.to_owned(), s.state, s.utime_ticks + s.stime_ticks));
+            let Some((name, state, ticks)) = read else { continue };
             let cpu_percent = self.last.get(&tid).filter(|_| elapsed_ns > 0).map(|&before| {
                 ticks.saturating_sub(before).saturating_mul(ns_per_tick()) as f64 * 100.0
                     / elapsed_ns as f64
             });
             last.insert(tid, ticks);
-            self.rows.push(ThreadRow {
-                tid,
-                name: stat.comm.to_owned(),
-                state: stat.state,
-                cpu_percent,
-            });
+            self.rows.push(ThreadRow { tid, name, state, cpu_percent });
         }
         (self.last, self.last_ns) = (last, now_ns);
         self.rows.sort_by(|a, b| {
@@ -118,9 +113,12 @@ pub fn state_name(state: char) -> &'static str {
     }
 }
 
-fn read_stat(path: &str) -> Option<String> {
-    let (bytes, _) = read_bounded(Path::new(path), MAX_STAT_BYTES).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+/// `f` of the `stat` file at `path`, read with one `read` (procfs hands the whole line to a
+/// read of a page; a line is a few hundred bytes), `None` when it is gone or does not parse.
+fn with_stat<T>(path: &str, f: impl FnOnce(TaskStat<'_>) -> T) -> Option<T> {
+    let mut buf = [0u8; MAX_STAT_BYTES];
+    let n = File::open(path).ok()?.read(&mut buf).ok()?;
+    parse_task_stat(&String::from_utf8_lossy(&buf[..n])).map(f)
 }
 
 fn page_size() -> u64 {
