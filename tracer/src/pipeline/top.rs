@@ -38,7 +38,7 @@ use crate::time::{Clock, monotonic_ns};
 use crate::top::hot::{HotSampling, SAMPLE_HZ};
 use crate::top::model::{Model, ProcessRow, SessionState};
 use crate::top::procstat::{self, Threads};
-use crate::top::terminal::Screen;
+use crate::top::terminal::{self, Screen};
 use crate::top::view::{Action, Ui};
 
 /// How often the screen is refreshed (and `/proc` read).
@@ -193,6 +193,7 @@ pub async fn run(
     let mut refresh = tokio::time::interval(REFRESH);
     let mut detections: Vec<DetectionEvent> = Vec::new();
     let mut samples: Vec<RawSample> = Vec::new();
+    let mut failure = None;
     tokio::pin!(stop);
     loop {
         let mut redraw = false;
@@ -259,6 +260,11 @@ pub async fn run(
                 Some(Err(_)) | None => break,
             },
         }
+        if screen.is_some() && !terminal::is_taken() {
+            failure =
+                Some(anyhow::anyhow!("a panic gave the terminal back (its message is above)"));
+            break;
+        }
         if let (true, Some(screen)) = (redraw, &mut screen) {
             ui.keep_selection_visible(&top.model);
             let drawn = screen.terminal.draw(|frame| ui.draw(frame, &top.model, &top.threads));
@@ -279,6 +285,9 @@ pub async fn run(
     };
     top.stop(stop_sessions, &mut inbox).await;
     detector.detach();
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
     let losses = top.sampler.losses()?;
     if losses.total() + top.hot.losses.samples_refused + top.hot.losses.tables_refused > 0 {
         log::warn!(
@@ -323,7 +332,7 @@ impl Top {
     /// given its session, when the filters select it.
     fn add(&mut self, pid: u32, cgroup_id: Option<u64>) {
         let target = Target::pin(pid);
-        let start = target.as_ref().map_or(None, |t| t.incarnation().start_ns);
+        let start = target.as_ref().ok().and_then(|t| t.incarnation().start_ns);
         match self.model.by_pid(pid) {
             // A recycled pid is another process: the one shown has exited.
             Some(row) if row.process.start_ns != start && start.is_some() => self.remove(pid),

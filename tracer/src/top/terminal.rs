@@ -56,6 +56,12 @@ impl Drop for Screen {
     }
 }
 
+/// Whether the terminal is still top's: a panic anywhere (a task's too, which the runtime
+/// survives) gives it back, and top then ends.
+pub fn is_taken() -> bool {
+    TAKEN.load(Ordering::SeqCst)
+}
+
 /// Puts the terminal back as it was (once; later calls do nothing).
 pub fn give_back() {
     if !TAKEN.swap(false, Ordering::SeqCst) {
