@@ -28,7 +28,10 @@ Protocol, one line each way:
                      in managed code (`TracerWorkload.Churn.Churn`, paced every 10 ms) until
                      the process exits → `CHURNING`
   stdin  `churned` → what that thread did since it started: `CHURNED <bytes allocated on it
-                     (GC.GetAllocatedBytesForCurrentThread)> <exceptions thrown> <seconds>`
+                     (GC.GetAllocatedBytesForCurrentThread)> <exceptions thrown> <seconds>`;
+         `churned F T` → what it did between CLOCK_MONOTONIC nanoseconds F and T (its counts
+                     as of its last 10 ms tick at or before each; <seconds> between those
+                     ticks)
 The CPU workload (`burn`): a dynamic assembly emitted at first use (Reflection.Emit, so every
 method is JIT-compiled, none is precompiled) with the type `TracerWorkload.Hot`: `Inner` and
 `Other` are loops (never inlined); each round `Run` calls `CallerA` → `Inner(3w)`,
@@ -235,18 +238,25 @@ def emit_churn():
         None, Array[Object]([Int32(allocs), Int32(size), Int32(throws)]))
 
 
-# Bytes of each array `churn` allocates: small, so they fill the GC's allocation contexts (the
-# process-wide count of allocated bytes counts each context whole: large arrays leave gaps).
-CHURN_ARRAY_BYTES = 100
+# Bytes of each array `churn` allocates: above the large object heap's 85 000, where each
+# object is counted as it is allocated. (The runtime's `alloc-rate` counts small objects by the
+# allocation contexts they are carved from: 4-16 % more than the thread's own precise count.)
+CHURN_ARRAY_BYTES = 100000
+
+
+# Ticks of the churn thread remembered (10 minutes of 10 ms ticks).
+CHURN_HISTORY = 60000
 
 
 def churn_thread(bytes_per_s, throws_per_s, counted, lock, stop):
     """Allocates and throws at the rates asked, paced every 10 ms, until `stop` is set; keeps
-    what it did in `counted`."""
+    what it did in `counted`: its totals, and (time, bytes, throws) at each tick in `history`."""
     import time
     churn = emit_churn()
     allocated_before = GC.GetAllocatedBytesForCurrentThread()
     start = time.monotonic()
+    with lock:
+        counted["history"].append((time.monotonic_ns(), 0, 0))
     allocs_done = throws_done = 0
     while not stop.is_set():
         elapsed = time.monotonic() - start
@@ -255,10 +265,11 @@ def churn_thread(bytes_per_s, throws_per_s, counted, lock, stop):
         if allocs or throws:
             churn(allocs, CHURN_ARRAY_BYTES, throws)
             allocs_done, throws_done = allocs_done + allocs, throws_done + throws
+        allocated = GC.GetAllocatedBytesForCurrentThread() - allocated_before
         with lock:
-            counted["bytes"] = GC.GetAllocatedBytesForCurrentThread() - allocated_before
-            counted["throws"] = throws_done
+            counted["bytes"], counted["throws"] = allocated, throws_done
             counted["seconds"] = time.monotonic() - start
+            counted["history"].append((time.monotonic_ns(), allocated, throws_done))
         stop.wait(0.01)
 
 
@@ -334,16 +345,27 @@ for line in sys.stdin:
         print("HOSTILE", flush=True)
     elif cmd[0] == "churn" and churned is None:
         import threading
-        churned, churn_lock = {"bytes": 0, "throws": 0, "seconds": 0.0}, threading.Lock()
+        import collections
+        history = collections.deque(maxlen=CHURN_HISTORY)
+        churned = {"bytes": 0, "throws": 0, "seconds": 0.0, "history": history}
+        churn_lock = threading.Lock()
         churn_stop = threading.Event()
         churner = threading.Thread(
             target=churn_thread,
             args=(float(cmd[1]), float(cmd[2]), churned, churn_lock, churn_stop))
         churner.start()
         print("CHURNING", flush=True)
-    elif cmd[0] == "churned" and churned is not None:
+    elif cmd[0] == "churned" and churned is not None and len(cmd) == 1:
         with churn_lock:
             print("CHURNED", churned["bytes"], churned["throws"], churned["seconds"], flush=True)
+    elif cmd[0] == "churned" and churned is not None:
+        def at(ns):
+            # The last tick at or before `ns` (the first one when all are later).
+            ticks = [tick for tick in history if tick[0] <= ns]
+            return ticks[-1] if ticks else history[0]
+        with churn_lock:
+            (t0, b0, e0), (t1, b1, e1) = at(int(cmd[1])), at(int(cmd[2]))
+        print("CHURNED", b1 - b0, e1 - e0, (t1 - t0) / 1e9, flush=True)
     elif cmd[0] == "exit":
         break
     else:

@@ -176,7 +176,17 @@ impl CoreclrHost {
 
     /// What the churn thread did so far: bytes allocated on it, exceptions thrown, seconds.
     pub fn churned(&mut self) -> Result<Churned> {
-        let reply = self.process.request("churned", "CHURNED", REPLY_TIMEOUT)?;
+        self.churned_reply("churned")
+    }
+
+    /// What the churn thread did between two CLOCK_MONOTONIC instants (`mono_ns`), as of its
+    /// 10 ms ticks.
+    pub fn churned_between(&mut self, from_ns: u64, to_ns: u64) -> Result<Churned> {
+        self.churned_reply(&format!("churned {from_ns} {to_ns}"))
+    }
+
+    fn churned_reply(&mut self, request: &str) -> Result<Churned> {
+        let reply = self.process.request(request, "CHURNED", REPLY_TIMEOUT)?;
         let mut fields = reply.split_whitespace();
         let mut next = |what| fields.next().with_context(|| format!("CHURNED without {what}"));
         Ok(Churned {

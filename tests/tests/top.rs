@@ -22,8 +22,8 @@ const SHELL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longer than any test runs: the workload burns until the test ends (and kills it).
 const BURN_SECONDS: u32 = 600;
 /// What the churning runtime does a second.
-const CHURN_BYTES: u64 = 4_000_000;
-const CHURN_EXCEPTIONS: u64 = 200;
+const CHURN_BYTES: u64 = 8_000_000;
+const CHURN_EXCEPTIONS: u64 = 100;
 const HOT_METHOD: &str = "TracerWorkload.Hot.Inner";
 /// The terminal's size: every column of the list and a long hot method fit.
 const WIDTH: u16 = 220;
@@ -186,7 +186,7 @@ fn top_ranks_the_busy_runtime_first_with_its_hot_method_and_gives_the_terminal_b
         .wait_for("top's exit status", SCREEN_TIMEOUT, |s| {
             s.lines().any(|l| l.starts_with("TOP-EXIT"))
         })
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e:#}\ntracer's log:\n{}", log_of(&log)));
     assert!(after.lines().any(|l| l == "TOP-EXIT 0"), "{after}");
     assert!(after.lines().any(|l| l == "BEFORE-TOP"), "the shell's screen is back: {after}");
     assert!(!after.contains("tracer top ·"), "top's screen is gone: {after}");
@@ -201,7 +201,7 @@ fn top_ranks_the_busy_runtime_first_with_its_hot_method_and_gives_the_terminal_b
         })
         .unwrap();
     assert!(modes.lines().any(|l| l == "STTY-SAME"), "{modes}");
-    let log = std::fs::read_to_string(&log).unwrap();
+    let log = log_of(&log);
     assert!(!log.contains("still stopping"), "every session stopped in time: {log}");
 }
 
@@ -211,10 +211,14 @@ fn top_once_reports_the_rates_the_workload_counted_and_the_hot_method() {
     let mut churner = churning_runtime(&tmp);
     let busy = busy_runtime(&tmp);
     let lines = once(&[churner.host_pid, busy.host_pid]);
-    let counted = churner.churned().expect("what the workload counted");
     assert_eq!(lines.len(), 2, "{lines:#?}");
 
+    // The rates are over the counter intervals the line names: the workload's count over the
+    // same time (a moment it lacked the CPU is then in both).
     let churning = line_of(&lines, churner.host_pid);
+    let span = ["rates_from_ns", "rates_to_ns"].map(|f| churning[f].as_u64().expect(f));
+    assert!(span[1] - span[0] >= 1_000_000_000, "a whole interval at least: {churning}");
+    let counted = churner.churned_between(span[0], span[1]).expect("what the workload counted");
     assert_eq!(
         (&churning["kind"], &churning["session"]),
         (&"top_process".into(), &"tracing".into())
@@ -314,7 +318,7 @@ fn names_with_escape_sequences_and_newlines_stay_in_their_columns() {
         .wait_for("top's exit status", SCREEN_TIMEOUT, |s| {
             s.lines().any(|l| l.starts_with("TOP-EXIT"))
         })
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e:#}\ntracer's log:\n{}", log_of(&log)));
     assert!(after.lines().any(|l| l == "TOP-EXIT 0"), "{after}");
     assert!(!after.contains("tracer top ·") && !after.contains(" top methods on CPU"), "{after}");
 
@@ -323,7 +327,13 @@ fn names_with_escape_sequences_and_newlines_stay_in_their_columns() {
     tmux.wait_for("both runtimes again", SCREEN_TIMEOUT, |s| pids(s).len() == 2).unwrap();
     let top_pid = top_in(&tmux);
     tmux.close().expect("closing the terminal");
-    wait_gone(top_pid, EXIT_TIMEOUT).expect("top ends when its terminal closes");
+    wait_gone(top_pid, EXIT_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e:#}: top ends when its terminal closes\n{}", log_of(&log)));
+}
+
+/// What tracer logged (for a failure's message).
+fn log_of(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"))
 }
 
 /// The pid of the `tracer top` the terminal's shell runs.

@@ -110,7 +110,8 @@ fn main() {
             *json_bytes += lines.lines.len_bytes();
             let batch = lines.take();
             sink.emit_batch(&batch.lines);
-            runtime_counters.record_all(batch.counters, |_| labels.clone());
+            let samples = batch.counters.into_iter().map(|c| (c.process, c.sample));
+            runtime_counters.record_all(samples, |_| labels.clone());
         };
         for piece in stream.chunks(chunk) {
             parser

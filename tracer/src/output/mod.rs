@@ -676,6 +676,10 @@ pub struct TopProcess {
     pub lock_contentions_per_sec: Option<f64>,
     pub threadpool_threads: Option<f64>,
     pub threadpool_queue_length: Option<f64>,
+    /// When the counter intervals the rates are over began and ended (CLOCK_MONOTONIC ns, as
+    /// `mono_ns`).
+    pub rates_from_ns: Option<u64>,
+    pub rates_to_ns: Option<u64>,
     /// The managed method most of its CPU samples were in (innermost managed frame), and its
     /// share of them in percent.
     pub hot_method: Option<String>,

@@ -535,6 +535,8 @@ fn one_of_each_kind() -> Vec<Value> {
         lock_contentions_per_sec: None,
         threadpool_threads: None,
         threadpool_queue_length: None,
+        rates_from_ns: Some(1),
+        rates_to_ns: Some(2),
         hot_method: Some("App.Main".into()),
         hot_method_percent: Some(50.0),
         cpu_samples: 2,

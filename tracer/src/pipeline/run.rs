@@ -459,7 +459,8 @@ fn emit_events(
         sink.emit_batch(&lines);
     }
     if let Some(runtime_counters) = &summary.runtime_counters {
-        runtime_counters.record_all(counters, |pid| labels.get(pid));
+        let samples = counters.into_iter().map(|c| (c.process, c.sample));
+        runtime_counters.record_all(samples, |pid| labels.get(pid));
     }
 }
 

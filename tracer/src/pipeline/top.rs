@@ -45,8 +45,9 @@ use crate::top::view::{Action, Ui};
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// `--once`: the least sampling before the snapshot (the hot methods are counted over it).
 pub const ONCE_MIN_SAMPLING: Duration = Duration::from_secs(3);
-/// `--once`: the longest wait for every process's counters (two rounds: a rate over a whole
-/// interval) and method names; then the snapshot shows what has come.
+/// `--once`: the longest wait for every process's counters (two whole rounds: a rate over a
+/// whole interval, a running total's growth) and method names; then the snapshot shows what
+/// has come.
 pub const ONCE_LIMIT: Duration = Duration::from_secs(20);
 /// How long a rundown may take (the runtime lists every method with code).
 pub const RUNDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -406,10 +407,10 @@ impl Top {
                 }
             }
             SessionMessage::Events(events) => {
-                for (process, sample) in events.counters {
-                    match (self.model.get_mut(process), sample) {
-                        (Some(row), Ok(sample)) => row.counters.record(&sample),
-                        (Some(_), Err(e)) => log::debug!("pid {}: {e}", process.pid),
+                for counter in events.counters {
+                    match (self.model.get_mut(counter.process), counter.sample) {
+                        (Some(row), Ok(sample)) => row.counters.record(&sample, counter.time_ns),
+                        (Some(_), Err(e)) => log::debug!("pid {}: {e}", counter.process.pid),
                         (None, _) => {}
                     }
                 }
@@ -502,14 +503,14 @@ impl Top {
         self.hot.rundown_done(pid, table);
     }
 
-    /// `--once`: every process has counters over a whole interval (or no session to send
+    /// `--once`: every process has sent two whole rounds of counters (or has no session to send
     /// them), no rundown is under way, and the samples cover the least window.
     fn once_ready(&self, started: Instant) -> bool {
         started.elapsed() >= ONCE_MIN_SAMPLING
             && self.model.rows().all(|row| {
                 let counted = match row.session {
                     SessionState::Starting => false,
-                    SessionState::Tracing => row.counters.rounds() >= 2,
+                    SessionState::Tracing => row.counters.whole_rounds() >= 2,
                     SessionState::Ended(_) | SessionState::Failed(_) => true,
                 };
                 counted && !self.hot.rundown_in_flight(row.pid())

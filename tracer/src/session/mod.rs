@@ -185,9 +185,9 @@ pub struct EventLines {
     /// Lines of events neither their metadata nor the runtime-event table names
     /// (`EventID(<id>)`).
     pub unnamed: u64,
-    /// The runtime counter values `EventCounters` events carried (for `--metrics-addr`), with
-    /// their process.
-    pub counters: Vec<(Incarnation, Result<CounterSample, CounterError>)>,
+    /// The runtime counter values `EventCounters` events carried (for `--metrics-addr` and
+    /// `tracer top`).
+    pub counters: Vec<CounterEvent>,
     /// The envelope members the last line's process and source repeat, rendered once.
     identity: Option<LineIdentity>,
     extras: LineExtras,
@@ -195,6 +195,15 @@ pub struct EventLines {
     fields_json: Vec<u8>,
     /// Reads the counter samples, with the metric names it built for the session's counters.
     counter_reader: CounterReader,
+}
+
+/// A counter value an event carried, with its process and when the runtime wrote it.
+#[derive(Debug)]
+pub struct CounterEvent {
+    pub process: Incarnation,
+    /// The event's timestamp (CLOCK_MONOTONIC ns): the end of the interval a rate covers.
+    pub time_ns: u64,
+    pub sample: Result<CounterSample, CounterError>,
 }
 
 /// What event lines carry besides their JSON, as the pipeline's outputs need it.
@@ -287,8 +296,8 @@ impl EventLines {
             }
         }
         self.unnamed += u64::from(!meta.is_named());
-        if let Some(counter) = counter {
-            self.counters.push((process, counter));
+        if let Some(sample) = counter {
+            self.counters.push(CounterEvent { process, time_ns: mono_ns, sample });
         }
         true
     }

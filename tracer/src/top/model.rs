@@ -35,8 +35,9 @@ enum Reading {
     Level,
     /// What was added during the counter's interval: shown per second.
     PerInterval,
-    /// A running total of milliseconds: the share of each interval it grew by, in percent.
-    CumulativeMs,
+    /// Milliseconds added during the counter's interval: shown as their share of it, in
+    /// percent.
+    MsPerInterval,
 }
 
 /// Each counter with the metric its `System.Runtime` counter is named as (dotnet-monitor's
@@ -46,7 +47,7 @@ const COUNTERS: [(Counter, &str, Reading); 10] = [
     (Counter::Gen0Gcs, "systemruntime_gen_0_gc_count", Reading::PerInterval),
     (Counter::Gen1Gcs, "systemruntime_gen_1_gc_count", Reading::PerInterval),
     (Counter::Gen2Gcs, "systemruntime_gen_2_gc_count", Reading::PerInterval),
-    (Counter::GcPaused, "systemruntime_total_pause_time_by_gc_ms", Reading::CumulativeMs),
+    (Counter::GcPaused, "systemruntime_total_pause_time_by_gc_ms", Reading::MsPerInterval),
     (Counter::Allocations, "systemruntime_alloc_rate_bytes", Reading::PerInterval),
     (Counter::Exceptions, "systemruntime_exception_count", Reading::PerInterval),
     (Counter::LockContentions, "systemruntime_monitor_lock_contention_count", Reading::PerInterval),
@@ -59,7 +60,7 @@ impl Reading {
     /// the time.
     fn per_second(self, amount: f64, secs: f64) -> f64 {
         match self {
-            Reading::CumulativeMs => (amount / (secs * 1000.0) * 100.0).min(100.0),
+            Reading::MsPerInterval => (amount / (secs * 1000.0) * 100.0).min(100.0),
             Reading::Level | Reading::PerInterval => amount / secs,
         }
     }
@@ -123,19 +124,19 @@ struct Added {
 pub struct RuntimeCounters {
     latest: [Option<f64>; Counter::ALL.len()],
     history: [History; Counter::ALL.len()],
-    /// The last running total of each [`Reading::CumulativeMs`] counter.
-    totals: [Option<f64>; Counter::ALL.len()],
-    /// What each rate (and running total) added since the session started.
+    /// What each rate added since the session started.
     added: [Option<Added>; Counter::ALL.len()],
+    /// When the intervals of those rates began and ended (CLOCK_MONOTONIC ns).
+    rates_span: Option<(u64, u64)>,
     /// The metric a session sends first in each round: seeing it again starts the next round.
     round_start: Option<Arc<str>>,
     rounds: u32,
 }
 
 impl RuntimeCounters {
-    /// Takes one counter value of the process's session; counters `tracer top` does not show
-    /// are left alone.
-    pub fn record(&mut self, sample: &CounterSample) {
+    /// Takes one counter value of the process's session, written by the runtime at `time_ns`
+    /// (CLOCK_MONOTONIC); counters `tracer top` does not show are left alone.
+    pub fn record(&mut self, sample: &CounterSample, time_ns: u64) {
         match &self.round_start {
             Some(first) if **first == *sample.metric => self.rounds += 1,
             Some(_) => {}
@@ -148,24 +149,22 @@ impl RuntimeCounters {
         let i = counter.index();
         // What was added, over how many seconds.
         let added = match (reading, sample.interval_secs) {
-            (Reading::PerInterval, Some(secs)) => Some((sample.value, secs)),
-            (Reading::CumulativeMs, Some(secs)) => {
-                match self.totals[i].replace(sample.value) {
-                    // A total that went down (a counter reset) gives no share.
-                    Some(before) if sample.value >= before => Some((sample.value - before, secs)),
-                    _ => None,
-                }
+            (Reading::Level, _) | (_, None) => None,
+            (Reading::PerInterval | Reading::MsPerInterval, Some(secs)) => {
+                Some((sample.value, secs))
             }
-            _ => None,
         };
         if let Some((amount, secs)) = added.filter(|(a, _)| a.is_finite()) {
             let so_far = self.added[i].get_or_insert_default();
             so_far.amount += amount;
             so_far.secs += secs;
+            let began = time_ns.saturating_sub((secs * 1e9) as u64);
+            let (from, _) = *self.rates_span.get_or_insert((began, time_ns));
+            self.rates_span = Some((from.min(began), time_ns));
         }
         let shown = match reading {
             Reading::Level => Some(sample.value),
-            Reading::PerInterval | Reading::CumulativeMs => {
+            Reading::PerInterval | Reading::MsPerInterval => {
                 added.map(|(amount, secs)| reading.per_second(amount, secs))
             }
         };
@@ -187,7 +186,7 @@ impl RuntimeCounters {
         let (_, _, reading) = COUNTERS[counter.index()];
         match reading {
             Reading::Level => self.get(counter),
-            Reading::PerInterval | Reading::CumulativeMs => self.added[counter.index()]
+            Reading::PerInterval | Reading::MsPerInterval => self.added[counter.index()]
                 .filter(|a| a.secs > 0.0)
                 .map(|a| reading.per_second(a.amount, a.secs)),
         }
@@ -197,17 +196,23 @@ impl RuntimeCounters {
         &self.history[counter.index()]
     }
 
-    /// Rounds of counters received: the first may cover less than an interval, and a running
-    /// total needs two to give a share.
-    pub fn rounds(&self) -> u32 {
-        self.rounds
+    /// When the intervals [`over_session`](Self::over_session)'s rates cover began and ended
+    /// (CLOCK_MONOTONIC ns).
+    pub fn rates_span(&self) -> Option<(u64, u64)> {
+        self.rates_span
+    }
+
+    /// Whole rounds of counters received (a round is whole once the next one begins): the first
+    /// may cover less than an interval.
+    pub fn whole_rounds(&self) -> u32 {
+        self.rounds.saturating_sub(1)
     }
 
     /// The session ended: its last values no longer describe the process.
     pub fn clear(&mut self) {
         self.latest = Default::default();
-        self.totals = Default::default();
         self.added = Default::default();
+        self.rates_span = None;
     }
 }
 
@@ -353,6 +358,8 @@ impl ProcessRow {
             lock_contentions_per_sec: c(Counter::LockContentions),
             threadpool_threads: c(Counter::PoolThreads),
             threadpool_queue_length: c(Counter::PoolQueue),
+            rates_from_ns: self.counters.rates_span().map(|(from, _)| from),
+            rates_to_ns: self.counters.rates_span().map(|(_, to)| to),
             hot_method: hottest.map(|(name, _)| name.to_owned()),
             hot_method_percent: hottest.map(|(_, share)| share),
             cpu_samples: self.hot.samples,
@@ -491,6 +498,8 @@ pub fn matches(row: &ProcessRow, filter: &str) -> bool {
 mod tests {
     use super::*;
 
+    const SECOND: u64 = 1_000_000_000;
+
     fn sample(metric: &str, value: f64, interval_secs: Option<f64>) -> CounterSample {
         CounterSample {
             metric: metric.into(),
@@ -526,21 +535,23 @@ mod tests {
     fn rates_are_per_second_of_the_interval_and_unreported_counters_stay_none() {
         let mut c = RuntimeCounters::default();
         assert_eq!(c.get(Counter::Allocations), None);
-        c.record(&sample("systemruntime_alloc_rate_bytes", 2_000_000.0, Some(2.0)));
-        c.record(&sample("systemruntime_exception_count", 105.0, Some(1.05)));
-        c.record(&sample("systemruntime_gc_heap_size_bytes", 7.5e6, Some(1.0)));
+        c.record(&sample("systemruntime_alloc_rate_bytes", 2_000_000.0, Some(2.0)), 10 * SECOND);
+        c.record(&sample("systemruntime_exception_count", 105.0, Some(1.05)), 10 * SECOND);
+        c.record(&sample("systemruntime_gc_heap_size_bytes", 7.5e6, Some(1.0)), 10 * SECOND);
+        assert_eq!(c.rates_span(), Some((8 * SECOND, 10 * SECOND)));
         assert_eq!(c.get(Counter::Allocations), Some(1_000_000.0));
         assert_eq!(c.get(Counter::Exceptions), Some(100.0));
         assert_eq!(c.get(Counter::GcHeap), Some(7.5e6));
         // A rate without its interval says nothing; a counter not sent stays unknown.
-        c.record(&sample("systemruntime_monitor_lock_contention_count", 3.0, None));
+        c.record(&sample("systemruntime_monitor_lock_contention_count", 3.0, None), 10 * SECOND);
         assert_eq!(c.get(Counter::LockContentions), None);
         assert_eq!(c.get(Counter::PoolQueue), None);
         assert_eq!(c.history(Counter::Allocations).values().collect::<Vec<_>>(), [1_000_000.0]);
         // Over the session: what every interval added, over their seconds.
-        c.record(&sample("systemruntime_alloc_rate_bytes", 4_000_000.0, Some(1.0)));
+        c.record(&sample("systemruntime_alloc_rate_bytes", 4_000_000.0, Some(1.0)), 11 * SECOND);
         assert_eq!(c.get(Counter::Allocations), Some(4_000_000.0));
         assert_eq!(c.over_session(Counter::Allocations), Some(2_000_000.0));
+        assert_eq!(c.rates_span(), Some((8 * SECOND, 11 * SECOND)));
         assert_eq!(c.over_session(Counter::GcHeap), Some(7.5e6));
         assert_eq!(c.over_session(Counter::LockContentions), None);
         c.clear();
@@ -548,24 +559,25 @@ mod tests {
     }
 
     #[test]
-    fn pause_share_comes_from_the_running_total_of_two_rounds() {
+    fn pause_share_is_the_milliseconds_an_interval_added_and_rounds_are_counted() {
         let mut c = RuntimeCounters::default();
-        let pause = |c: &mut RuntimeCounters, total| {
-            c.record(&sample("systemruntime_cpu_usage_ratio", 1.0, Some(1.0)));
-            c.record(&sample("systemruntime_total_pause_time_by_gc_ms", total, Some(2.0)));
+        let round = |c: &mut RuntimeCounters, paused_ms, secs| {
+            c.record(&sample("systemruntime_cpu_usage_ratio", 1.0, Some(secs)), SECOND);
+            c.record(
+                &sample("systemruntime_total_pause_time_by_gc_ms", paused_ms, Some(secs)),
+                SECOND,
+            );
         };
-        pause(&mut c, 100.0);
-        assert_eq!((c.get(Counter::GcPaused), c.rounds()), (None, 1));
-        pause(&mut c, 150.0);
-        assert_eq!((c.get(Counter::GcPaused), c.rounds()), (Some(2.5), 2));
-        pause(&mut c, 250.0);
-        assert_eq!(
-            (c.get(Counter::GcPaused), c.over_session(Counter::GcPaused)),
-            (Some(5.0), Some(3.75))
-        );
-        // A total that went down (a reset) leaves the last share.
-        pause(&mut c, 10.0);
-        assert_eq!((c.get(Counter::GcPaused), c.rounds()), (Some(5.0), 4));
+        round(&mut c, 10.0, 1.0);
+        assert_eq!((c.get(Counter::GcPaused), c.whole_rounds()), (Some(1.0), 0));
+        round(&mut c, 50.0, 2.0);
+        assert_eq!((c.get(Counter::GcPaused), c.whole_rounds()), (Some(2.5), 1));
+        assert_eq!(c.over_session(Counter::GcPaused), Some(2.0));
+        round(&mut c, 0.0, 1.0);
+        assert_eq!((c.get(Counter::GcPaused), c.whole_rounds()), (Some(0.0), 2));
+        // A share is at most the whole interval.
+        round(&mut c, 5000.0, 1.0);
+        assert_eq!(c.get(Counter::GcPaused), Some(100.0));
     }
 
     fn row(pid: u32, cpu: Option<f64>, name: &str) -> ProcessRow {
