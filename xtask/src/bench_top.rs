@@ -30,7 +30,9 @@ pub fn run() -> anyhow::Result<()> {
     std::io::Write::write_all(stdin, b"optimized\nburn 3600\n")?;
 
     // `exec`: the window's process is tracer itself (its pid is the pane's).
-    let terminal = Terminal::start(&format!("exec {} top 2>/dev/null", bin.display()))?;
+    let log = util::workspace_root().join("target/bench-top.log");
+    let command = format!("exec {} top 2>{}", bin.display(), log.display());
+    let terminal = Terminal::start(&command)?;
     let pid = terminal.pane_pid()?;
     let wanted = format!("{RUNTIMES} sending counters");
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -57,6 +59,8 @@ pub fn run() -> anyhow::Result<()> {
     }
     let quit_secs = quit.elapsed().as_secs_f64();
     drop(runtimes);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let rundowns = logged.lines().filter(|l| l.contains("asking its runtime for a rundown")).count();
 
     let mut r = context_line("cargo xtask bench top");
     r += &format!(
@@ -64,9 +68,9 @@ pub fn run() -> anyhow::Result<()> {
          runtimes (`bench agent`'s set-up: each sends its 27 System.Runtime counters every \
          1 s), one of them burning CPU in JIT-compiled methods; measured over {} s once every \
          runtime sent its counters and {} s had passed.\n\n\
-         | row | tracer CPU (one core) | VmRSS | VmHWM | open fds | `q` to exit |\n\
-         |---|---:|---:|---:|---:|---:|\n\
-         | top | {cpu_percent:.2} % | {:.1} MiB | {:.1} MiB | {} | {quit_secs:.2} s |\n\n\
+         | row | tracer CPU (one core) | VmRSS | VmHWM | open fds | rundowns asked | `q` to exit |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n\
+         | top | {cpu_percent:.2} % | {:.1} MiB | {:.1} MiB | {} | {rundowns} | {quit_secs:.2} s |\n\n\
          Target: CPU ≤ 2 % of one core. The screen at the end of the window (its first \
          lines):\n\n```\n{}\n```\n",
         WINDOW.as_secs(),
