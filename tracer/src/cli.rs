@@ -983,11 +983,13 @@ fn ps_main(args: PsArgs) -> ExitCode {
 #[derive(Debug, clap::Args)]
 pub struct TopArgs {
     /// Print one snapshot as JSON lines (`top_process`, one per process: the fields the screen
-    /// shows, `null` where nothing is reported) once every process's counters covered a whole
-    /// interval, and exit. The default when stdout is not a terminal.
+    /// shows, `null` where nothing is reported, rates over every counter interval seen) once
+    /// every process has sent two whole rounds of counters, and exit. The default when stdout
+    /// is not a terminal.
     #[arg(long)]
     pub once: bool,
-    /// Only these processes (repeatable); default: every .NET process.
+    /// Only these processes (repeatable) and their children, as `run`; default: every .NET
+    /// process.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Time limit for each step of a diagnostic IPC command (and a session's drain at the end).

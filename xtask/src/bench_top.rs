@@ -60,7 +60,8 @@ pub fn run() -> anyhow::Result<()> {
     let quit_secs = quit.elapsed().as_secs_f64();
     drop(runtimes);
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
-    let rundowns = logged.lines().filter(|l| l.contains("asking its runtime for a rundown")).count();
+    let rundowns =
+        logged.lines().filter(|l| l.contains("asking its runtime for a rundown")).count();
 
     let mut r = context_line("cargo xtask bench top");
     r += &format!(

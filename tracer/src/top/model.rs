@@ -439,10 +439,6 @@ impl Model {
         self.rows.get(&pid)
     }
 
-    pub fn by_pid_mut(&mut self, pid: u32) -> Option<&mut ProcessRow> {
-        self.rows.get_mut(&pid)
-    }
-
     pub fn contains(&self, pid: u32) -> bool {
         self.rows.contains_key(&pid)
     }

@@ -467,7 +467,7 @@ mod tests {
         model.insert(row(42, "plain", 10.0));
         let mut hostile = HotMethods { samples: 10, ..Default::default() };
         hostile.methods.push(("\u{1b}]0;owned\u{7}Spin\n".into(), 10));
-        model.by_pid_mut(41).unwrap().hot = hostile;
+        model.get_mut(Incarnation::new(41, Some(1))).unwrap().hot = hostile;
         let mut ui = Ui::default();
         let lines = screen(&mut ui, &model, 180);
         let (evil, plain) = (&lines[2], &lines[3]);
