@@ -14,6 +14,8 @@ use anyhow::{Context, Result, bail, ensure};
 
 /// How often a screen is read again while waiting for it to show something.
 pub const SCREEN_POLL: Duration = Duration::from_millis(100);
+/// A shell's start, on a loaded machine.
+pub const SHELL_START_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Tmux {
     socket: String,
@@ -39,6 +41,12 @@ impl Tmux {
             "PS1=$ ",
             "sh",
         ])?;
+        // What is typed before the shell reads its terminal is echoed ahead of its prompt, and
+        // its output then follows the prompt on one line. (A screen's lines lose their trailing
+        // spaces.)
+        tmux.wait_for("the shell's prompt", SHELL_START_TIMEOUT, |s| {
+            s.lines().next() == Some("$")
+        })?;
         Ok(tmux)
     }
 
