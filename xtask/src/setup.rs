@@ -36,6 +36,11 @@ const APT_PACKAGES: &[&str] = &[
     "systemd",
     // `go tool pprof`, the reader the pprof profile tests check tracer's files with.
     "golang-go",
+    // `cargo xtask image` (buildah) and the container tests (podman with runc: crun refuses
+    // cgroup v1/v2 hybrids).
+    "buildah",
+    "podman",
+    "runc",
     // Node runs speedscope's importer on tracer's speedscope files (npm packages: `npm()`).
     "nodejs",
 ];
