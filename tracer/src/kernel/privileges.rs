@@ -1,7 +1,28 @@
 //! Which capabilities this process has, and a clear error naming the ones it lacks.
 use std::fs;
 
+use anyhow::Context as _;
 use thiserror::Error;
+
+/// What loading and attaching BPF programs needs of this process, checked before trying so the
+/// error says what to do: CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), and no seccomp filter
+/// in front of `bpf` (a container runtime's default profile may refuse it whatever the
+/// capabilities; the kernel's own refusal would look the same).
+pub fn require_bpf_tracing() -> anyhow::Result<()> {
+    Capabilities::current()
+        .context("reading this process's capabilities from /proc/self/status")?
+        .check_bpf_tracing()?;
+    let bpf = super::bpf_probe::bpf_reach();
+    if !bpf.reached_kernel() {
+        anyhow::bail!(
+            "a seccomp filter refuses bpf() ({}, where the kernel answers {}): tracer cannot load \
+             its programs; run it with tracer's seccomp profile (`tracer check` says how)",
+            bpf.answer,
+            std::io::Error::from_raw_os_error(bpf.kernel_answer)
+        );
+    }
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Capability {
