@@ -7,7 +7,7 @@
 //! session when the container is stopped. Then each piece a container runtime may take away is
 //! taken, and `tracer check` names it with the line that gives it back.
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -250,6 +250,64 @@ fn the_daemonset_s_container_traces_host_and_namespaced_runtimes_and_stops_clean
     Ok(())
 }
 
+/// The image holds tracer and the libraries it links (as `ldd` finds them), nothing else (no
+/// shell), and runs as the user the DaemonSet says.
+#[test]
+fn the_image_holds_tracer_and_its_libraries_and_nothing_else() -> Result<()> {
+    let logs = ScratchDir::new("container-image-logs");
+    let pod = daemonset(logs.path());
+    let image = local_image(&pod.image)?;
+    let podman = |args: &[&str]| -> Result<String> {
+        let out = output(std::process::Command::new("podman").args(args))?;
+        ensure!(out.status.success(), "podman {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+    };
+    let config =
+        podman(&["image", "inspect", "--format={{.Config.User}} {{.Config.Entrypoint}}", &image])?;
+    assert_eq!(config, "0:0 [/usr/local/bin/tracer]");
+    assert!(pod.flags.contains(&"--user=0:0".to_owned()), "the DaemonSet's user: {:?}", pod.flags);
+
+    // The image's own files, mounted read-only from container storage.
+    let root = PathBuf::from(podman(&["image", "mount", &image])?);
+    let _unmount = Unmount(image.clone());
+    let mut files = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(format!("/{}", path.strip_prefix(&root)?.display()));
+            }
+        }
+    }
+    files.sort();
+    // What the image's own binary links, as the loader on this machine finds it.
+    let ldd = output(std::process::Command::new("ldd").arg(root.join("usr/local/bin/tracer")))?;
+    let mut expected: Vec<String> = String::from_utf8(ldd.stdout)?
+        .lines()
+        .filter_map(|l| {
+            let found = l.split_once(" => ").map_or(l, |(_, found)| found).trim();
+            found.starts_with('/').then(|| found.split(" (0x").next().unwrap_or(found).to_owned())
+        })
+        .chain(["/usr/local/bin/tracer".to_owned()])
+        .collect();
+    expected.sort();
+    assert_eq!(files, expected);
+    Ok(())
+}
+
+/// Unmounts an image mounted by `podman image mount` when dropped.
+struct Unmount(String);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("podman").args(["image", "unmount", &self.0]).output();
+    }
+}
+
 /// Each piece a container runtime may take away, taken from the DaemonSet's container: `tracer
 /// check` names it, with the pod spec's line and podman's flag that give it back.
 #[test]
@@ -281,6 +339,20 @@ fn check_names_what_a_container_runtime_takes_away() -> Result<()> {
         "MISSING BPF syscall: bpf(BPF_MAP_CREATE): Operation not permitted (os error 1): this \
          process's seccomp filter refuses bpf before the kernel sees it (the seccomp line says how \
          to run with tracer's profile)"
+    );
+
+    // `tracer run` under it stops at once and says the same, not just EPERM.
+    let mut run = pod.without(seccomp).command(&image, &["--rm"], &["run".to_owned()]);
+    let refused = output(&mut run)?;
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "a seccomp filter refuses bpf() (Operation not permitted (os error 1), where the \
+             kernel answers Invalid argument (os error 22)): tracer cannot load its programs; \
+             run it with tracer's seccomp profile (`tracer check` says how)"
+        ),
+        "{stderr}"
     );
 
     // A pid namespace of its own.
