@@ -359,20 +359,21 @@ mod tests {
         assert_eq!(privileges(&caps(bit(Capability::SysAdmin), u64::MAX)).status, Status::Ok);
     }
 
-    fn probe(syscall: &'static str, kernel_answer: i32, answer: i32) -> Reach {
-        Reach { syscall, kernel_answer, answer: io::Error::from_raw_os_error(answer) }
+    /// The two probes `check` makes, answered `bpf` and `perf` (the kernel's own answers are
+    /// EINVAL and EFAULT).
+    fn answered(bpf: i32, perf: i32) -> [Reach; 2] {
+        let probe = |syscall, kernel_answer, answer| Reach {
+            syscall,
+            kernel_answer,
+            answer: io::Error::from_raw_os_error(answer),
+        };
+        [probe("bpf", libc::EINVAL, bpf), probe("perf_event_open", libc::EFAULT, perf)]
     }
 
     #[test]
     fn a_seccomp_filter_that_refuses_bpf_is_named_with_tracer_s_profile() {
         let filter = Some(SeccompMode::Filter { filters: 1 });
-        let refused = seccomp(
-            filter,
-            &[
-                probe("bpf", libc::EINVAL, libc::EPERM),
-                probe("perf_event_open", libc::EFAULT, libc::EFAULT),
-            ],
-        );
+        let refused = seccomp(filter, &answered(libc::EPERM, libc::EFAULT));
         assert_eq!(
             refused.to_string(),
             "MISSING            seccomp: a seccomp filter is active (Seccomp: 2, 1 filters in \
@@ -383,22 +384,10 @@ mod tests {
              localhostProfile: tracer.json}`; podman: `--security-opt \
              seccomp=deploy/kubernetes/seccomp/tracer.json`"
         );
-        let both = seccomp(
-            filter,
-            &[
-                probe("bpf", libc::EINVAL, libc::ENOSYS),
-                probe("perf_event_open", libc::EFAULT, libc::EPERM),
-            ],
-        );
+        let both = seccomp(filter, &answered(libc::ENOSYS, libc::EPERM));
         assert!(both.detail.contains("refuses bpf (Function not implemented"), "{both}");
         assert!(both.detail.contains(" and perf_event_open (Operation not permitted"), "{both}");
-        let through = seccomp(
-            filter,
-            &[
-                probe("bpf", libc::EINVAL, libc::EINVAL),
-                probe("perf_event_open", libc::EFAULT, libc::EFAULT),
-            ],
-        );
+        let through = seccomp(filter, &answered(libc::EINVAL, libc::EFAULT));
         assert_eq!(
             through.to_string(),
             "OK                 seccomp: a seccomp filter is active (Seccomp: 2, 1 filters in \
