@@ -14,9 +14,11 @@ use tracer_decode::ftrace::page::{PageLayout, decode_page};
 use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
 use tracer_decode::procfs::{
-    cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_pidfd_fdinfo_pid,
-    parse_start_time, parse_stat_ppid, parse_task_stat, parse_status_cap_eff, parse_status_tgid, parse_status_uid,
-    parse_status_uids, parse_timens_offsets, parse_tmpdir, start_time_in_namespace,
+    cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_ns_pid_depth,
+    parse_pidfd_fdinfo_pid, parse_start_time, parse_stat_ppid, parse_status_cap_bnd,
+    parse_status_cap_eff, parse_status_seccomp, parse_status_tgid, parse_status_uid,
+    parse_status_uids, parse_task_stat, parse_timens_offsets, parse_tmpdir,
+    start_time_in_namespace,
 };
 use tracer_decode::text::{escape_control, screen_cell, screen_width};
 use tracer_decode::unix_socket::{
@@ -63,6 +65,8 @@ fuzz_target!(|input: &[u8]| {
         assert_eq!(parse_status_uid(&format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}")), Some(uid));
     }
     let _ = parse_status_cap_eff(&text);
+    let _ = parse_status_cap_bnd(&text);
+    let _ = parse_status_seccomp(&text);
     let _ = parse_status_tgid(&text);
     let _ = parse_stat_ppid(&text);
     if let Some(path) = cgroup_v2_path(&text) {
@@ -70,6 +74,10 @@ fuzz_target!(|input: &[u8]| {
     }
     if let Some(pid) = parse_ns_pid(&text) {
         assert_eq!(parse_ns_pid(&format!("NSpid:\t{pid}")), Some(pid));
+    }
+    // A line whose every pid parses has an innermost one.
+    if parse_ns_pid_depth(&text).is_some() {
+        assert!(parse_ns_pid(&text).is_some());
     }
     assert!(!escape_control(&text).chars().any(char::is_control));
     // A name on `tracer top`'s screen stays in its column and moves no cursor.

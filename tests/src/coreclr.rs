@@ -94,7 +94,17 @@ impl CoreclrHost {
     /// (a path inside that tmpfs). `own_proc` mounts a /proc of the new pid namespace, as
     /// container runtimes do.
     pub fn spawn_in_namespaces(inner_tmpdir: &str, own_proc: bool) -> Result<CoreclrHost> {
+        CoreclrHost::spawn_in_namespaces_with(inner_tmpdir, own_proc, &[])
+    }
+
+    /// [`spawn_in_namespaces`](Self::spawn_in_namespaces) with extra environment.
+    pub fn spawn_in_namespaces_with(
+        inner_tmpdir: &str,
+        own_proc: bool,
+        env: &[(&str, &str)],
+    ) -> Result<CoreclrHost> {
         let mut command = Command::new("unshare");
+        command.envs(env.iter().copied());
         command.args(["--pid", "--mount", "--fork", "--kill-child"]);
         if own_proc {
             command.arg("--mount-proc");

@@ -3,6 +3,7 @@
 
 pub mod audit_scenarios;
 pub mod cgroups;
+pub mod container;
 pub mod coreclr;
 pub mod detection;
 pub mod double;

@@ -170,13 +170,63 @@ pub fn parse_status_tgid(status: &str) -> Option<i32> {
 
 /// The effective capability set (`CapEff:`, hex) of a `/proc/<pid>/status` text.
 pub fn parse_status_cap_eff(status: &str) -> Option<u64> {
-    u64::from_str_radix(status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim(), 16).ok()
+    parse_status_hex(status, "CapEff:")
+}
+
+/// The bounding capability set (`CapBnd:`, hex) of a `/proc/<pid>/status` text: the
+/// capabilities the process can ever have (a container runtime drops the others from it).
+pub fn parse_status_cap_bnd(status: &str) -> Option<u64> {
+    parse_status_hex(status, "CapBnd:")
+}
+
+fn parse_status_hex(status: &str, key: &str) -> Option<u64> {
+    u64::from_str_radix(status.lines().find_map(|l| l.strip_prefix(key))?.trim(), 16).ok()
 }
 
 /// The innermost pid of the `NSpid:` line of a `/proc/<pid>/status` text.
 pub fn parse_ns_pid(status: &str) -> Option<u32> {
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
+}
+
+/// How many pid namespaces see the process: the number of pids on its `NSpid:` line (1 in the
+/// host's namespace, one more for each nested namespace).
+pub fn parse_ns_pid_depth(status: &str) -> Option<usize> {
+    let pids = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace();
+    let mut depth = 0;
+    for pid in pids {
+        pid.parse::<u32>().ok()?;
+        depth += 1;
+    }
+    (depth > 0).then_some(depth)
+}
+
+/// A process's seccomp state, from the `Seccomp:` and `Seccomp_filters:` lines of its
+/// `/proc/<pid>/status` text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeccompMode {
+    /// `Seccomp: 0`.
+    Disabled,
+    /// `Seccomp: 1`: only read, write, _exit and sigreturn.
+    Strict,
+    /// `Seccomp: 2`: BPF filters decide every system call (`filters` of them; 0 when the kernel
+    /// has no `Seccomp_filters:` line, before 5.9).
+    Filter { filters: u32 },
+}
+
+/// The seccomp mode of a `/proc/<pid>/status` text; `None` when the kernel prints none
+/// (built without CONFIG_SECCOMP) or the line is not one of the three modes.
+pub fn parse_status_seccomp(status: &str) -> Option<SeccompMode> {
+    let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
+    match field("Seccomp:")? {
+        "0" => Some(SeccompMode::Disabled),
+        "1" => Some(SeccompMode::Strict),
+        "2" => {
+            let filters = field("Seccomp_filters:").and_then(|n| n.parse().ok()).unwrap_or(0);
+            Some(SeccompMode::Filter { filters })
+        }
+        _ => None,
+    }
 }
 
 /// `TMPDIR` of a NUL-separated `/proc/<pid>/environ` text, `/tmp` when unset or empty.
@@ -453,6 +503,10 @@ mod tests {
         assert_eq!(parse_ns_pid("NSpid:\t4242\t17\t1\nPPid:\t1\n"), Some(1));
         assert_eq!(parse_ns_pid("Name:\tx\n"), None);
         assert_eq!(parse_ns_pid("NSpid:\t\n"), None);
+        assert_eq!(parse_ns_pid_depth("Name:\tx\nNSpid:\t4242\n"), Some(1));
+        assert_eq!(parse_ns_pid_depth("NSpid:\t4242\t17\t1\nPPid:\t1\n"), Some(3));
+        assert_eq!(parse_ns_pid_depth("NSpid:\t\n"), None);
+        assert_eq!(parse_ns_pid_depth("NSpid:\t4242\tx\n"), None);
     }
 
     #[test]
@@ -554,6 +608,27 @@ mod tests {
         assert_eq!(parse_status_tgid("Name:\tx\n"), None);
         assert_eq!(parse_status_cap_eff("CapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
         assert_eq!(parse_status_cap_eff("CapEff:\tzz\n"), None);
+        // As a podman container's process with --cap-drop=ALL --cap-add=CAP_BPF prints them.
+        let status = "CapPrm:\t0000008000000000\nCapEff:\t0000008000000000\n\
+                      CapBnd:\t0000008000000000\nCapAmb:\t0000000000000000\n";
+        assert_eq!(parse_status_cap_bnd(status), Some(1 << 39));
+        assert_eq!(parse_status_cap_bnd("CapEff:\t0000008000000000\n"), None);
+    }
+
+    #[test]
+    fn seccomp_modes() {
+        let filter =
+            "Seccomp:\t2\nSeccomp_filters:\t3\nSpeculation_Store_Bypass:\tthread vulnerable\n";
+        assert_eq!(parse_status_seccomp(filter), Some(SeccompMode::Filter { filters: 3 }));
+        // Kernels before 5.9 print no filter count.
+        assert_eq!(parse_status_seccomp("Seccomp:\t2\n"), Some(SeccompMode::Filter { filters: 0 }));
+        assert_eq!(
+            parse_status_seccomp("Seccomp:\t0\nSeccomp_filters:\t0\n"),
+            Some(SeccompMode::Disabled)
+        );
+        assert_eq!(parse_status_seccomp("Seccomp:\t1\n"), Some(SeccompMode::Strict));
+        assert_eq!(parse_status_seccomp("Seccomp:\t7\n"), None);
+        assert_eq!(parse_status_seccomp("Name:\tx\n"), None);
     }
 
     #[test]

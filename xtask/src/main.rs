@@ -5,6 +5,7 @@
 //!   runs) and end with a summary line and `N passed, N failed`.
 //! * `run`     — setup, build release, run tracer with the given arguments.
 //! * `bench`   — benchmarks that print numbers (see docs/benchmarks.md).
+//! * `image`   — build the container image (deploy/container/Containerfile) with buildah.
 //! * `vm-test` — build/boot the user_events test kernel and run the VM tests.
 //! * `gen-runtime-events` — regenerate the runtime-event layout table from the manifests.
 mod bench;
@@ -19,6 +20,7 @@ mod bench_sampler;
 mod bench_top;
 mod fuzz;
 mod gen_events;
+mod image;
 mod libtest;
 mod setup;
 mod test;
@@ -50,6 +52,17 @@ enum Command {
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Build the container image `localhost/tracer:<version>` with buildah (release binary and
+    /// the libraries it links, deploy/container/Containerfile); docs/deploy.md.
+    Image {
+        /// Only stage the build context in DIR (for `docker build -f
+        /// deploy/container/Containerfile DIR`); build no image.
+        #[arg(long, value_name = "DIR")]
+        stage: Option<std::path::PathBuf>,
+        /// The image's name instead of localhost/tracer:<version>.
+        #[arg(long)]
+        tag: Option<String>,
     },
     /// Build (once, cached) a user_events test kernel, boot it under qemu and run the `vm_*`
     /// integration tests inside it (see docs/vm-tests.md).
@@ -103,6 +116,7 @@ fn main() -> ExitCode {
         // Prints its own closing lines, failures included.
         Command::Test { args } => return test::run(&args),
         Command::Run { args } => run(&args),
+        Command::Image { stage, tag } => image::run(&image::Options { stage_only: stage, tag }),
         Command::VmTest { bench, timeout, only, args } => {
             let opts = vm::Options { bench, short_benches: false, timeout, only, args };
             setup::run().and_then(|()| vm::run_checked(&opts))

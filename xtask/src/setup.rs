@@ -37,6 +37,11 @@ const APT_PACKAGES: &[&str] = &[
     "systemd",
     // `go tool pprof`, the reader the pprof profile tests check tracer's files with.
     "golang-go",
+    // `cargo xtask image` (buildah) and the container tests (podman with runc: crun refuses
+    // cgroup v1/v2 hybrids).
+    "buildah",
+    "podman",
+    "runc",
     // Node runs speedscope's importer on tracer's speedscope files (npm packages: `npm()`).
     "nodejs",
     // The `tracer top` tests run its screen in a real terminal (send-keys, capture-pane).

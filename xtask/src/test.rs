@@ -1,13 +1,13 @@
-//! `cargo xtask test`: every runner in turn (host tests with nextest, doctests, the VM tests, the
-//! fuzz smoke runs), each to the end even when an earlier one failed, then one closing line
-//! whose numbers come from the runners' own output, and a last line `N passed, N failed` with
-//! the totals (CI's log reader reads that line).
+//! `cargo xtask test`: every runner in turn (the container image the host tests run, host tests
+//! with nextest, doctests, the VM tests, the fuzz smoke runs), each to the end even when an
+//! earlier one failed, then one closing line whose numbers come from the runners' own output,
+//! and a last line `N passed, N failed` with the totals (CI's log reader reads that line).
 use std::fmt::Write as _;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
 use crate::libtest::TestResult;
-use crate::{fuzz, setup, util, vm};
+use crate::{fuzz, image, setup, util, vm};
 
 /// Seconds per fuzz target: they prove every target builds and survives its seeds plus fresh
 /// inputs.
@@ -52,7 +52,7 @@ pub fn run(args: &[String]) -> ExitCode {
         .and_then(|()| util::cargo(&["build", "--workspace", "--all-targets"]));
     let stages = match prepared {
         Err(e) => vec![Stage::not_run("set-up", &e)],
-        Ok(()) => vec![host(args), doc(), vm_stage(), fuzz_stage()],
+        Ok(()) => vec![image_stage(), host(args), doc(), vm_stage(), fuzz_stage()],
     };
     let (summary, totals) = closing_lines(&stages);
     let failures: Vec<String> = stages
@@ -74,6 +74,21 @@ fn closing_lines(stages: &[Stage]) -> (String, String) {
     let passed: u64 = stages.iter().map(|s| s.passed).sum();
     let failed: u64 = stages.iter().map(Stage::failed_count).sum();
     (summary.join(" | "), format!("{passed} passed, {failed} failed"))
+}
+
+/// The container image the host tests run (tests/tests/container.rs), built from this tree: no
+/// test of its own; a failed build is a failure (and those tests fail for want of the image).
+fn image_stage() -> Stage {
+    match image::build(None) {
+        Ok(name) => Stage {
+            label: "image",
+            detail: format!("built {name}"),
+            passed: 0,
+            failed: 0,
+            failures: Vec::new(),
+        },
+        Err(e) => Stage::not_run("image", &e),
+    }
 }
 
 /// Host tests: everything but the `vm_*` binaries, as root on the real kernel.

@@ -23,8 +23,8 @@ pub enum KallsymsError {
     /// Every address reads as zero: tracer is not root (lacks `CAP_SYSLOG`), or
     /// `kernel.kptr_restrict` is 2.
     #[error(
-        "every /proc/kallsyms address reads as 0 ({symbols} symbols): run as root, and with \
-         kernel.kptr_restrict below 2"
+        "every /proc/kallsyms address reads as 0 ({symbols} symbols): run as root with \
+         CAP_SYSLOG, and with kernel.kptr_restrict below 2"
     )]
     AddressesHidden { symbols: usize },
     #[error("/proc/kallsyms has no text symbol ({malformed_lines} malformed lines)")]

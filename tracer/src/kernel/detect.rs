@@ -20,7 +20,7 @@ use tokio::io::unix::AsyncFd;
 use tracer_common::{COUNTERS_LEN, Config, EventKind, LossReason};
 
 use crate::kernel::btf::{AttachTarget, KernelOffsets, attach_btf};
-use crate::kernel::privileges::Capabilities;
+use crate::kernel::privileges::require_bpf_tracing;
 use crate::kernel::threads::ThreadTable;
 use crate::kernel::tracefs::Tracefs;
 use crate::time::PeriodicTimer;
@@ -293,9 +293,7 @@ impl Detector {
     /// Checks privileges, loads the object, writes the configuration and target maps, and
     /// attaches every program. Errors say what is missing and what to do.
     pub fn attach(options: &DetectOptions) -> anyhow::Result<Detector> {
-        Capabilities::current()
-            .context("reading this process's capabilities from /proc/self/status")?
-            .check_bpf_tracing()?;
+        require_bpf_tracing()?;
         let tracefs = Tracefs::find_or_mount()?;
         // The classic tracepoints are needed only where the BTF-typed programs do not run
         // (`attach_syscall_hooks`, `attach_lifecycle_hooks`).

@@ -28,7 +28,7 @@ use crate::kernel::detect::{
     HookChoice, LifecycleMechanism, Link, ProgramStats, attach_btf_typed, attach_classic,
     field_offset, load_error, loaded_program_stats, map_mut, with_kernel_btf,
 };
-use crate::kernel::privileges::Capabilities;
+use crate::kernel::privileges::require_bpf_tracing;
 use crate::kernel::tracefs::Tracefs;
 use crate::time::PeriodicTimer;
 
@@ -206,9 +206,7 @@ impl Sampler {
                 options.stack_map_entries
             );
         }
-        Capabilities::current()
-            .context("reading this process's capabilities from /proc/self/status")?
-            .check_bpf_tracing()?;
+        require_bpf_tracing()?;
         let offsets = sampler_offsets();
         let mut config = SamplerConfig {
             tracer_tgid: std::process::id(),

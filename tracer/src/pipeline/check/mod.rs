@@ -1,12 +1,17 @@
 //! `tracer check`: is this host able to run tracer? One OK/MISSING line per requirement, each
-//! MISSING line saying what to do; exit status 1 when a required feature is missing.
+//! MISSING line saying what to do; exit status 1 when a required feature is missing. What a
+//! container runtime takes away is in [`confinement`].
+mod confinement;
+
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::kernel::bpf_probe::{Reach, bpf_reach, perf_event_open_reach};
 use crate::kernel::btf::KernelOffsets;
 use crate::kernel::detect::{HookMechanism, LifecycleMechanism};
 use crate::kernel::ftrace_reader::probe_mmap;
-use crate::kernel::privileges::{Capabilities, Capability};
+use crate::kernel::privileges::Capabilities;
 use crate::kernel::tracefs::{Instance, Tracefs};
 
 /// Tracepoints the eBPF detection programs attach to.
@@ -61,7 +66,25 @@ pub fn required_missing(findings: &[Finding]) -> bool {
 
 /// Runs every check.
 pub fn run() -> Vec<Finding> {
-    let mut out = vec![privileges(), bpf_syscall()];
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = match Capabilities::from_status(&status) {
+        Some(caps) => caps,
+        None => {
+            let unreadable = "cannot read the capabilities of /proc/self/status";
+            return vec![finding(Status::Missing, "privileges", unreadable)];
+        }
+    };
+    let reaches = [bpf_reach(), perf_event_open_reach()];
+    let mut out = vec![
+        confinement::privileges(&caps),
+        confinement::seccomp(tracer_decode::procfs::parse_status_seccomp(&status), &reaches),
+        bpf_syscall(&reaches[0]),
+        confinement::process_access(&caps),
+        confinement::pid_namespace(
+            tracer_decode::procfs::parse_ns_pid_depth(&status),
+            kthreadd_visible(),
+        ),
+    ];
     let release = kernel_release();
     out.push(kernel_version(&release));
     let offsets = crate::kernel::btf::kernel_offsets();
@@ -89,6 +112,7 @@ pub fn run() -> Vec<Finding> {
                 "tracefs",
                 format!("mounted at {}", tracefs.root().display()),
             ));
+            out.push(confinement::tracefs_writable(tracefs.root(), is_read_only(tracefs.root())));
             for (system, name) in crate::kernel::detect::tracepoints() {
                 let id = tracefs.event_dir(system, name).join("id");
                 let readable = std::fs::read_to_string(&id).map(drop);
@@ -106,37 +130,55 @@ pub fn run() -> Vec<Finding> {
         Err(e) => out.push(finding(
             Status::Missing,
             "tracefs",
-            format!("{e:#}; tracepoint and ring-buffer checks skipped"),
+            format!(
+                "{e:#}; {}; tracepoint and ring-buffer checks skipped",
+                confinement::tracefs_mount_fix()
+            ),
         )),
     }
+    let cgroup_root = crate::kernel::procfs::cgroup_v2_mount()
+        .and_then(|path| std::fs::metadata(&path).ok().map(|m| (path, m.ino())));
+    out.push(confinement::cgroup_hierarchy(
+        cgroup_root.as_ref().map(|(p, ino)| (p.as_path(), *ino)),
+    ));
+    let kallsyms = crate::profile::symbolize::KernelSymbols::load().map(drop);
+    out.push(confinement::kernel_symbols(&caps, kallsyms));
     out
 }
 
-fn privileges() -> Finding {
-    let caps = match Capabilities::current() {
-        Ok(c) => c,
-        Err(e) => {
-            return finding(
-                Status::Missing,
-                "privileges",
-                format!("cannot read capabilities: {e}"),
-            );
-        }
-    };
-    match caps.check_bpf_tracing() {
-        Ok(()) if caps.has(Capability::SysAdmin) => {
-            finding(Status::Ok, "privileges", "CAP_SYS_ADMIN (root)")
-        }
-        Ok(()) => finding(Status::Ok, "privileges", "CAP_BPF and CAP_PERFMON"),
-        Err(e) => finding(Status::Missing, "privileges", e.to_string()),
-    }
+/// Whether `/proc` shows kthreadd as pid 2 without a parent, as only the host's pid namespace
+/// does.
+fn kthreadd_visible() -> bool {
+    std::fs::read_to_string("/proc/2/stat").is_ok_and(|stat| {
+        stat.starts_with("2 (kthreadd) ")
+            && tracer_decode::procfs::parse_stat_ppid(&stat) == Some(0)
+    })
 }
 
-fn bpf_syscall() -> Finding {
+/// Whether the file system holding `path` is mounted read-only.
+fn is_read_only(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a statvfs buffer the kernel fills on success.
+    if unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: statvfs returned 0, so it filled the buffer.
+    let stat = unsafe { stat.assume_init() };
+    stat.f_flag & libc::ST_RDONLY != 0
+}
+
+/// A BPF map created; when that fails, why (`bpf`: whether the call reaches the kernel at all).
+fn bpf_syscall(bpf: &Reach) -> Finding {
     match crate::kernel::bpf_probe::create_array_map() {
         Ok(()) => finding(Status::Ok, "BPF syscall", "created and freed a BPF array map"),
         Err(err) => {
             let hint = match err.raw_os_error() {
+                _ if !bpf.reached_kernel() => {
+                    "this process's seccomp filter refuses bpf before the kernel sees it (the \
+                     seccomp line says how to run with tracer's profile)"
+                }
                 Some(libc::EPERM) => {
                     "run as root or with CAP_BPF; check kernel.unprivileged_bpf_disabled and LSM \
                      policy"
