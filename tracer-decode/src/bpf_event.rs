@@ -116,6 +116,20 @@ pub enum EventBody {
     DotnetIpcSocket(IpcSocket),
 }
 
+impl EventBody {
+    /// A .NET runtime was found: its diagnostic IPC is ready (`dotnet_ipc_created`), its W^X
+    /// `doublemapper` was mapped, or it bound its diagnostic socket. The pipelines that start
+    /// sessions or sample processes take these.
+    pub fn finds_a_runtime(&self) -> bool {
+        matches!(
+            self,
+            EventBody::DotnetIpcReady(_)
+                | EventBody::DotnetRuntimeSeen(_)
+                | EventBody::DotnetIpcSocket(_)
+        )
+    }
+}
+
 /// A `bind()` of an `AF_UNIX` socket with a diagnostic server's name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IpcSocket {

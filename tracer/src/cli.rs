@@ -140,6 +140,16 @@ impl Command {
     }
 }
 
+/// The tokio runtime every subcommand runs on. Two workers: session tasks and the output loop
+/// progress side by side on small hosts.
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// What a pipeline gets to stop on.
 pub type StopSignal = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -157,19 +167,13 @@ where
     F: FnOnce(JsonLines, StopSignal) -> Fut,
     Fut: Future<Output = anyhow::Result<Ended>>,
 {
-    let result = tokio::runtime::Builder::new_multi_thread()
-        // Two workers: session tasks and the output loop progress side by side on small hosts.
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
-        .and_then(|runtime| {
-            runtime.block_on(async {
-                let sink = JsonLines::open(output.as_deref())?;
-                let stop = handle_signals(duration, Some(sink.reopen_request()))?;
-                pipeline(sink, stop).await
-            })
-        });
+    let result = async_runtime().and_then(|runtime| {
+        runtime.block_on(async {
+            let sink = JsonLines::open(output.as_deref())?;
+            let stop = handle_signals(duration, Some(sink.reopen_request()))?;
+            pipeline(sink, stop).await
+        })
+    });
     match result {
         Ok(Ended { output_failed: false }) => ExitCode::SUCCESS,
         Ok(Ended { output_failed: true }) => ExitCode::from(EXIT_OUTPUT_FAILED),
@@ -941,11 +945,7 @@ fn ps_main(args: PsArgs) -> ExitCode {
     };
     let table = !args.json && args.output.is_none() && std::io::stdout().is_terminal();
     if table {
-        let listed = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the async runtime")
+        let listed = async_runtime()
             .and_then(|runtime| runtime.block_on(crate::pipeline::ps::list(&config)));
         return match listed.and_then(|l| {
             crate::pipeline::ps::write_table(&l, std::io::stdout().lock())
@@ -1026,17 +1026,12 @@ fn top_main(args: TopArgs) -> ExitCode {
             Ok(Ended { output_failed })
         });
     }
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
-        .and_then(|runtime| {
-            runtime.block_on(async {
-                let stop = handle_signals(None, None)?;
-                top::run(args.config()?, top::Display::Screen, stop).await
-            })
-        });
+    let result = async_runtime().and_then(|runtime| {
+        runtime.block_on(async {
+            let stop = handle_signals(None, None)?;
+            top::run(args.config()?, top::Display::Screen, stop).await
+        })
+    });
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

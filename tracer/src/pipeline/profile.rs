@@ -21,7 +21,7 @@ use anyhow::{Context as _, bail};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracer_decode::bpf_event::{DetectionEvent, EventBody};
+use tracer_decode::bpf_event::DetectionEvent;
 use tracer_decode::nettrace::methods::{ManagedFrame, OsrFrames, code_address};
 
 use crate::identity::{ProcessFilter, ProcessTracker};
@@ -451,10 +451,7 @@ pub async fn collect(
             res = detector.read(&mut detections) => {
                 res.context("reading the detection ring buffer")?;
                 for event in detections.drain(..) {
-                    if let EventBody::DotnetIpcReady(_)
-                    | EventBody::DotnetRuntimeSeen(_)
-                    | EventBody::DotnetIpcSocket(_) = event.body
-                    {
+                    if event.body.finds_a_runtime() {
                         select(event.meta.pid, Some(event.meta.cgroup_id), &mut namer, &mut sampler);
                     }
                 }

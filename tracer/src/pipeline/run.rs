@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
-use tracer_decode::bpf_event::{DetectionEvent, EventBody};
+use tracer_decode::bpf_event::DetectionEvent;
 use tracer_decode::diagnostic_ipc::FilteredProvider;
 
 use super::admission::{Admission, AdmissionLimits, Admitted};
@@ -231,10 +231,7 @@ pub async fn run(
             res = detector.read(&mut batch) => {
                 res.context("reading the BPF ring buffer")?;
                 for event in batch.drain(..) {
-                    if let EventBody::DotnetIpcReady(_)
-                    | EventBody::DotnetRuntimeSeen(_)
-                    | EventBody::DotnetIpcSocket(_) = event.body
-                    {
+                    if event.body.finds_a_runtime() {
                         let (pid, uid) = (event.meta.pid, event.meta.uid);
                         let Some(process_labels) =
                             detected(pid, Some(event.meta.cgroup_id), &mut summary)

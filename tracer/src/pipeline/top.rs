@@ -16,7 +16,7 @@ use ratatui::crossterm::event::{Event, EventStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracer_decode::bpf_event::{DetectionEvent, EventBody};
+use tracer_decode::bpf_event::DetectionEvent;
 use tracer_decode::diagnostic_ipc::TracingRequest;
 use tracer_decode::nettrace::methods::MethodTable;
 
@@ -203,10 +203,7 @@ pub async fn run(
             res = detector.read(&mut detections) => {
                 res.context("reading the detection ring buffer")?;
                 for event in detections.drain(..) {
-                    if let EventBody::DotnetIpcReady(_)
-                    | EventBody::DotnetRuntimeSeen(_)
-                    | EventBody::DotnetIpcSocket(_) = event.body
-                    {
+                    if event.body.finds_a_runtime() {
                         top.add(event.meta.pid, Some(event.meta.cgroup_id));
                     }
                 }
