@@ -92,15 +92,24 @@ fn kernel_frames_are_named_from_kallsyms() {
 }
 
 /// Off-CPU: a thread that sleeps 20 × 50 ms is weighted 1 s (±15 %) at its sleeping stacks,
-/// which go through the kernel's nanosleep.
+/// which go through the kernel's nanosleep. Weighed under `sleeper`, which every one of them
+/// shows: a nap that calls glibc's `nanosleep` itself (one in eight) shows its caller but not
+/// its own frame, since glibc's function keeps no frame pointer and the walk goes from its
+/// caller's frame; that stretch is the thread's sleep all the same.
 #[test]
 fn off_cpu_stretches_weigh_what_a_thread_slept() {
     let (summary, stacks) = profile(SampleMode::OffCpu, &["sleep", "20", "50"]);
-    let napping = weight(&stacks, |f| f.iter().any(|l| l == "nap"));
+    let sleeping = weight(&stacks, |f| f.iter().any(|l| l == "sleeper"));
     let report = format!("{summary}\n{stacks:?}");
-    assert!((napping as f64 - 1e9).abs() <= 0.15e9, "slept 1 s, weighed {napping} ns: {report}");
+    assert!((sleeping as f64 - 1e9).abs() <= 0.15e9, "slept 1 s, weighed {sleeping} ns: {report}");
     let in_nanosleep = weight(&stacks, |f| {
-        f.iter().any(|l| l == "nap") && f.iter().any(|l| l == "do_nanosleep_[k]")
+        f.iter().any(|l| l == "sleeper") && f.iter().any(|l| l == "do_nanosleep_[k]")
     });
-    assert_eq!(in_nanosleep, napping, "{report}");
+    assert_eq!(in_nanosleep, sleeping, "{report}");
+    // The naps below the first keep their frames: 17 of the 20.
+    let napping = weight(&stacks, |f| f.iter().any(|l| l == "nap"));
+    assert!(
+        napping as f64 >= 0.7 * sleeping as f64,
+        "{napping} of {sleeping} ns in naps: {report}"
+    );
 }
