@@ -185,6 +185,15 @@ impl ProcessFilter {
             && self.require_env.is_empty()
     }
 
+    /// [`resolve_prefixes`](Self::resolve_prefixes) against the containers running now (which
+    /// takes a look at every process's cgroup: skipped without `--container`).
+    pub fn resolve_prefixes_now(&self) -> anyhow::Result<()> {
+        if self.containers.is_empty() {
+            return Ok(());
+        }
+        self.resolve_prefixes(&super::running_container_ids())
+    }
+
     /// Pins every `--container` prefix to the one container of `running` it names; two or more
     /// is an error (the prefix is ambiguous). A prefix no running container has stays open and
     /// is pinned by the first process that matches it.

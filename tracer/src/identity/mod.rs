@@ -262,7 +262,7 @@ fn find_cgroup(mount: &Path, id: u64) -> Option<String> {
 }
 
 /// Container ids of every process now running (for resolving `--container` prefixes).
-pub fn running_container_ids() -> Vec<String> {
+pub(super) fn running_container_ids() -> Vec<String> {
     let mut ids: Vec<String> = crate::kernel::procfs::pids()
         .unwrap_or_default()
         .into_iter()

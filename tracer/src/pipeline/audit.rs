@@ -48,9 +48,7 @@ pub async fn run(
             anyhow::bail!("--pid {pid}: no such process");
         }
     }
-    if !config.filter.is_empty() {
-        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
-    }
+    config.filter.resolve_prefixes_now()?;
     let metrics = config.metrics.clone().unwrap_or_default();
     let mut detector = Detector::attach(&DetectOptions {
         hooks: config.hooks,

@@ -339,9 +339,7 @@ pub async fn collect(
     stop: impl std::future::Future<Output = ()>,
     ready: Option<oneshot::Sender<()>>,
 ) -> anyhow::Result<(ProfileSummary, Profile)> {
-    if !config.filter.is_empty() {
-        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
-    }
+    config.filter.resolve_prefixes_now()?;
     let mut detector = Detector::attach(&DetectOptions {
         hooks: config.hooks,
         ..DetectOptions::for_targets(&config.target_pids)

@@ -77,9 +77,7 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     ready: Option<oneshot::Sender<()>>,
 ) -> anyhow::Result<RunSummary> {
-    if !config.filter.is_empty() {
-        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
-    }
+    config.filter.resolve_prefixes_now()?;
     let metrics = config.metrics.clone().unwrap_or_default();
     metrics.serve_profiles(std::sync::Arc::new(super::profile::ServedProfiles::new(
         config.filter.clone(),

@@ -124,9 +124,7 @@ pub async fn run(
     display: Display,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<bool> {
-    if !config.filter.is_empty() {
-        config.filter.resolve_prefixes(&crate::identity::running_container_ids())?;
-    }
+    config.filter.resolve_prefixes_now()?;
     let mut detector = Detector::attach(&DetectOptions {
         hooks: config.hooks,
         ..DetectOptions::for_targets(&config.target_pids)
