@@ -332,10 +332,15 @@ async fn sleeps_are_weighed_off_cpu(hooks: HookChoice, mechanism: LifecycleMecha
     assert!(naps.len() as u64 <= NAPS && naps.len() as u64 + unseen >= NAPS, "{samples:#?}");
     for s in &naps {
         assert_eq!(s.kind, SampleKind::OffCpu);
-        assert!(s.weight >= NAP_MS * 1_000_000, "{s:?}");
+        assert!(s.weight > 0, "{s:?}");
         assert!(s.kernel_frames.iter().any(|&f| schedule.contains(f)), "{s:?}");
         assert!(!s.user_frames.is_empty() || s.user_stack_error.is_some(), "{s:?}");
     }
+    // A nap is shorter than NAP_MS only when the thread was preempted between arming its timer
+    // and blocking (docs/protocol/profiling.md, "Off-CPU stretches on `sched_switch`"): a window of
+    // microseconds in each 50 ms nap, hit once in some hundred runs on two busy cores.
+    let cut_short = naps.iter().filter(|s| s.weight < NAP_MS * 1_000_000).count() as u64;
+    assert!(cut_short <= NAPS / 10, "{cut_short} naps cut short: {naps:#?}");
     let slept: u64 = naps.iter().map(|s| s.weight).sum();
     let expected = (NAPS * NAP_MS * 1_000_000) as f64;
     assert!(within(slept as f64, expected), "{slept} ns off CPU in nanosleep, ~{expected}");
