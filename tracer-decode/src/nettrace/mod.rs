@@ -297,8 +297,8 @@ impl<'a> OutputEvent<'a> {
     }
 
     /// Appends the event's members to the object of its line, each after a comma (the
-    /// envelope comes first): `,"provider":…,"fields":{…}`, in the order of the README's
-    /// "Output lines" table, optional members only when present. The same JSON as
+    /// envelope comes first): `,"provider":…,"fields":{…}`, in the order of docs/output.md's
+    /// "Line kinds" table, optional members only when present. The same JSON as
     /// [`DecodedEvent`]'s serde form (a differential test checks it), decoded on the way.
     /// `written`: a number `out` already holds that the `timestamp` may repeat (a line's
     /// `mono_ns`), copied rather than formatted again.

@@ -8,7 +8,7 @@
 //! exposition is encoded with `prometheus-client` at scrape time and served by a minimal hyper
 //! server (`server.rs`).
 //!
-//! Families (README "Metrics"): `tracer_events_total{source,kind}`,
+//! Families (docs/metrics.md): `tracer_events_total{source,kind}`,
 //! `tracer_lost_events_total{source,reason}`, `tracer_detections_total{kind}`,
 //! `tracer_sessions{state}`, `tracer_sessions_failed_total{reason}`,
 //! `tracer_detection_hooks{mechanism}`, `tracer_build_info{version,kernel}`. Label values come

@@ -4,8 +4,8 @@
 //! envelope and the runtime events' bodies are written straight into the line's buffer (one per
 //! event: the output path's cost); the other bodies are serialized with serde. With
 //! `--otlp-endpoint` each line is also encoded as an OTLP log record from the same typed
-//! envelope and body ([`otlp`]). The README's "Output lines" table lists the same kinds and
-//! fields; a test below checks that they agree.
+//! envelope and body ([`otlp`]). docs/output.md's "Line kinds" table lists the same kinds
+//! and fields; a test below checks that they agree.
 mod detection;
 pub mod otlp;
 mod writer;

@@ -1,4 +1,4 @@
-//! Lines of every kind, field by field, and the README's table of them.
+//! Lines of every kind, field by field, and docs/output.md's table of them.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -242,12 +242,12 @@ fn memfd_lifecycle_and_procfs_lines() {
     assert_eq!(v["memfd"], "doublemapper");
 }
 
-/// `(kind, fields after the envelope)` from the README's "Output lines" table. A field written
-/// `name?` appears only on some lines of its kind.
-fn readme_kinds() -> BTreeMap<String, Vec<String>> {
-    let readme = include_str!("../../../README.md");
+/// `(kind, fields after the envelope)` from the table of docs/output.md's "Line kinds". A field
+/// written `name?` appears only on some lines of its kind.
+fn documented_kinds() -> BTreeMap<String, Vec<String>> {
+    let page = include_str!("../../../docs/output.md");
     let table =
-        readme.split("### Output lines").nth(1).expect("README has an Output lines section");
+        page.split("\n## Line kinds\n").nth(1).expect("docs/output.md has a Line kinds section");
     let mut kinds = BTreeMap::new();
     let rows = table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
     // The header and the separator row first.
@@ -264,12 +264,12 @@ fn readme_kinds() -> BTreeMap<String, Vec<String>> {
     kinds
 }
 
-/// The README's envelope fields, in order.
-fn readme_envelope() -> Vec<String> {
-    let readme = include_str!("../../../README.md");
-    let start = readme.find("\nEnvelope:").expect("README names the envelope");
+/// docs/output.md's envelope fields, in order.
+fn documented_envelope() -> Vec<String> {
+    let page = include_str!("../../../docs/output.md");
+    let start = page.find("\nEnvelope:").expect("docs/output.md names the envelope");
     // The names run up to the dash that starts their description.
-    let names = readme[start..].split(" —").next().unwrap();
+    let names = page[start..].split(" —").next().unwrap();
     names.split('`').skip(1).step_by(2).map(str::to_string).collect()
 }
 
@@ -583,9 +583,9 @@ fn session_line(clock: &Clock, kind: Kind, body: &dyn ErasedSerialize) -> Value 
 }
 
 #[test]
-fn every_kind_has_exactly_the_fields_the_readme_documents() {
-    let documented = readme_kinds();
-    let envelope = readme_envelope();
+fn every_kind_has_exactly_the_fields_docs_output_md_documents() {
+    let documented = documented_kinds();
+    let envelope = documented_envelope();
     assert_eq!(
         envelope,
         [
@@ -603,7 +603,7 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
     let mut labelled = 0;
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for mut line in one_of_each_kind() {
-        // The process labels end the envelope, in the README's order, each only when known.
+        // The process labels end the envelope, in docs/output.md's order, each only when known.
         let object = line.as_object_mut().unwrap();
         let labels = ["cgroup", "container_id", "pod_uid"];
         let keys: Vec<&String> = object.keys().collect();
@@ -623,10 +623,11 @@ fn every_kind_has_exactly_the_fields_the_readme_documents() {
         }
         let keys: Vec<String> = line.as_object().unwrap().keys().cloned().collect();
         let kind = line["kind"].as_str().unwrap().to_string();
-        let fields = documented.get(&kind).unwrap_or_else(|| panic!("{kind} is not in the README"));
+        let fields =
+            documented.get(&kind).unwrap_or_else(|| panic!("{kind} is not in docs/output.md"));
         let names: Vec<&str> = fields.iter().map(|f| f.trim_end_matches('?')).collect();
         // The envelope first (the process is absent only where it cannot apply), then the
-        // kind's fields in the README's order.
+        // kind's fields in docs/output.md's order.
         let head = if line.get("pid").is_some() { 6 } else { 4 };
         let want_head: Vec<&String> = envelope[..6]
             .iter()
@@ -713,15 +714,15 @@ fn kind_and_source_names() {
     assert_eq!(serde_json::to_string(&SessionId(0xabc)).unwrap(), r#""0xabc""#);
 }
 
-/// Every loss `run` and `audit` count (zero or not) has its row in the README's table of
+/// Every loss `run` and `audit` count (zero or not) has its row in docs/output.md's table of
 /// losses, so a consumer of the `summary` line knows what each means.
 #[test]
-fn readme_lists_every_loss() {
-    let readme = include_str!("../../../README.md");
-    let table = readme
+fn docs_output_md_lists_every_loss() {
+    let page = include_str!("../../../docs/output.md");
+    let table = page
         .split("| `source` | `reason` | what was lost |")
         .nth(1)
-        .expect("README has the table of losses");
+        .expect("docs/output.md has the table of losses");
     let rows: Vec<Vec<&str>> = table
         .lines()
         .skip(2)
@@ -740,7 +741,7 @@ fn readme_lists_every_loss() {
         let (source, reason) = (format!("`{}`", l.source), format!("`{}`", l.reason));
         assert!(
             rows.iter().any(|r| r[1].contains(&source) && r[2].contains(&reason)),
-            "the README's table of losses lacks {source} {reason}"
+            "docs/output.md's table of losses lacks {source} {reason}"
         );
     }
 }

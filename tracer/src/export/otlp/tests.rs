@@ -106,9 +106,9 @@ fn a_collector_that_never_answers_costs_at_most_the_shutdown_deadline() {
 }
 
 #[test]
-fn the_readme_documents_every_limit() {
-    let readme = include_str!("../../../../README.md");
-    let section = readme.split("### OTLP export").nth(1).expect("README has an OTLP section");
+fn docs_otlp_md_documents_every_limit() {
+    let page = include_str!("../../../../docs/otlp.md");
+    let section = page.split("# OTLP export").nth(1).expect("docs/otlp.md has its OTLP section");
     let ms = |d: Duration| format!("{} ms", d.as_millis());
     let s = |d: Duration| format!("{} s", d.as_secs());
     for (name, value) in [
@@ -121,10 +121,10 @@ fn the_readme_documents_every_limit() {
         ("MAX_BACKOFF", s(MAX_BACKOFF)),
         ("SHUTDOWN_TIMEOUT", s(SHUTDOWN_TIMEOUT)),
     ] {
-        assert!(section.contains(&value), "README: {name} = {value}");
+        assert!(section.contains(&value), "docs/otlp.md: {name} = {value}");
     }
     assert!(section.contains(&format!("${NODE_NAME_ENV}")));
     for loss in ExportStats::default().losses() {
-        assert!(section.contains(&format!("`{}`", loss.reason)), "README: {}", loss.reason);
+        assert!(section.contains(&format!("`{}`", loss.reason)), "docs/otlp.md: {}", loss.reason);
     }
 }
