@@ -20,8 +20,8 @@ use tracer_decode::budget::{
     STACK_OUTPUT_ALLOWANCE_BYTES, STACK_OUTPUT_BYTES_PER_INPUT_BYTE,
 };
 use tracer_decode::counters::{
-    CounterReader, CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_TAGS,
-    PROCESS_LABELS, RESERVED_PREFIX, counter_sample,
+    CounterReader, CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_QUANTILES,
+    MAX_TAGS, PROCESS_LABELS, RESERVED_PREFIX, Reading, counter_sample,
 };
 use tracer_decode::nettrace::methods::MethodTable;
 use tracer_decode::nettrace::payload::cost_budget;
@@ -54,7 +54,16 @@ fn assert_sample_is_exposable(sample: &CounterSample) {
     assert!(!sample.metric.starts_with(RESERVED_PREFIX), "{sample:?}");
     assert!(sample.help.len() <= MAX_HELP, "{sample:?}");
     assert!(sample.help.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\' && b != b'"'));
-    assert!(sample.value.is_finite(), "{sample:?}");
+    let finite = match &sample.reading {
+        Reading::Level(v) => v.is_finite(),
+        Reading::Added { amount, total } => amount.is_finite() && total.is_none_or(f64::is_finite),
+        Reading::Distribution(d) => {
+            d.quantiles.len() <= MAX_QUANTILES
+                && d.quantiles.iter().all(|(q, v)| (0.0..=1.0).contains(q) && v.is_finite())
+                && d.count_and_sum.is_none_or(|(_, sum)| sum.is_finite())
+        }
+    };
+    assert!(finite, "{sample:?}");
     assert!(sample.labels.len() <= MAX_TAGS, "{sample:?}");
     for (i, (name, value)) in sample.labels.iter().enumerate() {
         assert!(sample.labels[..i].iter().all(|(seen, _)| seen != name), "{sample:?}");

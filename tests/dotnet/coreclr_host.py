@@ -14,8 +14,12 @@ Protocol, one line each way:
   stdin  `rent N`  → N × ArrayPool<byte>.Shared.Rent/Return (EventSource events with metadata) → `RENT_DONE N`
   stdin  `pool N`  → Parallel.For over N items on the thread pool (worker thread adjustments) → `POOL_DONE N`
   stdin  `meter`   → creates Meter `TracerTest.App` with a Counter<int> `requests` and an
-                     ObservableGauge<double> `queue-length` (unit `items`, always 42.5) → `METER`
+                     ObservableGauge<double> `queue-length` (unit `items`, always 42.5), and
+                     Meter `TracerTest.Shop` with a Counter<int> `orders` (unit `{order}`), an
+                     UpDownCounter<int> `active` (unit `{request}`) and a Histogram<double>
+                     `wait` (unit `s`) → `METER`
   stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
+  stdin  `shop O A V...` → orders.Add(O), active.Add(A), wait.Record(v) for each V → `SHOP O A <count of V>`
   stdin  `burn S`  → runs the CPU workload below on this thread for S seconds → `BURNED <rounds>`
   stdin  `optimized` (before the first `burn`) → the workload's methods are compiled fully
                      optimized at their first call (AggressiveOptimization): no tier-0 code, no
@@ -319,7 +323,17 @@ for line in sys.stdin:
         meter = Meter("TracerTest.App", "1.0")
         requests = meter.CreateCounter[Int32]("requests", "", "Requests served")
         meter.CreateObservableGauge[Double]("queue-length", Func[Double](lambda: 42.5), "items")
+        shop = Meter("TracerTest.Shop", "1.0")
+        orders = shop.CreateCounter[Int32]("orders", "{order}", "Orders placed")
+        active = shop.CreateUpDownCounter[Int32]("active", "{request}", "Requests in flight")
+        wait = shop.CreateHistogram[Double]("wait", "s", "Time an order waited")
         print("METER", flush=True)
+    elif cmd[0] == "shop":
+        orders.Add(int(cmd[1]))
+        active.Add(int(cmd[2]))
+        for value in cmd[3:]:
+            wait.Record(float(value))
+        print("SHOP", cmd[1], cmd[2], len(cmd) - 3, flush=True)
     elif cmd[0] == "add":
         requests.Add(int(cmd[1]), KeyValuePair[String, Object]("route", cmd[2]))
         print("ADDED", cmd[1], cmd[2], flush=True)

@@ -137,9 +137,20 @@ impl CoreclrHost {
         fields.next().context("GC_DONE without a count")?.parse().context("GC count")
     }
 
-    /// Creates the Meter `TracerTest.App` (a counter `requests`, a gauge `queue-length` = 42.5).
+    /// Creates the Meter `TracerTest.App` (a counter `requests`, a gauge `queue-length` = 42.5)
+    /// and the Meter `TracerTest.Shop` (see [`CoreclrHost::shop`]).
     pub fn meter(&mut self) -> Result<()> {
         self.process.request("meter", "METER", REPLY_TIMEOUT).map(drop)
+    }
+
+    /// `TracerTest.Shop`: adds `orders` to its counter and `active` to its up-down counter, and
+    /// records each of `waits` (seconds) in its histogram.
+    pub fn shop(&mut self, orders: u32, active: i32, waits: &[f64]) -> Result<()> {
+        let waits: Vec<String> = waits.iter().map(f64::to_string).collect();
+        let line = format!("shop {orders} {active} {}", waits.join(" "));
+        let reply = self.process.request(line.trim_end(), "SHOP", REPLY_TIMEOUT)?;
+        ensure!(reply == format!("{orders} {active} {}", waits.len()), "SHOP for another: {reply}");
+        Ok(())
     }
 
     /// Adds `n` to the `requests` counter with the tag `route=<route>`.

@@ -361,7 +361,7 @@ fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
     let exposed: Vec<&str> =
         classic.lines().filter_map(|l| l.split_once(' ')?.0.strip_suffix(&of_pid)).collect();
     assert!(exposed.contains(&"systemruntime_cpu_usage_ratio"), "{exposed:?}");
-    assert!(exposed.contains(&"systemruntime_gen_0_gc_count"), "{exposed:?}");
+    assert!(exposed.contains(&"systemruntime_gen_0_gc_count_total"), "{exposed:?}");
 
     host.exit().expect("the runtime exits");
     run.wait_for("session_ended", SESSION, |l| l["kind"] == "session_ended" && l["pid"] == pid);
@@ -391,19 +391,32 @@ fn a_real_runtimes_counters_are_series_of_its_container_until_it_exits() {
 /// An application's own `System.Diagnostics.Metrics` instruments on a real CoreCLR 8: each
 /// instrument and tag set is a series of the process, with the tags as labels.
 #[test]
-fn a_real_applications_meter_instruments_are_series_with_their_tags() {
-    let providers = tracer::ipc::providers::parse_providers(
-        "System.Diagnostics.Metrics:0x2:5:SessionId=tracer-test;Metrics=TracerTest.App;\
-         RefreshInterval=1;MaxTimeSeries=100;MaxHistograms=0",
-    )
-    .unwrap();
+fn a_real_applications_meter_instruments_are_series_of_their_type() {
+    // Two meters in one quoted argument, as dotnet-trace takes it.
+    let arguments = r#"SessionId=tracer-test;Metrics="TracerTest.App,TracerTest.Shop";RefreshInterval=1;MaxTimeSeries=100;MaxHistograms=10"#;
+    let spec = format!("System.Diagnostics.Metrics:0x2:5:{arguments}");
+    let providers = tracer::ipc::providers::parse_providers(&spec).unwrap();
     let (mut run, addr, _) = start_run_with_metrics(providers);
     let tmp = ScratchDir::new("meter-coreclr");
     let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
     let pid = host.host_pid;
-    run.wait_for("session_started", SESSION, |l| l["kind"] == "session_started" && l["pid"] == pid);
+    let started = run.wait_for("session_started", SESSION, |l| {
+        l["kind"] == "session_started" && l["pid"] == pid
+    });
+    assert_eq!(
+        started["providers"],
+        serde_json::json!([{
+            "name": "System.Diagnostics.Metrics",
+            "keywords": "0x2",
+            "level": 5,
+            "arguments": arguments,
+        }])
+    );
     host.meter().expect("meter");
     host.add_requests(5, "/a").expect("add");
+    // 40 waits: 30 of 0.25 s, 10 of 2 s (the median 0.25, the 0.99 quantile 2).
+    let waits: Vec<f64> = [0.25; 30].into_iter().chain([2.0; 10]).collect();
+    host.shop(3, 2, &waits).expect("shop");
     let rate = run.wait_for("the requests rate", SESSION, |l| {
         l["pid"] == pid && l["event"] == "CounterRateValuePublished" && l["fields"]["rate"] == "5"
     });
@@ -411,17 +424,37 @@ fn a_real_applications_meter_instruments_are_series_with_their_tags() {
     let start = rate["process_start_ns"].as_u64().expect("the runtime's start");
     let process = format!(r#"pid="{pid}",process_start_ns="{start}""#);
     let gauge = format!(r#"tracertestapp_queue_length_items{{{process}}}"#);
-    let requests = format!(r#"tracertestapp_requests{{{process},route="/a"}}"#);
+    let requests = format!(r#"tracertestapp_requests_total{{{process},route="/a"}}"#);
+    let orders = format!(r#"tracertestshop_orders_total{{{process}}}"#);
+    let active = format!(r#"tracertestshop_active{{{process}}}"#);
+    let wait = "tracertestshop_wait_seconds";
+    let (count, sum) = (format!("{wait}_count{{{process}}}"), format!("{wait}_sum{{{process}}}"));
     let body = await_exposition(addr, |b| {
         let s = samples(b);
-        s.get(&gauge) == Some(&42.5) && s.contains_key(&requests)
+        s.get(&requests) == Some(&5.0)
+            && s.get(&orders) == Some(&3.0)
+            && s.get(&count) == Some(&40.0)
     });
-    assert!(
-        body.contains(
-            "# HELP tracertestapp_queue_length_items queue-length of meter TracerTest.App (items)"
-        ),
-        "{body}"
-    );
+    let s = samples(&body);
+    assert_eq!((s.get(&gauge), s.get(&active)), (Some(&42.5), Some(&2.0)), "{body}");
+    assert_eq!(s.get(&sum), Some(&27.5), "{body}");
+    // The runtime's quantiles are estimates (its buckets are a few percent wide).
+    for (quantile, expected) in [("0.5", 0.25), ("0.99", 2.0)] {
+        let series = format!(r#"{wait}{{{process},quantile="{quantile}"}}"#);
+        let got = s.get(&series).copied().unwrap_or_else(|| panic!("{series}:\n{body}"));
+        assert!((got - expected).abs() <= expected * 0.05, "{series} = {got}");
+    }
+    for line in [
+        "# TYPE tracertestapp_requests_total counter",
+        "# TYPE tracertestapp_queue_length_items gauge",
+        "# TYPE tracertestshop_active gauge",
+        "# TYPE tracertestshop_wait_seconds summary",
+        "# HELP tracertestapp_queue_length_items queue-length of meter TracerTest.App (items)",
+    ] {
+        assert!(body.lines().any(|l| l == line), "{line} missing in\n{body}");
+    }
+    // And both formats pass promtool's checks (classic text when not asked for OpenMetrics).
+    promtool_check(&get(addr, "/metrics", &[]).unwrap().body);
     host.exit().expect("the runtime exits");
     run.wait_for("session_ended", SESSION, |l| l["kind"] == "session_ended" && l["pid"] == pid);
     let (_, summary) = run.stop();

@@ -252,7 +252,9 @@ fn handle_signals(
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Providers in dotnet-trace syntax: `Name[:KeywordsHex[:Level[:Args]]]`, comma-separated,
-    /// e.g. 'Microsoft-Windows-DotNETRuntime:0x1:4,MyEventSource'. Overrides --profile.
+    /// e.g. 'Microsoft-Windows-DotNETRuntime:0x1:4,MyEventSource'. An argument value holding
+    /// commas goes in double quotes: 'System.Diagnostics.Metrics:0x2:4:SessionId=t;Metrics="MyApp,System.Net.Http";RefreshInterval=1'.
+    /// Overrides --profile.
     #[arg(long)]
     pub providers: Option<String>,
     /// Named provider sets used when --providers is absent, comma-separated (their providers

@@ -25,9 +25,12 @@ pub(super) enum Member {
     LastValue,
     Rate,
     Value,
+    Quantiles,
+    Count,
+    Sum,
 }
 
-const MEMBERS: usize = Member::Value as usize + 1;
+const MEMBERS: usize = Member::Sum as usize + 1;
 
 /// Each member's name, in the order of [`Member`].
 const NAMES: [&str; MEMBERS] = [
@@ -47,6 +50,9 @@ const NAMES: [&str; MEMBERS] = [
     "lastValue",
     "rate",
     "value",
+    "quantiles",
+    "count",
+    "sum",
 ];
 
 impl Member {
@@ -72,6 +78,9 @@ impl Member {
             "lastValue" => Member::LastValue,
             "rate" => Member::Rate,
             "value" => Member::Value,
+            "quantiles" => Member::Quantiles,
+            "count" => Member::Count,
+            "sum" => Member::Sum,
             _ => return None,
         })
     }

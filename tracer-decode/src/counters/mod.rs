@@ -8,9 +8,13 @@
 //!   (`CounterType`: `Mean` for gauges, `Sum` for rates) and its value (`Mean`, or `Increment`
 //!   over the interval).
 //! * `System.Diagnostics.Metrics` (the `Meter` API): per instrument and tag set,
-//!   `GaugeValuePublished` (`lastValue`), `CounterRateValuePublished` (`rate`) and
-//!   `UpDownCounterRateValuePublished` (`value`), each with `meterName`, `instrumentName`, `unit`
-//!   and `tags` (`k=v,k2=v2`), the value as text.
+//!   `GaugeValuePublished` (`lastValue`), `CounterRateValuePublished` (`rate`, and from .NET 8
+//!   the running total `value`), `UpDownCounterRateValuePublished` (`value`) and
+//!   `HistogramValuePublished` (`quantiles`, and from .NET 8 the interval's `count` and `sum`),
+//!   each with `meterName`, `instrumentName`, `unit` and `tags` (`k=v,k2=v2`), numbers as text.
+//!
+//! Each sample says what kind of value it is ([`Reading`]): a level (gauges), what a monotonic
+//! counter added (EventCounters `Sum` counters, Meter counters), or a histogram's interval.
 //!
 //! Every string in them comes from the traced process: the names built here contain only
 //! `[A-Za-z0-9_]`, are bounded in length and never take the `tracer_` prefix of tracer's own
@@ -39,6 +43,8 @@ pub const METRICS_PROVIDER: &str = "System.Diagnostics.Metrics";
 pub const MAX_TAGS: usize = 8;
 /// Longest label value kept from a tag (bytes); longer is cut.
 pub const MAX_LABEL_VALUE: usize = 128;
+/// Quantiles one histogram value may carry (the runtime sends 3); more: the sample is refused.
+pub const MAX_QUANTILES: usize = 16;
 /// Labels tracer puts on every series itself: a tag of one of these names is `tag_<name>`.
 pub const PROCESS_LABELS: [&str; 3] = ["pid", "container_id", "pod_uid"];
 
@@ -51,18 +57,50 @@ pub const MAX_CACHED_NAME_KEY: usize = 256;
 /// One counter value, ready to be a series.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterSample {
-    /// The Prometheus metric name (dotnet-monitor's naming: `systemruntime_gc_heap_size_bytes`).
+    /// The Prometheus metric name (dotnet-monitor's naming: `systemruntime_gc_heap_size_bytes`),
+    /// without the `_total` a counter's series takes.
     pub metric: Arc<str>,
     /// The display name and units: printable ASCII, no `\` or `"`, at most [`MAX_HELP`] bytes.
     pub help: Arc<str>,
     /// In the metric's base unit (`MB` counters in bytes).
-    pub value: f64,
+    pub reading: Reading,
     /// Labels from the instrument's tags (`System.Diagnostics.Metrics`), in the order sent.
     pub labels: Vec<(String, String)>,
     /// The seconds an EventCounters value covers (`IntervalSec`, positive and finite): a `Sum`
     /// counter's value is what was added in them. `None` for `System.Diagnostics.Metrics`
     /// values and counters that do not say.
     pub interval_secs: Option<f64>,
+}
+
+/// What one counter event says of its series, in the metric's base unit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    /// The value now: a gauge, an up-down counter's sum, an EventCounters `Mean`.
+    Level(f64),
+    /// What a monotonic counter added over the interval, and the running total the runtime
+    /// keeps where it sends one (a Meter counter's `value`, .NET 8+).
+    Added { amount: f64, total: Option<f64> },
+    /// A histogram's interval.
+    Distribution(Distribution),
+}
+
+/// A histogram instrument's values of one interval, as the runtime aggregates them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Distribution {
+    /// (quantile in 0..=1, value), in the order sent (0.5, 0.95, 0.99 by default).
+    pub quantiles: Vec<(f64, f64)>,
+    /// How many values were recorded in the interval and their sum (.NET 8+).
+    pub count_and_sum: Option<(u64, f64)>,
+}
+
+impl CounterSample {
+    /// A level's value, or what a counter added in the interval; `None` for a histogram.
+    pub fn value(&self) -> Option<f64> {
+        match self.reading {
+            Reading::Level(value) | Reading::Added { amount: value, .. } => Some(value),
+            Reading::Distribution(_) => None,
+        }
+    }
 }
 
 /// Why an `EventCounters` event gives no sample.
@@ -88,13 +126,19 @@ pub enum CounterError {
     TooManyTags { instrument: String, tags: usize },
     #[error("instrument {instrument:?} has two tags named {label:?} as labels")]
     DuplicateTag { instrument: String, label: String },
+    #[error(
+        "instrument {instrument:?} has the quantiles {quantiles:?}, not at most \
+         {MAX_QUANTILES} `q=value` pairs with q in 0..=1 and finite values"
+    )]
+    BadQuantiles { instrument: String, quantiles: String },
 }
 
 /// The `System.Diagnostics.Metrics` events that carry a value, with the member holding it.
-const METER_VALUES: [(&str, Member); 3] = [
+const METER_VALUES: [(&str, Member); 4] = [
     ("GaugeValuePublished", Member::LastValue),
     ("CounterRateValuePublished", Member::Rate),
     ("UpDownCounterRateValuePublished", Member::Value),
+    ("HistogramValuePublished", Member::Quantiles),
 ];
 
 /// Whether events of `provider` named `event` may carry a counter sample.
@@ -209,6 +253,54 @@ fn sample_of(
     meter_value(name, member, &found.top, text, names)
 }
 
+/// The number a member holds, times `scale`: a number, or a number written as text (the Meter
+/// events write theirs as text). `Ok(None)`: absent, or empty text (no value this interval).
+fn number_of(
+    members: &Members,
+    member: Member,
+    text: &str,
+    instrument: &str,
+    scale: f64,
+) -> Result<Option<f64>, CounterError> {
+    let bad = |value: String| CounterError::BadValue { instrument: instrument.into(), value };
+    let raw = match members.get(member) {
+        Seen::Absent => return Ok(None),
+        Seen::Number(n) => Ok(n),
+        Seen::Str { start, end } => {
+            let raw = &text[start as usize..end as usize];
+            if raw.is_empty() {
+                return Ok(None);
+            }
+            raw.parse::<f64>().map_err(|_| raw.to_owned())
+        }
+        Seen::Object | Seen::Other => Err("(not a number)".to_owned()),
+    };
+    let raw = raw.map_err(bad)?;
+    let scaled = raw * scale;
+    if scaled.is_finite() { Ok(Some(scaled)) } else { Err(bad(raw.to_string())) }
+}
+
+/// `0.5=1;0.95=2;0.99=3` as (quantile, value) pairs scaled by `scale`.
+fn quantiles(instrument: &str, raw: &str, scale: f64) -> Result<Vec<(f64, f64)>, CounterError> {
+    let bad =
+        || CounterError::BadQuantiles { instrument: instrument.into(), quantiles: raw.into() };
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
+    if raw.split(';').count() > MAX_QUANTILES {
+        return Err(bad());
+    }
+    raw.split(';')
+        .map(|pair| {
+            let (q, v) = pair.split_once('=').ok_or_else(bad)?;
+            let (q, v) =
+                (q.parse::<f64>().map_err(|_| bad())?, v.parse::<f64>().map_err(|_| bad())?);
+            let v = v * scale;
+            if (0.0..=1.0).contains(&q) && v.is_finite() { Ok((q, v)) } else { Err(bad()) }
+        })
+        .collect()
+}
+
 /// The string `member` of `members` is, if it is one.
 fn str_of<'t>(members: &Members, member: Member, text: &'t str) -> Option<&'t str> {
     match members.get(member) {
@@ -217,7 +309,8 @@ fn str_of<'t>(members: &Members, member: Member, text: &'t str) -> Option<&'t st
     }
 }
 
-/// A `System.Diagnostics.Metrics` value event: named `<meter>_<instrument>[_<unit>]`.
+/// A `System.Diagnostics.Metrics` value event: named `<meter>_<instrument>[_<unit>]`, the unit
+/// as OpenTelemetry names it in Prometheus ([`meter_unit_suffix`]).
 fn meter_value(
     event: &'static str,
     field: Member,
@@ -225,32 +318,47 @@ fn meter_value(
     text: &str,
     names: &mut NameCache,
 ) -> Option<Result<CounterSample, CounterError>> {
-    let text = |member: Member| {
+    let string = |member: Member| {
         str_of(top, member, text).ok_or(CounterError::MissingField { event, field: member.name() })
     };
     let mut sample = || -> Result<Option<CounterSample>, CounterError> {
         let (meter, instrument, unit) =
-            (text(Member::MeterName)?, text(Member::InstrumentName)?, text(Member::Unit)?);
-        let raw = text(field)?;
+            (string(Member::MeterName)?, string(Member::InstrumentName)?, string(Member::Unit)?);
+        let scale = unit_scale(unit);
+        let number = |member: Member| number_of(top, member, text, instrument, scale);
+        if top.get(field) == Seen::Absent {
+            return Err(CounterError::MissingField { event, field: field.name() });
+        }
         // A gauge not observed yet, or a rate without a previous value, has an empty value.
-        if raw.is_empty() {
-            return Ok(None);
-        }
-        let bad = || CounterError::BadValue { instrument: instrument.into(), value: raw.into() };
-        let value = raw.parse::<f64>().map_err(|_| bad())? * unit_scale(unit);
-        if !value.is_finite() {
-            return Err(bad());
-        }
-        let labels = tag_labels(instrument, text(Member::Tags).unwrap_or(""))?;
+        let reading = match field {
+            Member::Quantiles => {
+                let quantiles = quantiles(instrument, string(field)?, scale)?;
+                let count = number_of(top, Member::Count, text, instrument, 1.0)?;
+                let count_and_sum =
+                    count.zip(number(Member::Sum)?).map(|(c, s)| (c.max(0.0) as u64, s));
+                Reading::Distribution(Distribution { quantiles, count_and_sum })
+            }
+            Member::Rate => match (number(Member::Rate)?, number(Member::Value)?) {
+                (None, None) => return Ok(None),
+                (amount, total) => Reading::Added { amount: amount.unwrap_or(0.0), total },
+            },
+            _ => match number(field)? {
+                Some(level) => Reading::Level(level),
+                None => return Ok(None),
+            },
+        };
+        let labels = tag_labels(instrument, string(Member::Tags).unwrap_or(""))?;
+        let gauge = matches!(reading, Reading::Level(_));
         let SeriesName { metric, help } =
-            names.get_or_build(&["M", meter, instrument, unit], || {
+            names.get_or_build(&["M", event, meter, instrument, unit], || {
+                let suffix = meter_unit_suffix(unit, gauge);
+                let metric = metric_name(meter, instrument, suffix.as_deref());
                 Ok(SeriesName {
-                    metric: checked_metric(metric_name(meter, instrument, unit), instrument)?
-                        .into(),
+                    metric: checked_metric(metric, instrument)?.into(),
                     help: help_text(&format!("{instrument} of meter {meter}"), unit).into(),
                 })
             })?;
-        Ok(Some(CounterSample { metric, help, value, labels, interval_secs: None }))
+        Ok(Some(CounterSample { metric, help, reading, labels, interval_secs: None }))
     };
     sample().transpose()
 }
@@ -319,10 +427,13 @@ fn event_counter(
     if !value.is_finite() {
         return Err(CounterError::NotFinite { counter: name.to_owned() });
     }
+    let reading =
+        if sum { Reading::Added { amount: value, total: None } } else { Reading::Level(value) };
     let SeriesName { metric, help } =
         names.get_or_build(&["E", provider, name, display, units], || {
+            let metric = metric_name(provider, name, event_counter_unit_suffix(units));
             Ok(SeriesName {
-                metric: checked_metric(metric_name(provider, name, units), name)?.into(),
+                metric: checked_metric(metric, name)?.into(),
                 help: help_text(display, units).into(),
             })
         })?;
@@ -330,7 +441,7 @@ fn event_counter(
         Seen::Number(secs) if secs.is_finite() && secs > 0.0 => Some(secs),
         _ => None,
     };
-    Ok(CounterSample { metric, help, value, labels: Vec::new(), interval_secs })
+    Ok(CounterSample { metric, help, reading, labels: Vec::new(), interval_secs })
 }
 
 /// `metric` unless it is too long or takes tracer's own prefix.
@@ -349,8 +460,9 @@ fn unit_scale(units: &str) -> f64 {
     if units.eq_ignore_ascii_case("MB") { 1e6 } else { 1.0 }
 }
 
-/// The suffix a counter's units give its metric name (`None`: no suffix).
-fn unit_suffix(units: &str) -> Option<&str> {
+/// The suffix an EventCounters counter's display units give its metric name, as dotnet-monitor
+/// names them (`None`: no suffix).
+pub fn event_counter_unit_suffix(units: &str) -> Option<&str> {
     let known = [("", None), ("count", None), ("B", Some("bytes")), ("MB", Some("bytes"))];
     match known.iter().find(|(u, _)| u.eq_ignore_ascii_case(units)) {
         Some((_, suffix)) => *suffix,
@@ -359,13 +471,89 @@ fn unit_suffix(units: &str) -> Option<&str> {
     }
 }
 
-/// dotnet-monitor's metric name for a counter: `<provider>_<counter>[_<unit>]`. The provider
+/// The suffix OpenTelemetry's Prometheus naming gives a Meter instrument's unit (UCUM):
+/// annotations in braces say what is counted and are dropped (`{request}`: no suffix), known
+/// units are spelled out (`s` → `seconds`, `By` → `bytes`), `a/b` is `a_per_b` with `b` singular
+/// (`By/s` → `bytes_per_second`), and `1` is `ratio` for a gauge; other units stay as written
+/// (docs/protocol/counters.md §4).
+fn meter_unit_suffix(unit: &str, gauge: bool) -> Option<String> {
+    let mut plain = String::with_capacity(unit.len());
+    let mut depth = 0usize;
+    for c in unit.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            c if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain.trim();
+    let spelled = |unit: &str| -> String {
+        const UNITS: [(&str, &str); 25] = [
+            ("d", "days"),
+            ("h", "hours"),
+            ("min", "minutes"),
+            ("s", "seconds"),
+            ("ms", "milliseconds"),
+            ("us", "microseconds"),
+            ("ns", "nanoseconds"),
+            ("By", "bytes"),
+            ("KiBy", "kibibytes"),
+            ("MiBy", "mebibytes"),
+            ("GiBy", "gibibytes"),
+            ("TiBy", "tebibytes"),
+            ("KBy", "kilobytes"),
+            ("MBy", "megabytes"),
+            ("GBy", "gigabytes"),
+            ("TBy", "terabytes"),
+            ("m", "meters"),
+            ("V", "volts"),
+            ("A", "amperes"),
+            ("J", "joules"),
+            ("W", "watts"),
+            ("g", "grams"),
+            ("Cel", "celsius"),
+            ("Hz", "hertz"),
+            ("%", "percent"),
+        ];
+        UNITS.iter().find(|(u, _)| *u == unit).map_or(unit, |(_, name)| name).to_owned()
+    };
+    let per = |unit: &str| -> String {
+        const PER: [(&str, &str); 7] = [
+            ("s", "second"),
+            ("m", "minute"),
+            ("h", "hour"),
+            ("d", "day"),
+            ("w", "week"),
+            ("mo", "month"),
+            ("y", "year"),
+        ];
+        PER.iter().find(|(u, _)| *u == unit).map_or(unit, |(_, name)| name).to_owned()
+    };
+    match plain.split_once('/') {
+        _ if plain.is_empty() => None,
+        Some((a, b)) => {
+            let (a, b) = (a.trim(), b.trim());
+            match (a.is_empty(), b.is_empty()) {
+                (true, true) => None,
+                (true, false) => Some(format!("per_{}", per(b))),
+                (false, true) => Some(spelled(a)),
+                (false, false) => Some(format!("{}_per_{}", spelled(a), per(b))),
+            }
+        }
+        None if plain == "1" => gauge.then(|| "ratio".to_owned()),
+        None => Some(spelled(plain)),
+    }
+}
+
+/// dotnet-monitor's metric name for a counter: `<provider>_<counter>[_<unit suffix>]`. The provider
 /// keeps only its valid characters, lowercased (`System.Runtime` → `systemruntime`; none valid →
 /// `_`); the counter and unit keep their case and turn every invalid character into `_`. Valid
 /// is an ASCII letter or `_`, and after the first character also a digit. (dotnet-monitor judges
 /// the provider's first character by its position, so `1.2` would start the name with a digit,
 /// which Prometheus refuses; here it is the first character kept.)
-pub fn metric_name(provider: &str, counter: &str, units: &str) -> String {
+pub fn metric_name(provider: &str, counter: &str, unit_suffix: Option<&str>) -> String {
+    let units = unit_suffix.unwrap_or_default();
     let mut out = String::with_capacity(provider.len() + counter.len() + units.len() + 2);
     let before = out.len();
     for c in provider.chars() {
@@ -378,7 +566,7 @@ pub fn metric_name(provider: &str, counter: &str, units: &str) -> String {
     }
     out.push('_');
     push_normalized(&mut out, counter);
-    if let Some(suffix) = unit_suffix(units).filter(|s| !s.is_empty()) {
+    if let Some(suffix) = unit_suffix.filter(|s| !s.is_empty()) {
         out.push('_');
         push_normalized(&mut out, suffix);
     }
@@ -510,7 +698,8 @@ mod tests {
             ("Ünï", "é", "", "n__"),
         ];
         for (provider, counter, units, expected) in cases {
-            assert_eq!(metric_name(provider, counter, units), expected, "{provider} {counter}");
+            let suffix = event_counter_unit_suffix(units);
+            assert_eq!(metric_name(provider, counter, suffix), expected, "{provider} {counter}");
         }
     }
 
@@ -522,13 +711,13 @@ mod tests {
             Ok(CounterSample {
                 metric: "systemruntime_gc_heap_size_bytes".into(),
                 help: "GC Heap Size (MB)".into(),
-                value: 7_500_000.0,
+                reading: Reading::Level(7_500_000.0),
                 labels: Vec::new(),
                 interval_secs: Some(1.0),
             })
         );
         let cpu = sample_of("System.Runtime", mean("cpu-usage", "CPU Usage", "%", 12.5)).unwrap();
-        assert_eq!((&*cpu.metric, cpu.value), ("systemruntime_cpu_usage_ratio", 12.5));
+        assert_eq!((&*cpu.metric, cpu.value()), ("systemruntime_cpu_usage_ratio", Some(12.5)));
     }
 
     #[test]
@@ -539,7 +728,7 @@ mod tests {
             Ok(CounterSample {
                 metric: "systemruntime_gen_0_gc_count".into(),
                 help: "Gen 0 GC Count".into(),
-                value: 3.0,
+                reading: Reading::Added { amount: 3.0, total: None },
                 labels: Vec::new(),
                 interval_secs: Some(1.0),
             })
@@ -550,7 +739,7 @@ mod tests {
     fn a_bare_payload_object_is_read_too() {
         let Value::Object(wrapped) = &mean("c", "C", "", 2.0).0[0].1 else { unreachable!() };
         let bare = sample_of("P", wrapped.clone()).unwrap();
-        assert_eq!((&*bare.metric, bare.value), ("p_c", 2.0));
+        assert_eq!((&*bare.metric, bare.value()), ("p_c", Some(2.0)));
     }
 
     fn meter_event<'a>(name: &'a str, fields: Vec<(&'a str, &'a str)>) -> DecodedEvent<'a> {
@@ -587,23 +776,131 @@ mod tests {
             Some(Ok(CounterSample {
                 metric: "tracertestapp_queue_length_items".into(),
                 help: "queue-length of meter TracerTest.App (items)".into(),
-                value: 42.5,
+                reading: Reading::Level(42.5),
                 labels: Vec::new(),
                 interval_secs: None,
             }))
         );
         let rate = published("CounterRateValuePublished", "", "route=/a,pid=7", ("rate", "5"));
         let sample = counter_sample(&rate).unwrap().unwrap();
-        assert_eq!((&*sample.metric, sample.value), ("tracertestapp_queue_length", 5.0));
+        assert_eq!(
+            (&*sample.metric, sample.reading),
+            ("tracertestapp_queue_length", Reading::Added { amount: 5.0, total: None })
+        );
         let labels = vec![("route".into(), "/a".into()), ("tag_pid".into(), "7".into())];
         assert_eq!(sample.labels, labels);
         let level = published("UpDownCounterRateValuePublished", "MB", "", ("value", "2"));
-        assert_eq!(counter_sample(&level).unwrap().unwrap().value, 2e6);
+        assert_eq!(counter_sample(&level).unwrap().unwrap().reading, Reading::Level(2e6));
         // No value yet: no sample, and nothing wrong.
         let unobserved = published("GaugeValuePublished", "", "", ("lastValue", ""));
         assert_eq!(counter_sample(&unobserved), None);
         // Other events of the provider carry none.
         assert_eq!(counter_sample(&meter_event("CollectionStart", vec![])), None);
+    }
+
+    /// A Meter event as .NET 8 writes it, for instrument `i` of meter `Shop` with `unit`.
+    fn instrument_event<'a>(
+        name: &'a str,
+        unit: &'a str,
+        values: Vec<(&'a str, Value<'a>)>,
+    ) -> DecodedEvent<'a> {
+        let mut fields = vec![
+            ("sessionId", s("t1")),
+            ("meterName", s("Shop")),
+            ("meterVersion", s("")),
+            ("instrumentName", s("orders.placed")),
+            ("unit", Value::Str(unit.into())),
+            ("tags", s("")),
+        ];
+        fields.extend(values);
+        event("System.Diagnostics.Metrics", name, OrderedMap(fields))
+    }
+
+    #[test]
+    fn counters_carry_the_runtimes_running_total_and_histograms_their_quantiles() {
+        let counter = instrument_event(
+            "CounterRateValuePublished",
+            "{order}",
+            vec![("rate", s("5")), ("value", s("12"))],
+        );
+        let sample = counter_sample(&counter).unwrap().unwrap();
+        assert_eq!(&*sample.metric, "shop_orders_placed");
+        assert_eq!(sample.reading, Reading::Added { amount: 5.0, total: Some(12.0) });
+        // An observable counter's first interval has no rate, but its total.
+        let first = instrument_event(
+            "CounterRateValuePublished",
+            "",
+            vec![("rate", s("")), ("value", s("7"))],
+        );
+        let reading = counter_sample(&first).unwrap().unwrap().reading;
+        assert_eq!(reading, Reading::Added { amount: 0.0, total: Some(7.0) });
+        let histogram = instrument_event(
+            "HistogramValuePublished",
+            "s",
+            vec![
+                ("quantiles", s("0.5=0.25;0.95=1.5;0.99=2")),
+                ("count", Value::I64(40)),
+                ("sum", Value::F64(18.5)),
+            ],
+        );
+        let sample = counter_sample(&histogram).unwrap().unwrap();
+        assert_eq!(&*sample.metric, "shop_orders_placed_seconds");
+        assert_eq!(
+            sample.reading,
+            Reading::Distribution(Distribution {
+                quantiles: vec![(0.5, 0.25), (0.95, 1.5), (0.99, 2.0)],
+                count_and_sum: Some((40, 18.5)),
+            })
+        );
+        assert_eq!(sample.value(), None);
+        // .NET 6 and 7: quantiles only; an interval without values: none.
+        let net6 = instrument_event("HistogramValuePublished", "ms", vec![("quantiles", s(""))]);
+        assert_eq!(
+            counter_sample(&net6).unwrap().unwrap().reading,
+            Reading::Distribution(Distribution { quantiles: vec![], count_and_sum: None })
+        );
+        let bad = |quantiles: &str| {
+            let event = instrument_event(
+                "HistogramValuePublished",
+                "s",
+                vec![("quantiles", Value::Str(quantiles.into()))],
+            );
+            counter_sample(&event)
+        };
+        for quantiles in ["0.5", "2=1", "0.5=x", "0.5=inf", &"0.5=1;".repeat(MAX_QUANTILES + 1)] {
+            assert_eq!(
+                bad(quantiles),
+                Some(Err(CounterError::BadQuantiles {
+                    instrument: "orders.placed".into(),
+                    quantiles: quantiles.into()
+                })),
+                "{quantiles}"
+            );
+        }
+    }
+
+    #[test]
+    fn meter_units_are_named_as_opentelemetry_names_them_in_prometheus() {
+        let cases = [
+            ("{order}", false, None),
+            ("", false, None),
+            ("s", false, Some("seconds")),
+            ("ms", false, Some("milliseconds")),
+            ("By", false, Some("bytes")),
+            ("By/s", false, Some("bytes_per_second")),
+            ("{request}/s", false, Some("per_second")),
+            ("{packet}/min", false, Some("per_min")),
+            ("1", true, Some("ratio")),
+            ("1", false, None),
+            ("%", false, Some("percent")),
+            ("items", false, Some("items")),
+            ("{a}{b}", false, None),
+        ];
+        for (unit, gauge, expected) in cases {
+            assert_eq!(meter_unit_suffix(unit, gauge).as_deref(), expected, "{unit:?}");
+        }
+        let gauge = instrument_event("GaugeValuePublished", "1", vec![("lastValue", s("0.5"))]);
+        assert_eq!(&*counter_sample(&gauge).unwrap().unwrap().metric, "shop_orders_placed_ratio");
     }
 
     #[test]
@@ -798,9 +1095,9 @@ mod tests {
         };
         let heap = by_name("gc-heap-size");
         assert!(heap.iter().all(|s| &*s.metric == "systemruntime_gc_heap_size_bytes"));
-        assert!(heap.iter().all(|s| s.value > 1e6 && &*s.help == "GC Heap Size (MB)"));
+        assert!(heap.iter().all(|s| s.value() > Some(1e6) && &*s.help == "GC Heap Size (MB)"));
         // `gc 3` during the capture: three gen-2 collections, counted once each over the intervals.
-        let gen2: f64 = by_name("gen-2-gc-count").iter().map(|s| s.value).sum();
+        let gen2: f64 = by_name("gen-2-gc-count").iter().filter_map(|s| s.value()).sum();
         assert_eq!(gen2, 3.0);
     }
 

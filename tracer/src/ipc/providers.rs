@@ -4,7 +4,10 @@
 //! * `Keywords`: hexadecimal with or without `0x`; empty or absent = all keywords.
 //! * `Level`: `0`–`5` or a level name (`LogAlways`, `Critical`, `Error`, `Warning`,
 //!   `Informational`, `Verbose`, any case); empty or absent = Verbose, as dotnet-trace does.
-//! * `Arguments`: the rest of the entry, passed unchanged (`key=value;key=value`).
+//! * `Arguments`: the rest of the entry, passed unchanged (`key=value;key=value`). A value in
+//!   double quotes may hold `,` `;` `=` and `:` (`Metrics="MyApp,System.Net.Http"`): commas
+//!   inside quotes do not end the entry, and the runtime takes the quoted value whole
+//!   (docs/protocol/diagnostic-ipc.md §3.4, "Arguments").
 //!
 //! Profiles:
 //! * `gc`: `Microsoft-Windows-DotNETRuntime:0x1:4` — GC keyword at Informational (GCStart,
@@ -83,6 +86,17 @@ pub enum ProviderSpecError {
     EmptyEntry { spec: String, index: usize },
     #[error("provider entry {entry:?} has no provider name before ':'")]
     MissingName { entry: String },
+    #[error(
+        "the quote opened at byte {at} of {spec:?} is not closed: end the quoted argument \
+         value with '\"'"
+    )]
+    UnclosedQuote { spec: String, at: usize },
+    #[error(
+        "provider name {name:?} holds '=' or ';': it looks like the rest of the previous \
+         provider's arguments, cut at a comma. Quote an argument value that holds commas, e.g. \
+         'System.Diagnostics.Metrics:0x2:4:Metrics=\"MyApp,System.Net.Http\"'"
+    )]
+    ArgumentsOutsideQuotes { name: String },
     #[error("keywords {value:?} of provider {provider:?} are not a 64-bit hex number (e.g. 0x1)")]
     BadKeywords { provider: String, value: String },
     #[error(
@@ -107,8 +121,8 @@ pub enum ProviderSpecError {
 /// (also as names that differ only in case or in characters other than ASCII letters and digits,
 /// e.g. `A-B` and `A.B`, which would share a user_events tracepoint) is refused.
 pub fn parse_providers(spec: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
-    let providers = spec
-        .split(',')
+    let providers = split_entries(spec)?
+        .into_iter()
         .enumerate()
         .map(|(index, entry)| {
             let entry = entry.trim();
@@ -120,6 +134,28 @@ pub fn parse_providers(spec: &str) -> Result<Vec<FilteredProvider>, ProviderSpec
         .collect::<Result<Vec<_>, _>>()?;
     refuse_duplicates(&providers)?;
     Ok(providers)
+}
+
+/// `spec` cut at each comma outside double quotes, as dotnet-trace reads a quoted argument.
+fn split_entries(spec: &str) -> Result<Vec<&str>, ProviderSpecError> {
+    let mut entries = Vec::new();
+    let (mut start, mut open_quote) = (0, None);
+    for (at, c) in spec.char_indices() {
+        match (c, open_quote) {
+            ('"', None) => open_quote = Some(at),
+            ('"', Some(_)) => open_quote = None,
+            (',', None) => {
+                entries.push(&spec[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    if let Some(at) = open_quote {
+        return Err(ProviderSpecError::UnclosedQuote { spec: spec.to_owned(), at });
+    }
+    entries.push(&spec[start..]);
+    Ok(entries)
 }
 
 /// The form under which two provider names are the same provider: case folded, and every
@@ -150,6 +186,10 @@ fn parse_entry(entry: &str) -> Result<ProviderConfig, ProviderSpecError> {
     let name = parts.next().unwrap_or_default().trim();
     if name.is_empty() {
         return Err(ProviderSpecError::MissingName { entry: entry.to_owned() });
+    }
+    // No EventSource name holds these; an argument list cut at a comma does.
+    if name.contains(['=', ';', '"']) {
+        return Err(ProviderSpecError::ArgumentsOutsideQuotes { name: name.to_owned() });
     }
     let keywords = match parts.next().map(str::trim).filter(|k| !k.is_empty()) {
         None => u64::MAX,
@@ -342,6 +382,53 @@ mod tests {
         );
         assert_eq!(parsed(" A:0X10 "), vec![config("A", 0x10, EventLevel::Verbose, None)]);
         assert_eq!(parsed("A:1:5:"), vec![config("A", 1, EventLevel::Verbose, Some(""))]);
+    }
+
+    #[test]
+    fn quoted_argument_values_keep_their_commas() {
+        let metrics = r#"System.Diagnostics.Metrics:0x2:5:SessionId=t;Metrics="SteerShop,System.Net.Http";RefreshInterval=1"#;
+        assert_eq!(
+            parsed(&format!("{metrics},B:1")),
+            vec![
+                config(
+                    "System.Diagnostics.Metrics",
+                    2,
+                    EventLevel::Verbose,
+                    Some(r#"SessionId=t;Metrics="SteerShop,System.Net.Http";RefreshInterval=1"#),
+                ),
+                config("B", 1, EventLevel::Verbose, None),
+            ]
+        );
+        // Quotes anywhere in the arguments, and around a value with ':' and ';'.
+        assert_eq!(
+            parsed(r#"A:1:4:k="x,y:z;w",C"#),
+            vec![
+                config("A", 1, EventLevel::Informational, Some(r#"k="x,y:z;w""#)),
+                config("C", u64::MAX, EventLevel::Verbose, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_argument_list_cut_at_a_comma_says_to_quote_it() {
+        let unquoted = "System.Diagnostics.Metrics:0x2:5:SessionId=t;Metrics=SteerShop,\
+                        System.Net.Http;RefreshInterval=1";
+        let error = parse_providers(unquoted).unwrap_err();
+        assert_eq!(
+            error,
+            ProviderSpecError::ArgumentsOutsideQuotes {
+                name: "System.Net.Http;RefreshInterval=1".into()
+            }
+        );
+        assert!(error.to_string().contains(r#"Metrics="MyApp,System.Net.Http""#), "{error}");
+        assert_eq!(
+            parse_providers(r#"A:1:4:k="x,B"#),
+            Err(ProviderSpecError::UnclosedQuote { spec: r#"A:1:4:k="x,B"#.into(), at: 8 })
+        );
+        assert_eq!(
+            parse_providers("B=1"),
+            Err(ProviderSpecError::ArgumentsOutsideQuotes { name: "B=1".into() })
+        );
     }
 
     #[test]

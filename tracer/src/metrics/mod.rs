@@ -31,7 +31,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 pub use self::families::Families;
-use self::runtime::RuntimeCounters;
+use self::runtime::{FamilyKind, RuntimeCounters, RuntimeFamilies, SeriesValue};
 pub use self::server::{
     DEFAULT_PROFILE_SECONDS, MAX_CONNECTIONS, MAX_PROFILE_SECONDS, REQUEST_TIMEOUT, serve,
 };
@@ -153,8 +153,47 @@ impl Shared {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .map_err(|_| anyhow::anyhow!("encoding the metrics exposition"))?;
+        if let Some(counters) = self.runtime_counters.get() {
+            // prometheus_client has no summaries: they go before the end marker, by hand.
+            let summaries = summaries_text(&counters.families());
+            let end = out.rfind("# EOF").unwrap_or(out.len());
+            out.insert_str(end, &summaries);
+        }
         Ok(out)
     }
+}
+
+/// A counter family's name without the `_total` its series take (a counter instrument named
+/// `requests_total` is not `requests_total_total`).
+fn counter_family_name(metric: &str) -> &str {
+    metric.strip_suffix("_total").filter(|base| !base.is_empty()).unwrap_or(metric)
+}
+
+/// The runtime families that are summaries, in the text both formats share: the last interval's
+/// quantiles as series with a `quantile` label, then `_sum` and `_count` where the runtime sends
+/// them (.NET 8+). Names and label values are the decoder's (valid names; values printable,
+/// without `\` or `"`), so nothing needs escaping.
+fn summaries_text(families: &RuntimeFamilies) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for (name, family) in families.iter().filter(|(_, f)| f.kind == FamilyKind::Summary) {
+        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} summary", family.help);
+        for (labels, value) in &family.series {
+            let SeriesValue::Summary { quantiles, count_and_sum } = value else { continue };
+            let mut set = String::new();
+            for (k, v) in labels {
+                let _ = write!(set, "{k}=\"{v}\",");
+            }
+            for (q, v) in quantiles {
+                let _ = writeln!(out, "{name}{{{set}quantile=\"{q}\"}} {v}");
+            }
+            if let Some((count, sum)) = count_and_sum {
+                let set = set.trim_end_matches(',');
+                let _ = writeln!(out, "{name}_sum{{{set}}} {sum}\n{name}_count{{{set}}} {count}");
+            }
+        }
+    }
+    out
 }
 
 /// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition, for clients that do
@@ -282,6 +321,10 @@ fn kernel_release() -> String {
 
 type Labels<'a> = Vec<(&'a str, &'a str)>;
 
+fn label_refs(labels: &[(String, String)]) -> Labels<'_> {
+    labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
 fn encode_family<'a, M: prometheus_client::encoding::EncodeMetric>(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -348,16 +391,30 @@ impl Collector for Shared {
                 .map(|(k, v)| (vec![("reason", k.as_str())], ConstCounter::new(*v))),
         )?;
         for (name, family) in &f.runtime {
-            encode_family(
-                &mut encoder,
-                name,
-                &family.help,
-                MetricType::Gauge,
-                family.series.iter().map(|(labels, value)| {
-                    let labels = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                    (labels, ConstGauge::new(*value))
-                }),
-            )?;
+            match family.kind {
+                FamilyKind::Gauge => encode_family(
+                    &mut encoder,
+                    name,
+                    &family.help,
+                    MetricType::Gauge,
+                    family.series.iter().filter_map(|(l, value)| match value {
+                        SeriesValue::Gauge(v) => Some((label_refs(l), ConstGauge::new(*v))),
+                        _ => None,
+                    }),
+                )?,
+                FamilyKind::Counter => encode_family(
+                    &mut encoder,
+                    counter_family_name(name),
+                    &family.help,
+                    MetricType::Counter,
+                    family.series.iter().filter_map(|(l, value)| match value {
+                        SeriesValue::Counter(v) => Some((label_refs(l), ConstCounter::new(*v))),
+                        _ => None,
+                    }),
+                )?,
+                // Written by `summaries_text`.
+                FamilyKind::Summary => {}
+            }
         }
         encode_family(
             &mut encoder,

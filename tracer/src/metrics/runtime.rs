@@ -1,12 +1,14 @@
-//! Runtime counters as metrics: the latest value of every counter (and, for the Meter API, of
-//! every tag set) of every traced process, labelled with the process (`pid`,
-//! `process_start_ns`, and `container_id`, `pod_uid` where known) and the tags. A process's series go when its session
-//! ends. Counter names come from the traced processes, so the
-//! number of series is capped per process and in all; what the caps refuse is counted.
+//! Runtime counters as metrics of their kind: every counter (and, for the Meter API, every tag
+//! set) of every traced process, labelled with the process (`pid`, `process_start_ns`, and
+//! `container_id`, `pod_uid` where known) and the tags. Gauges show their latest value,
+//! counters their running total, histograms a summary (the last interval's quantiles, the count
+//! and sum of every interval seen). A process's series go when its session ends. Counter names
+//! come from the traced processes, so the number of series is capped per process and in all;
+//! what the caps refuse is counted.
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tracer_decode::counters::{CounterError, CounterSample};
+use tracer_decode::counters::{CounterError, CounterSample, Distribution, Reading};
 
 use crate::output::{Incarnation, ProcessLabels};
 
@@ -15,10 +17,65 @@ pub const MAX_SERIES_PER_PROCESS: usize = 128;
 /// Series of all processes together.
 pub const MAX_SERIES: usize = 16_384;
 
+/// What a series shows when scraped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SeriesValue {
+    Gauge(f64),
+    /// The running total: the runtime's own where it sends one (.NET 8+ Meter counters), else
+    /// what the intervals tracer saw added up to.
+    Counter(f64),
+    /// The last interval's quantiles; the count and sum of the values of every interval seen.
+    Summary {
+        quantiles: Vec<(f64, f64)>,
+        count_and_sum: Option<(u64, f64)>,
+    },
+}
+
+impl SeriesValue {
+    /// The series' value after `reading`, from what it was (`None`: a new series).
+    fn after(known: Option<&SeriesValue>, reading: Reading) -> SeriesValue {
+        match (known, reading) {
+            (_, Reading::Level(value)) => SeriesValue::Gauge(value),
+            (_, Reading::Added { total: Some(total), .. }) => SeriesValue::Counter(total),
+            (Some(SeriesValue::Counter(so_far)), Reading::Added { amount, total: None }) => {
+                SeriesValue::Counter(so_far + amount)
+            }
+            (_, Reading::Added { amount, total: None }) => SeriesValue::Counter(amount),
+            (known, Reading::Distribution(Distribution { quantiles, count_and_sum })) => {
+                let before = match known {
+                    Some(SeriesValue::Summary { count_and_sum: before, .. }) => *before,
+                    _ => None,
+                };
+                let count_and_sum = match (before, count_and_sum) {
+                    (Some((c0, s0)), Some((c, s))) => Some((c0.saturating_add(c), s0 + s)),
+                    (_, interval) => interval,
+                };
+                SeriesValue::Summary { quantiles, count_and_sum }
+            }
+        }
+    }
+
+    fn kind(&self) -> FamilyKind {
+        match self {
+            SeriesValue::Gauge(_) => FamilyKind::Gauge,
+            SeriesValue::Counter(_) => FamilyKind::Counter,
+            SeriesValue::Summary { .. } => FamilyKind::Summary,
+        }
+    }
+}
+
+/// The type of a metric family: every series of one name has the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyKind {
+    Gauge,
+    Counter,
+    Summary,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct Latest {
     help: Arc<str>,
-    value: f64,
+    value: SeriesValue,
 }
 
 /// A series of one process: its metric name and its own labels (tags).
@@ -38,8 +95,9 @@ pub type RuntimeFamilies = BTreeMap<String, RuntimeFamily>;
 pub struct RuntimeFamily {
     /// The HELP of the first series seen (processes may disagree).
     pub help: String,
+    pub kind: FamilyKind,
     /// (labels, value): the process's, then the series' own.
-    pub series: Vec<(Vec<(String, String)>, f64)>,
+    pub series: Vec<(Vec<(String, String)>, SeriesValue)>,
 }
 
 /// The counters of the traced processes: recorded by the pipeline as their events are written,
@@ -86,7 +144,8 @@ impl RuntimeCounters {
         self.table().refused
     }
 
-    /// Counter events that gave no sample (malformed, or a name tracer will not expose).
+    /// Counter events that gave no sample (malformed, a name tracer will not expose, or a name
+    /// another series has with another type).
     pub fn bad_samples(&self) -> u64 {
         self.table().bad_samples
     }
@@ -101,6 +160,8 @@ impl RuntimeCounters {
 struct Table {
     /// Looked up for every counter sample: a fast hasher, seeded per process.
     processes: foldhash::HashMap<Incarnation, ProcessSeries>,
+    /// Each metric name's type and how many series have it: a name is one family, of one type.
+    kinds: foldhash::HashMap<Arc<str>, (FamilyKind, usize)>,
     series: usize,
     refused: u64,
     bad_samples: u64,
@@ -128,10 +189,24 @@ impl Table {
             labels: series_labels(process, labels_of(pid).as_deref()),
             latest: foldhash::HashMap::default(),
         });
-        let latest = Latest { help: sample.help, value: sample.value };
         let key = (sample.metric, sample.labels);
+        let value = SeriesValue::after(process.latest.get(&key).map(|l| &l.value), sample.reading);
+        if let Some(&(kind, _)) = self.kinds.get(&key.0)
+            && kind != value.kind()
+        {
+            self.bad_samples += 1;
+            if self.bad_samples.is_power_of_two() {
+                log::warn!(
+                    "pid {pid}: counter not exposed as a metric: {} has series of type {kind:?}, \
+                     this one is a {:?}",
+                    key.0,
+                    value.kind()
+                );
+            }
+            return;
+        }
         if let Some(known) = process.latest.get_mut(&key) {
-            *known = latest;
+            *known = Latest { help: sample.help, value };
             return;
         }
         if process.latest.len() >= MAX_SERIES_PER_PROCESS || self.series >= MAX_SERIES {
@@ -145,13 +220,17 @@ impl Table {
             }
             return;
         }
-        process.latest.insert(key, latest);
+        self.kinds.entry(key.0.clone()).or_insert((value.kind(), 0)).1 += 1;
+        process.latest.insert(key, Latest { help: sample.help, value });
         self.series += 1;
     }
 
     fn remove(&mut self, process: Incarnation) {
         if let Some(process) = self.processes.remove(&process) {
             self.series -= process.latest.len();
+            for (metric, _) in process.latest.keys() {
+                forget_kind(&mut self.kinds, metric);
+            }
         }
     }
 
@@ -164,10 +243,11 @@ impl Table {
                     .entry(metric.to_string())
                     .or_insert_with(|| RuntimeFamily {
                         help: latest.help.to_string(),
+                        kind: latest.value.kind(),
                         series: Vec::new(),
                     })
                     .series
-                    .push((labels, latest.value));
+                    .push((labels, latest.value.clone()));
             }
         }
         // Processes come from a hash map: order the series for a stable exposition.
@@ -175,6 +255,16 @@ impl Table {
             family.series.sort_by(|a, b| a.0.cmp(&b.0));
         }
         families
+    }
+}
+
+/// One series fewer of `metric`'s type.
+fn forget_kind(kinds: &mut foldhash::HashMap<Arc<str>, (FamilyKind, usize)>, metric: &Arc<str>) {
+    if let Some((_, series)) = kinds.get_mut(metric) {
+        *series -= 1;
+        if *series == 0 {
+            kinds.remove(metric);
+        }
     }
 }
 
@@ -206,7 +296,7 @@ mod tests {
         Ok(CounterSample {
             metric: metric.into(),
             help: format!("{metric} help").into(),
-            value,
+            reading: Reading::Level(value),
             labels,
             interval_secs: None,
         })
@@ -254,15 +344,19 @@ mod tests {
             families["m_a"],
             RuntimeFamily {
                 help: "m_a help".into(),
+                kind: FamilyKind::Gauge,
                 series: vec![
-                    (l(&[("pid", "3"), ("process_start_ns", "3000000000")]), 5.0),
+                    (
+                        l(&[("pid", "3"), ("process_start_ns", "3000000000")]),
+                        SeriesValue::Gauge(5.0)
+                    ),
                     (
                         l(&[
                             ("pid", "7"),
                             ("process_start_ns", "7000000000"),
                             ("container_id", "c7")
                         ]),
-                        2.0
+                        SeriesValue::Gauge(2.0)
                     ),
                 ],
             }
@@ -272,7 +366,7 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(
             c.families()["m_a"].series,
-            vec![(l(&[("pid", "3"), ("process_start_ns", "3000000000")]), 5.0)]
+            vec![(l(&[("pid", "3"), ("process_start_ns", "3000000000")]), SeriesValue::Gauge(5.0))]
         );
         c.remove(p(3));
         assert!(c.is_empty() && c.families().is_empty());
@@ -283,9 +377,9 @@ mod tests {
         assert_eq!(
             c.families()["m_a"].series,
             vec![
-                (l(&[("pid", "3"), ("process_start_ns", "3000000000")]), 1.0),
-                (l(&[("pid", "3"), ("process_start_ns", "9")]), 2.0),
-                (l(&[("pid", "4")]), 3.0),
+                (l(&[("pid", "3"), ("process_start_ns", "3000000000")]), SeriesValue::Gauge(1.0)),
+                (l(&[("pid", "3"), ("process_start_ns", "9")]), SeriesValue::Gauge(2.0)),
+                (l(&[("pid", "4")]), SeriesValue::Gauge(3.0)),
             ]
         );
     }
@@ -301,10 +395,13 @@ mod tests {
         c.record_all([(p(7), sample("m_a", 1.0)), (p(7), sample("m_b", 2.0))], labels_of);
         c.record_all([(p(7), sample("m_a", 3.0)), (p(8), sample("m_a", 4.0))], labels_of);
         assert_eq!(*asked.borrow(), [7, 8]);
-        let container_of = |series: &(Vec<(String, String)>, f64)| series.0[2].1.clone();
+        let container_of = |series: &(Vec<(String, String)>, SeriesValue)| series.0[2].1.clone();
         let m_a = &c.families()["m_a"].series;
         assert_eq!(m_a.iter().map(container_of).collect::<Vec<_>>(), ["c7", "c8"]);
-        assert_eq!((m_a[0].1, m_a[1].1, c.len()), (3.0, 4.0, 3));
+        assert_eq!(
+            (&m_a[0].1, &m_a[1].1, c.len()),
+            (&SeriesValue::Gauge(3.0), &SeriesValue::Gauge(4.0), 3)
+        );
     }
 
     #[test]
@@ -317,10 +414,81 @@ mod tests {
         assert_eq!(
             c.families()["m"].series,
             vec![
-                (l(&[("pid", "1"), ("process_start_ns", "1000000000"), ("route", "/a")]), 3.0),
-                (l(&[("pid", "1"), ("process_start_ns", "1000000000"), ("route", "/b")]), 2.0),
+                (
+                    l(&[("pid", "1"), ("process_start_ns", "1000000000"), ("route", "/a")]),
+                    SeriesValue::Gauge(3.0)
+                ),
+                (
+                    l(&[("pid", "1"), ("process_start_ns", "1000000000"), ("route", "/b")]),
+                    SeriesValue::Gauge(2.0)
+                ),
             ]
         );
+    }
+
+    fn reading(metric: &str, reading: Reading) -> Result<CounterSample, CounterError> {
+        Ok(CounterSample { reading, ..sample(metric, 0.0).unwrap() })
+    }
+
+    fn added(amount: f64, total: Option<f64>) -> Reading {
+        Reading::Added { amount, total }
+    }
+
+    #[test]
+    fn counters_are_running_totals_and_histograms_summaries() {
+        let c = RuntimeCounters::default();
+        // Without the runtime's total: the increments added up; with it: the runtime's.
+        record(&c, p(1), None, reading("sum", added(3.0, None)));
+        record(&c, p(1), None, reading("sum", added(4.0, None)));
+        record(&c, p(1), None, reading("total", added(3.0, Some(10.0))));
+        record(&c, p(1), None, reading("total", added(4.0, Some(14.0))));
+        let distribution = |quantiles: Vec<(f64, f64)>, count_and_sum| {
+            Reading::Distribution(Distribution { quantiles, count_and_sum })
+        };
+        record(&c, p(1), None, reading("h", distribution(vec![(0.5, 1.0)], Some((2, 3.0)))));
+        record(&c, p(1), None, reading("h", distribution(vec![(0.5, 2.0)], Some((5, 9.5)))));
+        record(&c, p(1), None, reading("h6", distribution(vec![(0.99, 7.0)], None)));
+        let families = c.families();
+        let only = |name: &str| {
+            let family = &families[name];
+            assert_eq!(family.series.len(), 1, "{name}");
+            (family.kind, family.series[0].1.clone())
+        };
+        assert_eq!(only("sum"), (FamilyKind::Counter, SeriesValue::Counter(7.0)));
+        assert_eq!(only("total"), (FamilyKind::Counter, SeriesValue::Counter(14.0)));
+        assert_eq!(
+            only("h"),
+            (
+                FamilyKind::Summary,
+                SeriesValue::Summary {
+                    quantiles: vec![(0.5, 2.0)],
+                    count_and_sum: Some((7, 12.5))
+                }
+            )
+        );
+        assert_eq!(
+            only("h6"),
+            (
+                FamilyKind::Summary,
+                SeriesValue::Summary { quantiles: vec![(0.99, 7.0)], count_and_sum: None }
+            )
+        );
+    }
+
+    #[test]
+    fn a_name_is_one_family_of_one_type() {
+        let c = RuntimeCounters::default();
+        record(&c, p(1), None, reading("m", added(1.0, None)));
+        // Another process's gauge of the same name would make the exposition invalid.
+        record(&c, p(2), None, sample("m", 5.0));
+        // And so would the same series turning into a gauge.
+        record(&c, p(1), None, sample("m", 5.0));
+        assert_eq!((c.len(), c.bad_samples()), (1, 2));
+        assert_eq!(c.families()["m"].series[0].1, SeriesValue::Counter(1.0));
+        // Once the counter's process is gone, the name is free for a gauge.
+        c.remove(p(1));
+        record(&c, p(2), None, sample("m", 5.0));
+        assert_eq!((c.families()["m"].kind, c.len()), (FamilyKind::Gauge, 1));
     }
 
     #[test]
@@ -332,7 +500,7 @@ mod tests {
         assert_eq!((c.len(), c.refused()), (MAX_SERIES_PER_PROCESS, 10));
         // Known series still update at the cap.
         record(&c, p(1), None, sample("m_0", 9.0));
-        assert_eq!(c.families()["m_0"].series[0].1, 9.0);
+        assert_eq!(c.families()["m_0"].series[0].1, SeriesValue::Gauge(9.0));
         assert_eq!(c.refused(), 10);
         // The total cap holds across processes.
         let processes = MAX_SERIES / MAX_SERIES_PER_PROCESS;

@@ -95,3 +95,75 @@ fn classic_text_names_counters_with_total() {
         "# HELP a_b_total Help.\n# TYPE a_b_total counter\na_b_total{x=\"1\"} 2\n# HELP g G.\n# TYPE g gauge\ng 1\n"
     );
 }
+
+#[test]
+fn runtime_counters_are_exposed_by_their_type() {
+    use tracer_decode::counters::{CounterSample, Distribution, Reading};
+
+    use crate::output::Incarnation;
+    let shared = Shared::new();
+    let counters = RuntimeCounters::default();
+    Publisher::new(shared.clone()).serve_runtime_counters(counters.clone());
+    let sample = |metric: &str, reading, labels: &[(&str, &str)]| {
+        let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Ok(CounterSample {
+            metric: metric.into(),
+            help: format!("{metric} help").into(),
+            reading,
+            labels,
+            interval_secs: None,
+        })
+    };
+    let histogram = |quantiles: Vec<(f64, f64)>, count_and_sum| {
+        Reading::Distribution(Distribution { quantiles, count_and_sum })
+    };
+    let process = Incarnation::new(7, Some(9));
+    counters.record_all(
+        [
+            (process, sample("shop_queue", Reading::Level(2.5), &[])),
+            (process, sample("shop_orders", Reading::Added { amount: 5.0, total: None }, &[])),
+            (process, sample("shop_orders", Reading::Added { amount: 2.0, total: None }, &[])),
+            (
+                process,
+                sample("shop_sold_total", Reading::Added { amount: 1.0, total: Some(3.0) }, &[]),
+            ),
+            (
+                process,
+                sample(
+                    "shop_wait_seconds",
+                    histogram(vec![(0.5, 0.25), (0.99, 2.0)], Some((4, 3.5))),
+                    &[("route", "/a")],
+                ),
+            ),
+            (process, sample("shop_old_seconds", histogram(vec![(0.5, 1.0)], None), &[])),
+        ],
+        |_| None,
+    );
+    let text = shared.exposition().unwrap();
+    let process = r#"pid="7",process_start_ns="9""#;
+    let expected = [
+        "# TYPE shop_queue gauge".to_string(),
+        format!("shop_queue{{{process}}} 2.5"),
+        "# TYPE shop_orders counter".to_string(),
+        format!("shop_orders_total{{{process}}} 7.0"),
+        "# TYPE shop_sold counter".to_string(),
+        format!("shop_sold_total{{{process}}} 3.0"),
+        "# HELP shop_wait_seconds shop_wait_seconds help".to_string(),
+        "# TYPE shop_wait_seconds summary".to_string(),
+        format!(r#"shop_wait_seconds{{{process},route="/a",quantile="0.5"}} 0.25"#),
+        format!(r#"shop_wait_seconds{{{process},route="/a",quantile="0.99"}} 2"#),
+        format!(r#"shop_wait_seconds_sum{{{process},route="/a"}} 3.5"#),
+        format!(r#"shop_wait_seconds_count{{{process},route="/a"}} 4"#),
+        "# TYPE shop_old_seconds summary".to_string(),
+        format!(r#"shop_old_seconds{{{process},quantile="0.5"}} 1"#),
+    ];
+    for line in &expected {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    assert!(!text.contains("shop_old_seconds_sum"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    // The classic format keeps the summaries as they are.
+    let classic = to_prometheus_text(&text);
+    assert!(classic.contains("# TYPE shop_wait_seconds summary\n"), "{classic}");
+    assert!(classic.contains("# TYPE shop_orders_total counter\n"), "{classic}");
+}

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 use tracer_common::EventKind;
+use tracer_decode::diagnostic_ipc::ProviderConfig;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
 use tracer_decode::json::{self, RenderedOnce, WriteJson, WrittenU64};
 use tracer_decode::nettrace::OutputEvent;
@@ -526,6 +527,31 @@ pub struct SessionStarted<'a> {
     pub runtime_version: Option<&'a str>,
     /// The command line the runtime reported, null without ProcessInfo.
     pub command_line: Option<&'a str>,
+    /// The providers the session asked for, in the order sent.
+    pub providers: Vec<SessionProvider<'a>>,
+}
+
+/// One provider a session asked for, as sent to the runtime.
+#[derive(Debug, Serialize)]
+pub struct SessionProvider<'a> {
+    pub name: &'a str,
+    /// Hexadecimal, `0x…`, as the runtime's tools print keywords.
+    pub keywords: String,
+    /// 0 (LogAlways) to 5 (Verbose).
+    pub level: u32,
+    /// The `key=value;…` arguments, null when none were sent.
+    pub arguments: Option<&'a str>,
+}
+
+impl<'a> From<&'a ProviderConfig> for SessionProvider<'a> {
+    fn from(p: &'a ProviderConfig) -> Self {
+        SessionProvider {
+            name: &p.name,
+            keywords: format!("{:#x}", p.keywords),
+            level: p.level as u32,
+            arguments: p.arguments.as_deref(),
+        }
+    }
 }
 
 /// Body of `session_ended`.

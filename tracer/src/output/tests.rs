@@ -440,6 +440,12 @@ fn one_of_each_kind() -> Vec<Value> {
             command: "CollectTracing2".into(),
             runtime_version: Some("8.0.4"),
             command_line: Some("app"),
+            providers: vec![SessionProvider {
+                name: "System.Diagnostics.Metrics",
+                keywords: "0x2".into(),
+                level: 4,
+                arguments: Some("Metrics=\"A,B\""),
+            }],
         },
     ));
     lines.push(session(

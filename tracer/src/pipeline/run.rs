@@ -28,8 +28,8 @@ use crate::kernel::user_events::UserEventsData;
 use crate::metrics::runtime::RuntimeCounters;
 use crate::metrics::{Health, Publisher};
 use crate::output::{
-    self, Incarnation, JsonLines, Kind, SessionEnded, SessionFailed, SessionId, SessionStarted,
-    SocketRefused, StreamTotals, ThreadLoss,
+    self, Incarnation, JsonLines, Kind, SessionEnded, SessionFailed, SessionId, SessionProvider,
+    SessionStarted, SocketRefused, StreamTotals, ThreadLoss,
 };
 use crate::session::{
     self, EventLines, LineExtras, MAX_REPORTED_REFUSALS, SessionConfig, SessionContext, SessionEnd,
@@ -471,7 +471,7 @@ fn handle_message(
         SessionMessage::Events(events) => {
             emit_events("nettrace", events, sink, summary, events_by_process, labels);
         }
-        SessionMessage::Started { process, session_id, command, mode, runtime } => {
+        SessionMessage::Started { process, session_id, command, mode, runtime, providers } => {
             let pid = process.pid;
             summary.sessions_started += 1;
             let body = SessionStarted {
@@ -480,6 +480,7 @@ fn handle_message(
                 command: command.to_string(),
                 runtime_version: runtime.as_ref().and_then(|r| r.clr_product_version.as_deref()),
                 command_line: runtime.as_ref().map(|r| r.command_line.as_str()),
+                providers: providers.iter().map(SessionProvider::from).collect(),
             };
             log::info!("pid {pid}: {} session {session_id:#x} started with {command}", mode.name());
             let line = output::session_line(clock, Kind::SessionStarted, process, body);

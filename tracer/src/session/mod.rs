@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracer_decode::counters::{CounterError, CounterReader, CounterSample};
-use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, TracingRequest};
+use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, ProviderConfig, TracingRequest};
 use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
@@ -313,6 +313,8 @@ pub enum SessionMessage {
         command: CommandCode,
         mode: SessionMode,
         runtime: Option<ProcessInfo>,
+        /// What the session asked the runtime for.
+        providers: Vec<ProviderConfig>,
     },
     Events(EventLines),
     Ended {

@@ -212,6 +212,7 @@ pub(super) async fn run(
         command: command.code(),
         mode: SessionMode::Streaming,
         runtime,
+        providers: config.request.providers.iter().map(|p| p.provider.clone()).collect(),
     };
     if out.send(started).await.is_err() {
         return;

@@ -180,6 +180,7 @@ pub(super) async fn run(
         command: CommandCode::CollectTracing5,
         mode: SessionMode::UserEvents,
         runtime,
+        providers: session_providers.into_iter().map(|p| p.provider).collect(),
     };
     if out.send(started).await.is_err()
         || hub.requests.send(Request::Started { pid, session_id }).await.is_err()

@@ -151,7 +151,7 @@ impl RuntimeCounters {
         let added = match (reading, sample.interval_secs) {
             (Reading::Level, _) | (_, None) => None,
             (Reading::PerInterval | Reading::MsPerInterval, Some(secs)) => {
-                Some((sample.value, secs))
+                sample.value().map(|amount| (amount, secs))
             }
         };
         if let Some((amount, secs)) = added.filter(|(a, _)| a.is_finite()) {
@@ -163,7 +163,7 @@ impl RuntimeCounters {
             self.rates_span = Some((from.min(began), time_ns));
         }
         let shown = match reading {
-            Reading::Level => Some(sample.value),
+            Reading::Level => sample.value(),
             Reading::PerInterval | Reading::MsPerInterval => {
                 added.map(|(amount, secs)| reading.per_second(amount, secs))
             }
@@ -500,7 +500,10 @@ mod tests {
         CounterSample {
             metric: metric.into(),
             help: "".into(),
-            value,
+            reading: match interval_secs {
+                Some(_) => tracer_decode::counters::Reading::Added { amount: value, total: None },
+                None => tracer_decode::counters::Reading::Level(value),
+            },
             labels: Vec::new(),
             interval_secs,
         }
@@ -508,7 +511,7 @@ mod tests {
 
     #[test]
     fn the_metric_names_are_those_of_the_runtime_counters() {
-        use tracer_decode::counters::metric_name;
+        use tracer_decode::counters::{event_counter_unit_suffix, metric_name};
         let runtime = [
             (Counter::GcHeap, "gc-heap-size", "MB"),
             (Counter::Gen0Gcs, "gen-0-gc-count", ""),
@@ -522,7 +525,8 @@ mod tests {
             (Counter::PoolQueue, "threadpool-queue-length", ""),
         ];
         for (counter, name, units) in runtime {
-            assert_eq!(counter.metric(), metric_name("System.Runtime", name, units), "{name}");
+            let metric = metric_name("System.Runtime", name, event_counter_unit_suffix(units));
+            assert_eq!(counter.metric(), metric, "{name}");
         }
         assert_eq!(Counter::ALL.map(Counter::index), std::array::from_fn(|i| i));
     }
