@@ -252,6 +252,7 @@ pub fn run_config(
             user_events_grant: Default::default(),
             nettrace_dir: None,
             stopping_event: None,
+            meters: None,
         },
         providers,
         target_pids: Vec::new(),

@@ -280,6 +280,7 @@ fn locate_in_a_task(target: Target, locate_for: Duration) -> Result<(LocateTask,
         user_events_grant: Default::default(),
         nettrace_dir: None,
         stopping_event: None,
+        meters: None,
     };
     let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
     let session = tokio::spawn(async move {

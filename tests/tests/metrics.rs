@@ -17,6 +17,7 @@ use tests::double::Dotnet10Double;
 use tests::http::{free_port, get};
 use tests::pipeline::{Running, run_config, with_providers};
 use tests::scratch::ScratchDir;
+use tracer::ipc::providers::MeterRequest;
 use tracer::metrics::runtime::MAX_SERIES_PER_PROCESS;
 use tracer::metrics::{Health, Publisher, Shared};
 use tracer::pipeline::audit::{self, AuditConfig, AuditSummary};
@@ -277,10 +278,27 @@ fn a_prometheus_server_scrapes_tracer() {
 fn start_run_with_metrics(
     providers: Vec<tracer_decode::diagnostic_ipc::FilteredProvider>,
 ) -> (Running<RunSummary>, SocketAddr, Arc<Shared>) {
+    let base = run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024);
+    start_run_with_metrics_of(with_providers(base, providers))
+}
+
+/// A `run` of `pid` alone, asking for `meters` (`--meters`) and nothing else.
+fn start_meter_run(pid: u32, meters: MeterRequest) -> (Running<RunSummary>, SocketAddr) {
+    let mut config = with_providers(
+        run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024),
+        Vec::new(),
+    );
+    config.target_pids = vec![pid];
+    config.session.meters = Some(meters);
+    let (run, addr, _) = start_run_with_metrics_of(config);
+    (run, addr)
+}
+
+fn start_run_with_metrics_of(
+    mut config: tracer::pipeline::run::RunConfig,
+) -> (Running<RunSummary>, SocketAddr, Arc<Shared>) {
     let addr = free_port();
     let shared = Shared::new();
-    let base = run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024);
-    let mut config = with_providers(base, providers);
     config.metrics = Some(Publisher::new(shared.clone()));
     let endpoint = shared.clone();
     let run = Running::start(TIMEOUT, move |sink, stop, ready| async move {
@@ -396,10 +414,14 @@ fn a_real_applications_meter_instruments_are_series_of_their_type() {
     let arguments = r#"SessionId=tracer-test;Metrics="TracerTest.App,TracerTest.Shop";RefreshInterval=1;MaxTimeSeries=100;MaxHistograms=10"#;
     let spec = format!("System.Diagnostics.Metrics:0x2:5:{arguments}");
     let providers = tracer::ipc::providers::parse_providers(&spec).unwrap();
-    let (mut run, addr, _) = start_run_with_metrics(providers);
     let tmp = ScratchDir::new("meter-coreclr");
     let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
     let pid = host.host_pid;
+    // Its own runtime only: a non-shared Meter session is refused where another runs.
+    let base = run_config("unused", SessionMode::Streaming, Duration::from_secs(10), 1024);
+    let mut config = with_providers(base, providers);
+    config.target_pids = vec![pid];
+    let (mut run, addr, _) = start_run_with_metrics_of(config);
     let started = run.wait_for("session_started", SESSION, |l| {
         l["kind"] == "session_started" && l["pid"] == pid
     });
@@ -460,6 +482,63 @@ fn a_real_applications_meter_instruments_are_series_of_their_type() {
     let (_, summary) = run.stop();
     let counters = summary.runtime_counters.expect("metrics on");
     assert_eq!((counters.len(), counters.refused(), counters.bad_samples()), (0, 0, 0));
+}
+
+/// `--meters` makes each session a client of the runtime's shared Meter session (.NET 8), with
+/// a `ClientId` of its own: two tracers beside each other both get every value, and when one
+/// ends its session the other keeps getting them (the runtime counts clients). A third asking
+/// for another interval is refused by the runtime: one `metrics/session_refused` loss, its own.
+#[test]
+fn clients_of_the_shared_meter_session_keep_working_beside_each_other() {
+    let tmp = ScratchDir::new("meter-shared");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = host.host_pid;
+    host.meter().expect("meter");
+    let meters =
+        |refresh_secs| MeterRequest { meters: vec!["TracerTest.Shop".into()], refresh_secs };
+    let started = |l: &serde_json::Value| l["kind"] == "session_started" && l["pid"] == pid;
+    let orders = |addr: SocketAddr, total: f64| {
+        await_exposition(addr, |b| {
+            samples(b)
+                .iter()
+                .any(|(k, v)| k.starts_with("tracertestshop_orders_total{") && *v == total)
+        });
+    };
+    let (mut first, first_addr) = start_meter_run(pid, meters(1));
+    let line = first.wait_for("session_started", SESSION, started);
+    let arguments = line["providers"][0]["arguments"].as_str().unwrap().to_owned();
+    let first_client = format!("tracer-{}-{pid}-", std::process::id());
+    assert!(arguments.starts_with("SessionId=SHARED;Metrics=TracerTest.Shop;RefreshInterval=1;"));
+    assert!(arguments.contains(&format!(";ClientId={first_client}")), "{arguments}");
+    host.shop(3, 1, &[0.5]).expect("shop");
+    orders(first_addr, 3.0);
+    let (mut second, second_addr) = start_meter_run(pid, meters(1));
+    second.wait_for("session_started", SESSION, started);
+    host.shop(2, 0, &[]).expect("shop");
+    orders(first_addr, 5.0);
+    orders(second_addr, 5.0);
+
+    let (mut third, _) = start_meter_run(pid, meters(2));
+    third.wait_for("session_started", SESSION, started);
+    let refusal = third.wait_for("the refusal", SESSION, |l| {
+        l["pid"] == pid && l["event"] == "MultipleSessionsConfiguredIncorrectlyError"
+    });
+    assert_eq!(refusal["fields"]["actualRefreshInterval"], "2", "{refusal}");
+    let (_, third_summary) = third.stop();
+    let refused = |summary: &RunSummary| {
+        summary.all_losses().iter().find(|l| l.reason == "session_refused").map(|l| l.count)
+    };
+    assert_eq!(refused(&third_summary), Some(1));
+    let (_, first_summary) = first.stop();
+    assert_eq!(refused(&first_summary), Some(0), "the refusal named the third's client");
+    // The first client's session ended; the runtime still publishes for the second.
+    host.shop(4, 0, &[]).expect("shop");
+    orders(second_addr, 9.0);
+    host.exit().expect("the runtime exits");
+    let (_, second_summary) = second.stop();
+    assert_eq!(refused(&second_summary), Some(0));
+    let counters = second_summary.runtime_counters.expect("metrics on");
+    assert_eq!((counters.refused(), counters.bad_samples()), (0, 0));
 }
 
 /// A peer naming a new counter in every event gets at most MAX_SERIES_PER_PROCESS series; the

@@ -14,7 +14,10 @@ use tracer_decode::diagnostic_ipc::{DEFAULT_RUNDOWN_KEYWORD, TracingRequest};
 
 use crate::identity::ProcessFilter;
 use crate::ipc::client::Timeouts;
-use crate::ipc::providers::{PROFILE_NAMES, parse_providers, profiles, profiles_rundown_keyword};
+use crate::ipc::providers::{
+    DEFAULT_METER_REFRESH_SECS, DEFAULT_METERS, MeterRequest, PROFILE_NAMES, parse_providers,
+    profiles, profiles_rundown_keyword,
+};
 use crate::kernel::detect::HookChoice;
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
 use tracer_decode::text::escape_control;
@@ -364,6 +367,38 @@ pub struct RunArgs {
     pub metrics: MetricsArgs,
     #[command(flatten)]
     pub otlp: OtlpArgs,
+    /// Meters whose instruments become metrics (the System.Diagnostics.Metrics API),
+    /// comma-separated: `Meter`, `Meter\instrument`, `*` (every meter) or `Prefix*` (those two
+    /// on .NET 9+), or `none`. Asked of every runtime when --metrics-addr or --otlp-endpoint is
+    /// given. Default: System.Runtime (the runtime's meter on .NET 9+; its System.Runtime
+    /// EventCounters are asked of older runtimes), System.Net.Http, System.Net.NameResolution,
+    /// Microsoft.AspNetCore.Hosting, Microsoft.AspNetCore.Server.Kestrel. Each session is a
+    /// client of the runtime's shared Meter session (.NET 8+) beside dotnet-counters or
+    /// dotnet-monitor; not added when --providers names System.Diagnostics.Metrics itself.
+    #[arg(long, value_delimiter = ',')]
+    pub meters: Option<Vec<String>>,
+    /// Seconds between two publications of the meters' instruments (`RefreshInterval`). A
+    /// shared Meter session keeps its first client's interval and refuses other clients'
+    /// (counted as metrics/session_refused): the default is dotnet-monitor's.
+    #[arg(
+        long,
+        default_value_t = DEFAULT_METER_REFRESH_SECS,
+        value_parser = clap::value_parser!(u32).range(1..=3600)
+    )]
+    pub meter_interval: u32,
+}
+
+impl RunArgs {
+    /// `--meters` as asked, or its default when metrics are exported.
+    fn meter_request(&self) -> Option<MeterRequest> {
+        let exported = self.metrics.metrics_addr.is_some() || self.otlp.otlp_endpoint.is_some();
+        let meters = match &self.meters {
+            Some(list) if list.iter().any(|m| m.trim().eq_ignore_ascii_case("none")) => None,
+            Some(list) => Some(list.iter().map(|m| m.trim().to_owned()).collect()),
+            None => exported.then(|| DEFAULT_METERS.map(str::to_owned).to_vec()),
+        };
+        meters.map(|meters| MeterRequest { meters, refresh_secs: self.meter_interval })
+    }
 }
 
 /// `--hooks`, of `run` and `audit`.
@@ -572,6 +607,7 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
             user_events_grant: args.user_events_uids.clone().unwrap_or_default(),
             nettrace_dir: args.nettrace_dir.clone(),
             stopping_event: args.stopping_event.clone(),
+            meters: args.meter_request(),
         },
         providers,
         target_pids: args.pids.clone(),
@@ -1105,6 +1141,25 @@ mod tests {
         let providers =
             ["--providers", "Microsoft-Windows-DotNETRuntime:0x1:4", "--profile", "gc-collect"];
         assert_eq!(rundown_keyword(&providers), 0);
+    }
+
+    #[test]
+    fn meters_are_asked_for_when_metrics_are_exported() {
+        let meters = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["tracer", "run"].iter().chain(args)).unwrap();
+            let Command::Run(run) = cli.command else { unreachable!("a run command") };
+            run_config(&run).unwrap().session.meters
+        };
+        assert_eq!(meters(&[]), None);
+        let default =
+            MeterRequest { meters: DEFAULT_METERS.map(str::to_owned).to_vec(), refresh_secs: 5 };
+        assert_eq!(meters(&["--metrics-addr", "127.0.0.1:0"]), Some(default.clone()));
+        assert_eq!(meters(&["--otlp-endpoint", "http://127.0.0.1:4318"]), Some(default));
+        let shop = MeterRequest { meters: vec!["Shop".into(), "System.*".into()], refresh_secs: 1 };
+        let asked = ["--meters", "Shop, System.*", "--meter-interval", "1"];
+        assert_eq!(meters(&asked), Some(shop));
+        assert_eq!(meters(&["--metrics-addr", "127.0.0.1:0", "--meters", "none"]), None);
+        assert!(Cli::try_parse_from(["tracer", "run", "--meter-interval", "0"]).is_err());
     }
 
     #[test]

@@ -28,9 +28,13 @@ pub(super) enum Member {
     Quantiles,
     Count,
     Sum,
+    SessionId,
+    ClientId,
+    RunningSessionId,
+    ErrorMessage,
 }
 
-const MEMBERS: usize = Member::Sum as usize + 1;
+const MEMBERS: usize = Member::ErrorMessage as usize + 1;
 
 /// Each member's name, in the order of [`Member`].
 const NAMES: [&str; MEMBERS] = [
@@ -53,6 +57,10 @@ const NAMES: [&str; MEMBERS] = [
     "quantiles",
     "count",
     "sum",
+    "sessionId",
+    "clientId",
+    "runningSessionId",
+    "errorMessage",
 ];
 
 impl Member {
@@ -81,6 +89,10 @@ impl Member {
             "quantiles" => Member::Quantiles,
             "count" => Member::Count,
             "sum" => Member::Sum,
+            "sessionId" => Member::SessionId,
+            "clientId" => Member::ClientId,
+            "runningSessionId" => Member::RunningSessionId,
+            "errorMessage" => Member::ErrorMessage,
             _ => return None,
         })
     }

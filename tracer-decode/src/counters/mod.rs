@@ -27,7 +27,9 @@ use crate::nettrace::payload::write_json_and;
 use crate::nettrace::{DecodedEvent, OutputEvent};
 
 mod members;
+mod meter_session;
 use members::{Found, Member, MemberSink, Members, Seen};
+pub use meter_session::{MeterLoss, MeterSession};
 
 /// The event every EventCounters sample is.
 pub const EVENT_COUNTERS: &str = "EventCounters";
@@ -131,6 +133,9 @@ pub enum CounterError {
          {MAX_QUANTILES} `q=value` pairs with q in 0..=1 and finite values"
     )]
     BadQuantiles { instrument: String, quantiles: String },
+    /// The runtime said it did not publish some values (not a sample: a loss to count).
+    #[error("{loss}: {message}")]
+    Runtime { loss: MeterLoss, message: String },
 }
 
 /// The `System.Diagnostics.Metrics` events that carry a value, with the member holding it.
@@ -141,11 +146,13 @@ const METER_VALUES: [(&str, Member); 4] = [
     ("HistogramValuePublished", Member::Quantiles),
 ];
 
-/// Whether events of `provider` named `event` may carry a counter sample.
+/// Whether events of `provider` named `event` may carry a counter sample, or a notice of values
+/// the runtime did not publish.
 fn may_carry_sample(provider: &str, event: &str) -> bool {
     event == EVENT_COUNTERS
         || provider.eq_ignore_ascii_case(METRICS_PROVIDER)
-            && METER_VALUES.iter().any(|&(name, _)| name == event)
+            && (METER_VALUES.iter().any(|&(name, _)| name == event)
+                || meter_session::NOTICES.iter().any(|&(name, ..)| name == event))
 }
 
 /// Reads the counter samples of a session's events on their way to output: from the decode that
@@ -156,9 +163,16 @@ pub struct CounterReader {
     /// The strings of the members read (of one event at a time).
     text: String,
     names: NameCache,
+    /// The Meter session whose values and notices are taken; without one, every one is.
+    session: Option<MeterSession>,
 }
 
 impl CounterReader {
+    /// A reader of the values and notices of `session` only ([`MeterSession`]).
+    pub fn for_session(session: MeterSession) -> CounterReader {
+        CounterReader { session: Some(session), ..CounterReader::default() }
+    }
+
     /// The counter sample `event` carries, as [`counter_sample`] reads it from the decoded event.
     /// Only events whose names say they may carry one are decoded, once: into `fields_json`, the
     /// `fields` object of the event's line (for [`OutputEvent::rendered_fields`]), and into the
@@ -179,13 +193,22 @@ impl CounterReader {
             write_json_and(meta, event.payload, event.pointer_size, fields_json, &mut sink);
         // A payload that does not decode has none of the members (as `decode` keeps it as hex).
         let found = if decoded.is_ok() { sink.found } else { Found::default() };
-        sample_of(&meta.provider, &meta.event_name, &found, &self.text, &mut self.names)
+        let event = (meta.provider.as_str(), meta.event_name.as_str());
+        sample_of(event, &found, &self.text, &mut self.names, self.session.as_ref())
     }
 }
 
 /// The counter sample `event` carries: `None` when it carries none (another event, or an
 /// instrument that has no value yet).
 pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, CounterError>> {
+    session_sample(event, None)
+}
+
+/// [`counter_sample`] as a reader of `session` reads it.
+fn session_sample(
+    event: &DecodedEvent,
+    session: Option<&MeterSession>,
+) -> Option<Result<CounterSample, CounterError>> {
     if !may_carry_sample(event.provider, &event.event) {
         return None;
     }
@@ -193,7 +216,8 @@ pub fn counter_sample(event: &DecodedEvent) -> Option<Result<CounterSample, Coun
     let mut sink = MemberSink::new(&mut text);
     sink.walk(&event.fields);
     let found = sink.found;
-    sample_of(event.provider, &event.event, &found, &text, &mut NameCache::default())
+    let names = &mut NameCache::default();
+    sample_of((event.provider, &event.event), &found, &text, names, session)
 }
 
 /// A metric name and its HELP text.
@@ -236,12 +260,13 @@ impl NameCache {
     }
 }
 
+/// The sample (or notice) of `event` (its provider and name), from the members found in it.
 fn sample_of(
-    provider: &str,
-    event: &str,
+    (provider, event): (&str, &str),
     found: &Found,
     text: &str,
     names: &mut NameCache,
+    session: Option<&MeterSession>,
 ) -> Option<Result<CounterSample, CounterError>> {
     if !may_carry_sample(provider, event) {
         return None;
@@ -249,8 +274,24 @@ fn sample_of(
     if event == EVENT_COUNTERS {
         return Some(event_counter(provider, found, text, names));
     }
+    let top = &found.top;
+    if let Some(loss) = meter_session::notice_for(event, top, text, session) {
+        let message = str_of(top, Member::ErrorMessage, text).unwrap_or_default();
+        let message = printable(message.chars()).take(MAX_HELP).collect();
+        return Some(Err(CounterError::Runtime { loss, message }));
+    }
     let &(name, member) = METER_VALUES.iter().find(|(name, _)| event == *name)?;
-    meter_value(name, member, &found.top, text, names)
+    if let Some(session) = session {
+        // Another session's values (a shared session carries every client's meters).
+        let ours = str_of(top, Member::SessionId, text) == Some(session.session_id.as_str())
+            && str_of(top, Member::MeterName, text)
+                .zip(str_of(top, Member::InstrumentName, text))
+                .is_some_and(|(meter, instrument)| session.wants(meter, instrument));
+        if !ours {
+            return None;
+        }
+    }
+    meter_value(name, member, top, text, names)
 }
 
 /// The number a member holds, times `scale`: a number, or a number written as text (the Meter
@@ -877,6 +918,62 @@ mod tests {
                 "{quantiles}"
             );
         }
+    }
+
+    #[test]
+    fn a_session_takes_its_own_values_and_the_notices_that_name_it() {
+        let session = MeterSession {
+            session_id: "SHARED".into(),
+            client_id: "tracer-1".into(),
+            meters: vec!["Shop".into()],
+        };
+        let value = |session_id: &'static str, meter: &'static str| {
+            meter_event(
+                "GaugeValuePublished",
+                vec![
+                    ("sessionId", session_id),
+                    ("meterName", meter),
+                    ("meterVersion", ""),
+                    ("instrumentName", "queue"),
+                    ("unit", ""),
+                    ("tags", ""),
+                    ("lastValue", "1"),
+                ],
+            )
+        };
+        let read = |event: &DecodedEvent| session_sample(event, Some(&session));
+        assert_eq!(read(&value("SHARED", "Shop")).unwrap().unwrap().value(), Some(1.0));
+        // Another tool's meter in the shared session, another session's id: not ours.
+        assert_eq!(read(&value("SHARED", "Other")), None);
+        assert_eq!(read(&value("dotnet-monitor", "Shop")), None);
+        // Without a session, every value is taken.
+        assert!(counter_sample(&value("x", "Other")).is_some());
+
+        let runtime = |loss, message: &str| {
+            Some(Err(CounterError::Runtime { loss, message: message.into() }))
+        };
+        let limit = meter_event("TimeSeriesLimitReached", vec![("sessionId", "SHARED")]);
+        assert_eq!(read(&limit), runtime(MeterLoss::TimeSeriesLimit, ""));
+        let not_ours = meter_event("HistogramLimitReached", vec![("sessionId", "other")]);
+        assert_eq!(read(&not_ours), None);
+        let failed = meter_event(
+            "ObservableInstrumentCallbackError",
+            vec![("sessionId", "SHARED"), ("errorMessage", "boom\n")],
+        );
+        assert_eq!(read(&failed), runtime(MeterLoss::CallbackError, "boom_"));
+        // Event 17 names the client whose settings were refused; event 15 the session that runs.
+        let refused = |client: &'static str| {
+            meter_event("MultipleSessionsConfiguredIncorrectlyError", vec![("clientId", client)])
+        };
+        assert_eq!(read(&refused("tracer-1")), runtime(MeterLoss::SessionRefused, ""));
+        assert_eq!(read(&refused("dotnet-counters")), None);
+        let running = |id: &'static str| {
+            meter_event("MultipleSessionsNotSupportedError", vec![("runningSessionId", id)])
+        };
+        assert_eq!(read(&running("dotnet-monitor")), runtime(MeterLoss::SessionRefused, ""));
+        assert_eq!(read(&running("SHARED")), None);
+        // Without a session, every notice counts.
+        assert!(counter_sample(&refused("dotnet-counters")).is_some());
     }
 
     #[test]

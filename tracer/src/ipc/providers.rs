@@ -26,6 +26,7 @@
 
 use thiserror::Error;
 
+use tracer_decode::counters::{METRICS_PROVIDER, MeterSession};
 use tracer_decode::diagnostic_ipc::{
     DEFAULT_RUNDOWN_KEYWORD, EventLevel, FilteredProvider, ProviderConfig,
 };
@@ -351,6 +352,100 @@ pub fn profile(name: &str) -> Result<Vec<FilteredProvider>, ProviderSpecError> {
     }
 }
 
+/// `--meters`: which `System.Diagnostics.Metrics` meters every session asks the runtime for,
+/// with the settings every client of a shared Meter session must agree on (docs/protocol/
+/// counters.md §4, "Sessions and what the runtime refuses").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeterRequest {
+    /// `Meter`, `Meter\instrument`, `*` or `Prefix*` (the last two on .NET 9+).
+    pub meters: Vec<String>,
+    /// `RefreshInterval`: seconds between two publications of every instrument.
+    pub refresh_secs: u32,
+}
+
+/// The meters `--meters` asks for by default: the runtime's own (its meter on .NET 9+, its
+/// EventCounters before) and the networking and ASP.NET Core meters every service has.
+pub const DEFAULT_METERS: [&str; 5] = [
+    SYSTEM_RUNTIME_PROVIDER,
+    "System.Net.Http",
+    "System.Net.NameResolution",
+    "Microsoft.AspNetCore.Hosting",
+    "Microsoft.AspNetCore.Server.Kestrel",
+];
+/// `RefreshInterval`, `MaxTimeSeries` and `MaxHistograms` as dotnet-monitor sets them: a shared
+/// session keeps the first client's, and refuses another client's that differ.
+pub const DEFAULT_METER_REFRESH_SECS: u32 = 5;
+pub const METER_MAX_TIME_SERIES: u32 = 1000;
+pub const METER_MAX_HISTOGRAMS: u32 = 20;
+/// The first runtime with shared Meter sessions (`SessionId=SHARED`, a `ClientId` each).
+pub const SHARED_METER_SESSION_MAJOR: u32 = 8;
+/// The first runtime with the `System.Runtime` meter; before it, its EventCounters.
+pub const RUNTIME_METER_MAJOR: u32 = 9;
+/// The `SessionId` of the runtime's shared Meter session.
+pub const SHARED_METER_SESSION: &str = "SHARED";
+
+impl MeterRequest {
+    /// The providers of a session with a runtime of `major` (`None`: unknown), for the client
+    /// `client_id`: `providers`, plus the Meter provider unless they have one (an explicit one
+    /// wins), plus the `System.Runtime` EventCounters when the runtime's meter is asked of a
+    /// runtime without it (and `providers` do not already ask for them). With the Meter
+    /// provider added, the session whose values and notices are this client's.
+    pub fn providers_for(
+        &self,
+        providers: &[FilteredProvider],
+        major: Option<u32>,
+        client_id: &str,
+    ) -> (Vec<FilteredProvider>, Option<MeterSession>) {
+        let mut out = providers.to_vec();
+        let has = |out: &[FilteredProvider], name: &str| {
+            out.iter().any(|p| provider_key(&p.provider.name) == provider_key(name))
+        };
+        let runtime_meter = MeterSession { meters: self.meters.clone(), ..MeterSession::default() }
+            .wants(SYSTEM_RUNTIME_PROVIDER, "");
+        if runtime_meter
+            && major.is_none_or(|m| m < RUNTIME_METER_MAJOR)
+            && !has(&out, SYSTEM_RUNTIME_PROVIDER)
+        {
+            out.push(FilteredProvider {
+                provider: ProviderConfig {
+                    name: SYSTEM_RUNTIME_PROVIDER.to_owned(),
+                    keywords: 0xFFFF_FFFF,
+                    level: EventLevel::Verbose,
+                    arguments: Some(format!("EventCounterIntervalSec={}", self.refresh_secs)),
+                },
+                filter: None,
+            });
+        }
+        if has(&out, METRICS_PROVIDER) {
+            return (out, None);
+        }
+        let shared = major.is_some_and(|m| m >= SHARED_METER_SESSION_MAJOR);
+        let session = MeterSession {
+            session_id: if shared { SHARED_METER_SESSION.to_owned() } else { client_id.to_owned() },
+            client_id: client_id.to_owned(),
+            meters: self.meters.clone(),
+        };
+        let arguments = format!(
+            "SessionId={};Metrics={};RefreshInterval={};MaxTimeSeries={METER_MAX_TIME_SERIES};\
+             MaxHistograms={METER_MAX_HISTOGRAMS};ClientId={client_id}",
+            session.session_id,
+            self.meters.join(","),
+            self.refresh_secs,
+        );
+        out.push(FilteredProvider {
+            provider: ProviderConfig {
+                name: METRICS_PROVIDER.to_owned(),
+                // TimeSeriesValues, at Informational: what dotnet-counters and dotnet-monitor ask.
+                keywords: 0x2,
+                level: EventLevel::Informational,
+                arguments: Some(arguments),
+            },
+            filter: None,
+        });
+        (out, Some(session))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,6 +477,53 @@ mod tests {
         );
         assert_eq!(parsed(" A:0X10 "), vec![config("A", 0x10, EventLevel::Verbose, None)]);
         assert_eq!(parsed("A:1:5:"), vec![config("A", 1, EventLevel::Verbose, Some(""))]);
+    }
+
+    #[test]
+    fn meters_are_a_shared_session_from_net_8_and_the_runtime_counters_before_net_9() {
+        let request =
+            MeterRequest { meters: vec!["System.Runtime".into(), "Shop".into()], refresh_secs: 5 };
+        let names = |providers: &[FilteredProvider]| -> Vec<String> {
+            providers.iter().map(|p| p.provider.name.clone()).collect()
+        };
+        let gc = profile("gc").unwrap();
+        let (net8, session) = request.providers_for(&gc, Some(8), "tracer-1-2-3");
+        assert_eq!(names(&net8), [RUNTIME_PROVIDER, SYSTEM_RUNTIME_PROVIDER, METRICS_PROVIDER]);
+        assert_eq!(
+            net8[1].provider.arguments.as_deref(),
+            Some("EventCounterIntervalSec=5"),
+            "the System.Runtime counters at the meters' interval"
+        );
+        assert_eq!(
+            net8[2].provider,
+            config(
+                METRICS_PROVIDER,
+                2,
+                EventLevel::Informational,
+                Some(
+                    "SessionId=SHARED;Metrics=System.Runtime,Shop;RefreshInterval=5;\
+                     MaxTimeSeries=1000;MaxHistograms=20;ClientId=tracer-1-2-3"
+                )
+            )
+        );
+        let session = session.unwrap();
+        assert_eq!(
+            (session.session_id.as_str(), session.client_id.as_str()),
+            ("SHARED", "tracer-1-2-3")
+        );
+        // .NET 9 has the runtime's meter; .NET 6 and 7 no shared session.
+        let (net9, _) = request.providers_for(&gc, Some(9), "c");
+        assert_eq!(names(&net9), [RUNTIME_PROVIDER, METRICS_PROVIDER]);
+        let (net6, session) = request.providers_for(&[], Some(6), "c");
+        assert!(net6[1].provider.arguments.as_deref().unwrap().starts_with("SessionId=c;"));
+        assert_eq!(session.unwrap().session_id, "c");
+        // Providers of the user's that ask for either are kept as they are.
+        let counters = profile("counters").unwrap();
+        let explicit =
+            parse_providers("System.Diagnostics.Metrics:0x2:5:SessionId=mine;Metrics=Shop")
+                .unwrap();
+        let both: Vec<FilteredProvider> = counters.iter().chain(&explicit).cloned().collect();
+        assert_eq!(request.providers_for(&both, Some(8), "c"), (both, None));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tracer_decode::counters::{CounterError, CounterSample, Distribution, Reading};
+use tracer_decode::counters::{CounterError, CounterSample, Distribution, MeterLoss, Reading};
 
 use crate::output::{Incarnation, ProcessLabels};
 
@@ -150,6 +150,12 @@ impl RuntimeCounters {
         self.table().bad_samples
     }
 
+    /// Notices of values the runtimes did not publish, by why (zero counts included).
+    pub fn runtime_losses(&self) -> [(MeterLoss, u64); MeterLoss::ALL.len()] {
+        let table = self.table();
+        MeterLoss::ALL.map(|loss| (loss, table.runtime_losses[loss as usize]))
+    }
+
     /// The families for the exposition, each series labelled with its process.
     pub fn families(&self) -> RuntimeFamilies {
         self.table().families()
@@ -165,6 +171,8 @@ struct Table {
     series: usize,
     refused: u64,
     bad_samples: u64,
+    /// Notices of each [`MeterLoss`], by its discriminant.
+    runtime_losses: [u64; MeterLoss::ALL.len()],
 }
 
 impl Table {
@@ -177,6 +185,14 @@ impl Table {
         let pid = process.pid;
         let sample = match sample {
             Ok(s) => s,
+            Err(CounterError::Runtime { loss, message }) => {
+                let seen = &mut self.runtime_losses[loss as usize];
+                *seen += 1;
+                if seen.is_power_of_two() {
+                    log::warn!("pid {pid}: {loss} ({message}); {seen} such notices so far");
+                }
+                return;
+            }
             Err(e) => {
                 self.bad_samples += 1;
                 if self.bad_samples.is_power_of_two() {

@@ -150,6 +150,7 @@ pub async fn run(
             user_events_grant: Default::default(),
             nettrace_dir: None,
             stopping_event: None,
+            meters: None,
         },
         clock: Clock::new(),
         out,

@@ -69,6 +69,7 @@ pub async fn collect(
         user_events_grant: Default::default(),
         nettrace_dir: None,
         stopping_event: None,
+        meters: None,
     };
     let pid = target.pid();
     let report = |r: LocateReport| async move {

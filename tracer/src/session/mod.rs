@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracer_decode::counters::{CounterError, CounterReader, CounterSample};
+use tracer_decode::counters::{CounterError, CounterReader, CounterSample, MeterSession};
 use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, ProviderConfig, TracingRequest};
 use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
+use crate::ipc::providers::MeterRequest;
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
 use crate::output::{
     Incarnation, Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source,
@@ -64,6 +65,29 @@ pub struct SessionConfig {
     pub nettrace_dir: Option<PathBuf>,
     /// The event after which a process's session stops (`--stopping-event`).
     pub stopping_event: Option<stopping::StoppingEvent>,
+    /// The Meter API's instruments every session asks for (`--meters`).
+    pub meters: Option<MeterRequest>,
+}
+
+/// Numbers the Meter clients of this tracer: each session is a client of its own.
+static NEXT_METER_CLIENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl SessionConfig {
+    /// What a session with `pid`'s runtime of `major` asks for, and, when it adds the Meter
+    /// provider (`--meters`), the Meter session whose values and notices are its own: each
+    /// session a client with its own `ClientId` (`tracer-<tracer pid>-<pid>-<n>`), so that the
+    /// runtime's shared session keeps counting it apart from other tools' clients.
+    pub fn request_for(
+        &self,
+        pid: u32,
+        major: Option<u32>,
+    ) -> (TracingRequest, Option<MeterSession>) {
+        let Some(meters) = &self.meters else { return (self.request.clone(), None) };
+        let n = NEXT_METER_CLIENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let client_id = format!("tracer-{}-{pid}-{n}", std::process::id());
+        let (providers, session) = meters.providers_for(&self.request.providers, major, &client_id);
+        (TracingRequest { providers, ..self.request.clone() }, session)
+    }
 }
 
 /// Which processes may get a user_events session, i.e. a `user_events_data` fd
@@ -244,6 +268,12 @@ impl EventLines {
             extras,
             ..EventLines::default()
         }
+    }
+
+    /// [`EventLines::new`] whose counter samples are `session`'s alone (see [`MeterSession`]).
+    pub fn for_meter_session(extras: LineExtras, session: Option<MeterSession>) -> EventLines {
+        let counter_reader = session.map(CounterReader::for_session).unwrap_or_default();
+        EventLines { counter_reader, ..EventLines::new(extras) }
     }
 
     /// The lines so far, to hand on; this batch starts again empty (with room for a full one)

@@ -165,7 +165,8 @@ pub(super) async fn run(
     let (pid, process) = (target.pid(), target.incarnation());
     let labels = labels.get(pid);
     let major = runtime.as_ref().and_then(ProcessInfo::major_version);
-    let mut command = match collect_tracing_for(&config.request, major) {
+    let (request, meter_session) = config.request_for(pid, major);
+    let mut command = match collect_tracing_for(&request, major) {
         Ok(command) => command,
         Err(e) => {
             let _ = out
@@ -174,14 +175,14 @@ pub(super) async fn run(
             return;
         }
     };
-    if rundown_mask_unsupported(&config.request, major) {
+    if rundown_mask_unsupported(&request, major) {
         log::info!(
             "pid {pid}: runtime {} has no CollectTracing4 (.NET {COLLECT_TRACING4_MAJOR}+) for a \
              rundown keyword mask: the session runs without rundown",
             runtime.as_ref().and_then(|r| r.clr_product_version.as_deref()).unwrap_or("< 6.0"),
         );
     }
-    if config.request.buffering_mode.is_some() && command.code() != CommandCode::CollectTracing6 {
+    if request.buffering_mode.is_some() && command.code() != CommandCode::CollectTracing6 {
         log::info!(
             "pid {pid}: runtime {} has no CollectTracing6 (.NET {COLLECT_TRACING6_MAJOR}+): a \
              {} session with the runtime's usual dropping buffers",
@@ -194,9 +195,9 @@ pub(super) async fn run(
     // falling back.
     if let Err(e) = &started
         && e.server_error() == Some(ServerError::UnknownCommand)
-        && config.request.buffering_mode == Some(BufferingMode::Drop)
+        && request.buffering_mode == Some(BufferingMode::Drop)
     {
-        command = oldest_collect_tracing(&config.request);
+        command = oldest_collect_tracing(&request);
         log::info!("pid {pid}: CollectTracing6 is unknown to the runtime: {}", command.code());
         started = client.start_streaming_session(&command).await;
     }
@@ -212,7 +213,7 @@ pub(super) async fn run(
         command: command.code(),
         mode: SessionMode::Streaming,
         runtime,
-        providers: config.request.providers.iter().map(|p| p.provider.clone()).collect(),
+        providers: request.providers.iter().map(|p| p.provider.clone()).collect(),
     };
     if out.send(started).await.is_err() {
         return;
@@ -221,9 +222,9 @@ pub(super) async fn run(
     // EventPipe's own ProcessInfo event comes with every session, and a rundown (asked for by
     // keyword, not by provider) from a provider of its own (docs/protocol/runtime-events.md).
     let mut requested: Vec<&str> =
-        config.request.providers.iter().map(|p| p.provider.name.as_str()).collect();
+        request.providers.iter().map(|p| p.provider.name.as_str()).collect();
     requested.push(EVENTPIPE_PROVIDER);
-    if config.request.rundown_keyword != 0 {
+    if request.rundown_keyword != 0 {
         requested.push(RUNDOWN_PROVIDER);
     }
     let mut unrequested = 0u64;
@@ -243,7 +244,7 @@ pub(super) async fn run(
     let mut buf = vec![0u8; 64 * 1024];
     // One batch for the session's reads: handed on when full and at the end of a read that
     // rendered lines, so a read without lines allocates nothing.
-    let mut lines = EventLines::new(line_extras);
+    let mut lines = EventLines::for_meter_session(line_extras, meter_session);
     let mut file = config
         .nettrace_dir
         .as_deref()

@@ -120,8 +120,11 @@ pub(super) async fn run(
 ) {
     let SessionContext { config, out, mut stop, .. } = ctx;
     let (pid, process) = (target.pid(), target.incarnation());
+    let major = runtime.as_ref().and_then(ProcessInfo::major_version);
+    // The hub reads every session's records: Meter values are not told apart by session here.
+    let (request, _) = config.request_for(pid, major);
     let providers: Vec<String> =
-        config.request.providers.iter().map(|p| p.provider.name.clone()).collect();
+        request.providers.iter().map(|p| p.provider.name.clone()).collect();
     let pointer_size = match runtime.as_ref().map(|r| r.arch.as_str()) {
         Some("x86" | "arm32" | "arm") => 4,
         _ => 8,
@@ -159,7 +162,7 @@ pub(super) async fn run(
         })
         .collect();
     let started = client
-        .start_user_events_session(config.request.rundown_keyword, &session_providers, data.as_fd())
+        .start_user_events_session(request.rundown_keyword, &session_providers, data.as_fd())
         .await;
     // The runtime has its copy now; the hub holds the session's file until the session ends.
     drop(data);

@@ -145,6 +145,9 @@ impl RunSummary {
                 loss("metrics", "series_limit", counters.refused()),
                 loss("metrics", "bad_counter", counters.bad_samples()),
             ]);
+            all.extend(
+                counters.runtime_losses().map(|(why, count)| loss("metrics", why.reason(), count)),
+            );
         }
         all
     }
