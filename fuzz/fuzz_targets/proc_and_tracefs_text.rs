@@ -3,16 +3,20 @@
 //! sockets), `/proc/<pid>/fd` link targets, and a pidfd's fdinfo (a process controls its memfd
 //! names, comm, environment and time namespace offsets) and tracefs files (`format`,
 //! `header_page`, `header_event`, per-CPU `stats`; a user_events tracepoint's format follows the
-//! fields its registering process chose), and any of that text as a cell of `tracer top`'s
-//! screen. Never a panic; a parsed event format or page layout then decodes the rest of the
-//! input as a record or page.
+//! fields its registering process chose), any of that text as a cell of `tracer top`'s
+//! screen, and a process's OpenTelemetry resource from its environment. Never a panic; a
+//! parsed event format or page layout then decodes the rest of the input as a record or page.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tracer_decode::container::environ_value;
 use tracer_decode::ftrace::format::EventFormat;
 use tracer_decode::ftrace::page::{PageLayout, decode_page};
 use tracer_decode::ftrace::record::decode_fields;
 use tracer_decode::ftrace::stats::CpuBufferStats;
+use tracer_decode::otel_resource::{
+    MAX_ATTRIBUTE_BYTES, MAX_ATTRIBUTES, resource_attributes, service_name,
+};
 use tracer_decode::procfs::{
     cgroup_v2_path, coreclr_version, memfd_mappings, parse_ns_pid, parse_ns_pid_depth,
     parse_pidfd_fdinfo_pid, parse_start_time, parse_stat_ppid, parse_status_cap_bnd,
@@ -139,4 +143,27 @@ fuzz_target!(|input: &[u8]| {
     assert!(!tmpdir.as_os_str().is_empty());
     let environ = [&b"TMPDIR="[..], tmpdir.as_os_str().as_encoded_bytes()].concat();
     assert_eq!(parse_tmpdir(&environ), tmpdir);
+
+    // A process's own OpenTelemetry resource: bounded, printable attributes and service name.
+    let (attributes, _) =
+        resource_attributes(environ_value(rest, b"OTEL_RESOURCE_ATTRIBUTES").unwrap_or(rest));
+    assert!(attributes.len() <= MAX_ATTRIBUTES);
+    for (key, value) in &attributes {
+        assert!(
+            !key.is_empty()
+                && key.len() <= MAX_ATTRIBUTE_BYTES
+                && value.len() <= MAX_ATTRIBUTE_BYTES
+        );
+        assert!(!key.chars().chain(value.chars()).any(char::is_control), "{key:?}={value:?}");
+    }
+    let service = service_name(
+        environ_value(rest, b"OTEL_SERVICE_NAME"),
+        &attributes,
+        Some(&text),
+        Some(&text),
+    );
+    if let Some(name) = service {
+        assert!(!name.is_empty() && name.len() <= MAX_ATTRIBUTE_BYTES, "{name:?}");
+        assert!(!name.chars().any(char::is_control), "{name:?}");
+    }
 });

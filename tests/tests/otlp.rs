@@ -3,7 +3,7 @@
 //! PyPI `opentelemetry-proto`); the records are checked against the JSON lines field by field;
 //! then the receiver stops mid-run, tracing goes on, and every record not received is counted.
 //! `tracer run` sends a runtime's events and its threads' syscalls (`--kernel-event`) the same
-//! way.
+//! way, and a real runtime's Meter instruments as OTLP metrics of their type.
 use std::process::Command;
 use std::time::Duration;
 
@@ -322,4 +322,90 @@ fn runtime_and_kernel_events_arrive_as_records_encoded_with_their_lines() {
         assert_eq!(attributes, expected_attributes(line), "{line}");
     }
     assert_eq!(summary.otlp.map(|s| s.lost()), Some(0));
+}
+
+/// A real CoreCLR 8's Meter instruments (`--meters`) as OTLP metrics, decoded by the reference
+/// bindings: a cumulative monotonic sum, a gauge and a summary, under the process's resource
+/// (its own `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, and what tracer knows of it)
+/// and the meter's scope.
+#[test]
+fn a_runtimes_meter_instruments_arrive_as_otlp_metrics_of_their_type() {
+    use tests::coreclr::CoreclrHost;
+    use tests::pipeline::{run_config, start_run, with_providers};
+    use tests::scratch::ScratchDir;
+    use tracer::ipc::providers::MeterRequest;
+    let (mut receiver, port) = Receiver::start();
+    let tmp = ScratchDir::new("otlp-meters");
+    let env = [
+        ("OTEL_SERVICE_NAME", "shop-api"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test,process.pid=1"),
+    ];
+    let mut host = CoreclrHost::spawn_with(tmp.path(), &env).expect("CoreCLR");
+    let pid = host.host_pid;
+    host.meter().expect("meter");
+    let base = run_config(
+        "unused",
+        tracer::session::SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    let mut config = with_providers(base, Vec::new());
+    config.target_pids = vec![pid];
+    config.session.meters =
+        Some(MeterRequest { meters: vec!["TracerTest.Shop".into()], refresh_secs: 1 });
+    let mut otlp = OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    otlp.metrics_interval = Duration::from_secs(1);
+    config.otlp = Some(otlp);
+    let mut tracer = start_run(Duration::from_secs(60), config);
+    tracer.wait_for("session_started", TIMEOUT * 3, |l| {
+        l["kind"] == "session_started" && l["pid"] == pid
+    });
+    let waits: Vec<f64> = [0.25; 30].into_iter().chain([2.0; 10]).collect();
+    host.shop(3, 2, &waits).expect("shop");
+    // Until one export has all three at their values.
+    let value = |m: &Value| m["points"][0]["value"].as_f64();
+    let (mut orders, mut active, mut wait) = (None, None, None);
+    while orders.is_none() || active.is_none() || wait.is_none() {
+        let m = receiver.next();
+        let Some(name) = m["metric"].as_str() else { continue };
+        match name {
+            "orders" if value(&m) == Some(3.0) => orders = Some(m),
+            "active" if value(&m) == Some(2.0) => active = Some(m),
+            "wait" if m["points"][0]["count"] == 40 => wait = Some(m),
+            _ => {}
+        }
+    }
+    let (orders, active, wait) = (orders.unwrap(), active.unwrap(), wait.unwrap());
+    let resource = &orders["resource"];
+    assert_eq!(resource["service.name"], "shop-api");
+    assert_eq!(resource["deployment.environment"], "test");
+    assert_eq!(resource["process.pid"], pid, "tracer's, not the one the process claims");
+    assert_eq!(resource["process.runtime.name"], ".NET");
+    assert!(
+        resource["process.runtime.version"].as_str().unwrap().starts_with("8.0."),
+        "{resource}"
+    );
+    assert!(resource["host.name"].is_string(), "{resource}");
+    assert_eq!(orders["scope"], "TracerTest.Shop");
+    assert_eq!(
+        (&orders["type"], &orders["unit"], &orders["is_monotonic"], &orders["temporality"]),
+        (&json!("sum"), &json!("{order}"), &json!(true), &json!(2)),
+        "cumulative: {orders}"
+    );
+    let point = &orders["points"][0];
+    assert!(point["start_time_unix_nano"].as_u64() < point["time_unix_nano"].as_u64(), "{point}");
+    assert_eq!((&active["type"], &active["unit"]), (&json!("gauge"), &json!("{request}")));
+    assert_eq!((&wait["type"], &wait["unit"]), (&json!("summary"), &json!("s")));
+    let wait_point = &wait["points"][0];
+    assert_eq!(wait_point["sum"], 27.5);
+    let quantiles = wait_point["quantiles"].as_array().unwrap();
+    let median = quantiles.iter().find(|q| q[0] == 0.5).expect("the median")[1].as_f64().unwrap();
+    assert!((median - 0.25).abs() <= 0.25 * 0.05, "{wait_point}");
+    host.exit().expect("the runtime exits");
+    tracer.wait_for("session_ended", TIMEOUT, |l| l["kind"] == "session_ended" && l["pid"] == pid);
+    let (_, summary) = tracer.stop();
+    let stats = summary.otlp_metrics.expect("metrics exported");
+    assert!(stats.exported >= 3, "{stats:?}");
+    assert_eq!((stats.send_failed, stats.rejected, stats.shutdown_timeout), (0, 0, 0));
+    assert_eq!(summary.resource_attributes_dropped, 0);
 }

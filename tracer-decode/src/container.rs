@@ -121,11 +121,16 @@ pub fn cgroup_is_within(path: &str, ancestor: &str) -> bool {
 
 /// Whether a NUL-separated `environ` text has `NAME` (`value: None`) or `NAME=VALUE`.
 pub fn environ_has(environ: &[u8], name: &[u8], value: Option<&[u8]>) -> bool {
-    environ.split(|&b| b == 0).any(|entry| {
-        let Some(rest) = entry.strip_prefix(name) else { return false };
-        let Some(v) = rest.strip_prefix(b"=") else { return false };
-        value.is_none_or(|want| v == want)
-    })
+    environ_values(environ, name).any(|v| value.is_none_or(|want| v == want))
+}
+
+/// The value of the first `NAME=` in a NUL-separated `environ` text (as `getenv` finds it).
+pub fn environ_value<'e>(environ: &'e [u8], name: &[u8]) -> Option<&'e [u8]> {
+    environ_values(environ, name).next()
+}
+
+fn environ_values<'e>(environ: &'e [u8], name: &[u8]) -> impl Iterator<Item = &'e [u8]> {
+    environ.split(|&b| b == 0).filter_map(move |entry| entry.strip_prefix(name)?.strip_prefix(b"="))
 }
 
 #[cfg(test)]
@@ -252,6 +257,14 @@ mod tests {
         assert!(!cgroup_is_within("/kubepods.slicex", "/kubepods.slice"));
         assert!(!cgroup_is_within("/other", "/kubepods.slice"));
         assert!(cgroup_is_within("/anything", "/"));
+    }
+
+    #[test]
+    fn environ_values_are_found_as_getenv_finds_them() {
+        let env = b"A=1\0OTEL_SERVICE_NAME=shop\0OTEL_SERVICE_NAME=later\0B";
+        assert_eq!(environ_value(env, b"OTEL_SERVICE_NAME"), Some(&b"shop"[..]));
+        assert_eq!(environ_value(env, b"OTEL"), None);
+        assert_eq!(environ_value(env, b"B"), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod diagnostic_ipc;
 pub mod json;
 pub mod nettrace;
 pub mod ordered;
+pub mod otel_resource;
 pub mod procfs;
 pub mod profile_sample;
 pub mod symbols;

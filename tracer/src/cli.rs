@@ -386,6 +386,10 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..=3600)
     )]
     pub meter_interval: u32,
+    /// With --otlp-endpoint: how often the runtime metrics are sent as OTLP metrics (POST
+    /// URL/v1/metrics; once more at exit), e.g. 10s, 1m.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub otlp_metrics_interval: Duration,
 }
 
 impl RunArgs {
@@ -559,6 +563,9 @@ impl From<BufferingArg> for tracer_decode::diagnostic_ipc::BufferingMode {
     }
 }
 
+/// The shortest `--otlp-metrics-interval`.
+pub const MIN_OTLP_METRICS_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The configuration of `tracer run` with these arguments.
 pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
     let providers = match &args.providers {
@@ -578,6 +585,13 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
             "--stopping-event names provider {:?}, which the sessions do not ask for: add it to \
              --providers",
             stopping.provider
+        );
+    }
+    if args.otlp_metrics_interval < MIN_OTLP_METRICS_INTERVAL {
+        anyhow::bail!(
+            "--otlp-metrics-interval {:?} is shorter than {MIN_OTLP_METRICS_INTERVAL:?}: every \
+             export sends every series",
+            args.otlp_metrics_interval
         );
     }
     let timeouts =
@@ -616,7 +630,10 @@ pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
         buffer_size_kb: args.buffer_size_kb,
         filter: args.filter.filter()?,
         metrics: None,
-        otlp: args.otlp.config()?,
+        otlp: args
+            .otlp
+            .config()?
+            .map(|otlp| OtlpConfig { metrics_interval: args.otlp_metrics_interval, ..otlp }),
         kernel_events: args.kernel_events.clone(),
     })
 }

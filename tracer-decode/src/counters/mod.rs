@@ -64,14 +64,37 @@ pub struct CounterSample {
     pub metric: Arc<str>,
     /// The display name and units: printable ASCII, no `\` or `"`, at most [`MAX_HELP`] bytes.
     pub help: Arc<str>,
+    /// The instrument as OpenTelemetry names it (OTLP).
+    pub instrument: Arc<Instrument>,
     /// In the metric's base unit (`MB` counters in bytes).
     pub reading: Reading,
     /// Labels from the instrument's tags (`System.Diagnostics.Metrics`), in the order sent.
     pub labels: Vec<(String, String)>,
+    /// The tags' own keys (printable, at most [`MAX_LABEL_VALUE`] bytes), in the labels' order:
+    /// OTLP attributes keep them (`http.request.method`, where the label is
+    /// `http_request_method`).
+    pub tag_keys: Vec<String>,
     /// The seconds an EventCounters value covers (`IntervalSec`, positive and finite): a `Sum`
     /// counter's value is what was added in them. `None` for `System.Diagnostics.Metrics`
     /// values and counters that do not say.
     pub interval_secs: Option<f64>,
+}
+
+/// An instrument as OpenTelemetry names it: its meter (an EventCounters counter's EventSource)
+/// as the instrumentation scope, its own name and its unit (UCUM; EventCounters' `MB` and `B`
+/// as `By`, the unit their values are scaled to). Printable, bounded like the metric name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Instrument {
+    pub scope: String,
+    pub name: String,
+    pub unit: String,
+}
+
+impl Instrument {
+    fn new(scope: &str, name: &str, unit: &str) -> Instrument {
+        let clean = |s: &str| printable(s.chars()).collect::<String>();
+        Instrument { scope: clean(scope), name: clean(name), unit: clean(unit) }
+    }
 }
 
 /// What one counter event says of its series, in the metric's base unit.
@@ -225,6 +248,7 @@ fn session_sample(
 struct SeriesName {
     metric: Arc<str>,
     help: Arc<str>,
+    instrument: Arc<Instrument>,
 }
 
 /// Series names by the strings they are made of (at most [`MAX_CACHED_NAMES`]).
@@ -388,27 +412,41 @@ fn meter_value(
                 None => return Ok(None),
             },
         };
-        let labels = tag_labels(instrument, string(Member::Tags).unwrap_or(""))?;
+        let (labels, tag_keys) = tag_labels(instrument, string(Member::Tags).unwrap_or(""))?;
         let gauge = matches!(reading, Reading::Level(_));
-        let SeriesName { metric, help } =
+        let SeriesName { metric, help, instrument: otel } =
             names.get_or_build(&["M", event, meter, instrument, unit], || {
                 let suffix = meter_unit_suffix(unit, gauge);
                 let metric = metric_name(meter, instrument, suffix.as_deref());
                 Ok(SeriesName {
                     metric: checked_metric(metric, instrument)?.into(),
                     help: help_text(&format!("{instrument} of meter {meter}"), unit).into(),
+                    instrument: Instrument::new(meter, instrument, unit).into(),
                 })
             })?;
-        Ok(Some(CounterSample { metric, help, reading, labels, interval_secs: None }))
+        let instrument = otel;
+        let interval_secs = None;
+        Ok(Some(CounterSample {
+            metric,
+            help,
+            instrument,
+            reading,
+            labels,
+            tag_keys,
+            interval_secs,
+        }))
     };
     sample().transpose()
 }
 
 /// `k=v,k2=v2` as labels: names normalized like counter names (`tag_` before one of
 /// [`PROCESS_LABELS`] or a name starting with `__`, which Prometheus reserves), values printable.
-fn tag_labels(instrument: &str, tags: &str) -> Result<Vec<(String, String)>, CounterError> {
+/// The labels, and the tags' own keys ([`CounterSample::tag_keys`]).
+type Tags = (Vec<(String, String)>, Vec<String>);
+
+fn tag_labels(instrument: &str, tags: &str) -> Result<Tags, CounterError> {
     if tags.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let count = tags.split(',').count();
     if count > MAX_TAGS {
@@ -434,7 +472,12 @@ fn tag_labels(instrument: &str, tags: &str) -> Result<Vec<(String, String)>, Cou
             return Err(CounterError::DuplicateTag { instrument, label });
         }
     }
-    Ok(labels)
+    let keys = tags.split(',').map(|tag| {
+        let key = tag.split_once('=').map_or(tag, |(key, _)| key);
+        // ASCII: one byte a character.
+        printable(key.chars()).take(MAX_LABEL_VALUE).collect::<String>()
+    });
+    Ok((labels, keys.collect()))
 }
 
 fn event_counter(
@@ -470,19 +513,26 @@ fn event_counter(
     }
     let reading =
         if sum { Reading::Added { amount: value, total: None } } else { Reading::Level(value) };
-    let SeriesName { metric, help } =
+    let SeriesName { metric, help, instrument } =
         names.get_or_build(&["E", provider, name, display, units], || {
             let metric = metric_name(provider, name, event_counter_unit_suffix(units));
+            let unit = if ["B", "MB"].iter().any(|u| u.eq_ignore_ascii_case(units)) {
+                "By"
+            } else {
+                units
+            };
             Ok(SeriesName {
                 metric: checked_metric(metric, name)?.into(),
                 help: help_text(display, units).into(),
+                instrument: Instrument::new(provider, name, unit).into(),
             })
         })?;
     let interval_secs = match payload.get(Member::IntervalSec) {
         Seen::Number(secs) if secs.is_finite() && secs > 0.0 => Some(secs),
         _ => None,
     };
-    Ok(CounterSample { metric, help, reading, labels: Vec::new(), interval_secs })
+    let (labels, tag_keys) = (Vec::new(), Vec::new());
+    Ok(CounterSample { metric, help, instrument, reading, labels, tag_keys, interval_secs })
 }
 
 /// `metric` unless it is too long or takes tracer's own prefix.
@@ -752,8 +802,10 @@ mod tests {
             Ok(CounterSample {
                 metric: "systemruntime_gc_heap_size_bytes".into(),
                 help: "GC Heap Size (MB)".into(),
+                instrument: Instrument::new("System.Runtime", "gc-heap-size", "By").into(),
                 reading: Reading::Level(7_500_000.0),
                 labels: Vec::new(),
+                tag_keys: Vec::new(),
                 interval_secs: Some(1.0),
             })
         );
@@ -769,8 +821,10 @@ mod tests {
             Ok(CounterSample {
                 metric: "systemruntime_gen_0_gc_count".into(),
                 help: "Gen 0 GC Count".into(),
+                instrument: Instrument::new("System.Runtime", "gen-0-gc-count", "").into(),
                 reading: Reading::Added { amount: 3.0, total: None },
                 labels: Vec::new(),
+                tag_keys: Vec::new(),
                 interval_secs: Some(1.0),
             })
         );
@@ -817,8 +871,10 @@ mod tests {
             Some(Ok(CounterSample {
                 metric: "tracertestapp_queue_length_items".into(),
                 help: "queue-length of meter TracerTest.App (items)".into(),
+                instrument: Instrument::new("TracerTest.App", "queue-length", "items").into(),
                 reading: Reading::Level(42.5),
                 labels: Vec::new(),
+                tag_keys: Vec::new(),
                 interval_secs: None,
             }))
         );
@@ -1090,7 +1146,8 @@ mod tests {
         let get = |names: &mut NameCache, parts: &[&str]| {
             names.get_or_build(parts, || {
                 built.set(built.get() + 1);
-                Ok(SeriesName { metric: parts.concat().into(), help: "h".into() })
+                let instrument = Arc::default();
+                Ok(SeriesName { metric: parts.concat().into(), help: "h".into(), instrument })
             })
         };
         let first = get(&mut names, &["E", "P", "c"]).unwrap();

@@ -1,2 +1,5 @@
-//! Exports of the output lines to other systems: `--otlp-endpoint` ([`otlp`]).
+//! Exports to other systems (`--otlp-endpoint`): the output lines as log records ([`otlp`]),
+//! the runtime metrics ([`otlp_metrics`]), each process's resource ([`resource`]).
 pub mod otlp;
+pub mod otlp_metrics;
+pub mod resource;

@@ -78,6 +78,8 @@ pub struct OtlpConfig {
     /// `host.name`, when known.
     pub host_name: Option<String>,
     pub queue_capacity: usize,
+    /// How often `run` sends the runtime metrics (`--otlp-metrics-interval`).
+    pub metrics_interval: std::time::Duration,
 }
 
 impl OtlpConfig {
@@ -91,14 +93,20 @@ impl OtlpConfig {
                 .map(|h| h.trim().to_owned())
                 .filter(|h| !h.is_empty()),
             queue_capacity: QUEUE_CAPACITY,
+            metrics_interval: crate::export::otlp_metrics::DEFAULT_INTERVAL,
         };
         config.logs_uri()?;
         Ok(config)
     }
 
-    /// `<endpoint>/v1/logs`; only `http://` (put a node-local collector in front for TLS).
+    /// `<endpoint>/v1/logs`.
     pub fn logs_uri(&self) -> anyhow::Result<Uri> {
-        let url = format!("{}{LOGS_PATH}", self.endpoint.trim_end_matches('/'));
+        self.uri(LOGS_PATH)
+    }
+
+    /// `<endpoint><path>`; only `http://` (put a node-local collector in front for TLS).
+    pub fn uri(&self, path: &str) -> anyhow::Result<Uri> {
+        let url = format!("{}{path}", self.endpoint.trim_end_matches('/'));
         let uri: Uri = url.parse().with_context(|| format!("--otlp-endpoint {}", self.endpoint))?;
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
             bail!(
@@ -110,6 +118,14 @@ impl OtlpConfig {
         Ok(uri)
     }
 
+    /// `host.name` and `k8s.node.name`, those known.
+    pub fn node_attributes(&self) -> Vec<(String, String)> {
+        let host = self.host_name.clone().map(|h| ("host.name".to_owned(), h));
+        let node = self.node_name.clone().map(|n| ("k8s.node.name".to_owned(), n));
+        host.into_iter().chain(node).collect()
+    }
+
+    /// The resource of tracer's own records (its lines).
     fn resource(&self) -> Resource {
         let attribute = |key: &str, value: &str| KeyValue {
             key: key.into(),
@@ -120,12 +136,7 @@ impl OtlpConfig {
             attribute("service.name", SERVICE_NAME),
             attribute("service.version", env!("CARGO_PKG_VERSION")),
         ];
-        if let Some(host) = &self.host_name {
-            attributes.push(attribute("host.name", host));
-        }
-        if let Some(node) = &self.node_name {
-            attributes.push(attribute("k8s.node.name", node));
-        }
+        attributes.extend(self.node_attributes().iter().map(|(k, v)| attribute(k, v)));
         Resource { attributes, ..Default::default() }
     }
 }
@@ -236,11 +247,8 @@ impl Exporter {
     /// Spawns the exporter task on the current runtime.
     pub fn start(config: &OtlpConfig) -> anyhow::Result<Exporter> {
         let (lines, rx) = queue(config.queue_capacity);
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(REQUEST_TIMEOUT));
         let sender = Sender {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            uri: config.logs_uri()?,
+            poster: Poster::new(config.logs_uri()?),
             resource: config.resource().encode_to_vec(),
             scope: InstrumentationScope {
                 name: SERVICE_NAME.into(),
@@ -251,7 +259,7 @@ impl Exporter {
             counters: lines.counters.clone(),
             failing: false,
         };
-        log::info!("exporting lines as OTLP log records to {}", sender.uri);
+        log::info!("exporting lines as OTLP log records to {}", sender.poster.uri);
         let task = tokio::spawn(export_loop(rx, sender));
         Ok(Exporter { lines, task })
     }
@@ -365,22 +373,13 @@ async fn export_loop(mut rx: mpsc::Receiver<Msg>, mut sender: Sender) {
 }
 
 struct Sender {
-    client: Client<HttpConnector, Full<Bytes>>,
-    uri: Uri,
+    poster: Poster,
     /// The `Resource` and `InstrumentationScope` messages, encoded once.
     resource: Vec<u8>,
     scope: Vec<u8>,
     counters: Arc<Counters>,
     /// The last batch could not be sent (log the change, not every failure).
     failing: bool,
-}
-
-/// Why an attempt failed.
-enum Failure {
-    /// Worth another attempt: no connection, a timeout, 429 / 502 / 503 / 504.
-    Retry(String),
-    /// The collector refused the request.
-    Rejected(String),
 }
 
 impl Sender {
@@ -422,24 +421,75 @@ impl Sender {
 
     async fn send(&mut self, records: &EncodedRecords) {
         let n = records.count();
-        let body = Bytes::from(self.request(records));
+        let (counter, why) = match self.poster.post(Bytes::from(self.request(records))).await {
+            Ok(answer) => {
+                let rejected = ExportLogsServiceResponse::decode(answer)
+                    .ok()
+                    .and_then(|r| r.partial_success)
+                    .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0))
+                    .min(n);
+                self.counters.exported.fetch_add(n - rejected, Ordering::Relaxed);
+                self.counters.rejected.fetch_add(rejected, Ordering::Relaxed);
+                if self.failing {
+                    log::info!("OTLP export to {}: sending again", self.poster.uri);
+                    self.failing = false;
+                }
+                return;
+            }
+            Err(Failed::Rejected(why)) => (&self.counters.rejected, why),
+            Err(Failed::Unsent(why)) => (&self.counters.send_failed, why),
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+        if !self.failing {
+            log::warn!(
+                "OTLP export to {}: {n} records dropped: {why} (counted as otlp losses; further \
+                 failures are not logged until a send succeeds)",
+                self.poster.uri
+            );
+            self.failing = true;
+        }
+    }
+}
+
+/// Why a request was not taken: the collector refused it, or every attempt failed.
+pub(super) enum Failed {
+    Rejected(String),
+    Unsent(String),
+}
+
+/// Why one attempt failed.
+enum Failure {
+    /// Worth another attempt: no connection, a timeout, 429 / 502 / 503 / 504.
+    Retry(String),
+    /// The collector refused the request.
+    Rejected(String),
+}
+
+/// Posts protobuf requests to one OTLP/HTTP path (`/v1/logs`, `/v1/metrics`): up to
+/// [`MAX_ATTEMPTS`] attempts with exponential backoff, each within [`REQUEST_TIMEOUT`].
+pub(super) struct Poster {
+    client: Client<HttpConnector, Full<Bytes>>,
+    pub(super) uri: Uri,
+}
+
+impl Poster {
+    pub(super) fn new(uri: Uri) -> Poster {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(REQUEST_TIMEOUT));
+        Poster { client: Client::builder(TokioExecutor::new()).build(connector), uri }
+    }
+
+    /// Posts `body` until the collector takes it (its answer's body), refuses it, or the
+    /// attempts run out.
+    pub(super) async fn post(&self, body: Bytes) -> Result<Bytes, Failed> {
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
-        let (counter, why) = loop {
-            match self.post(body.clone()).await {
-                Ok(rejected) => {
-                    let rejected = rejected.min(n);
-                    self.counters.exported.fetch_add(n - rejected, Ordering::Relaxed);
-                    self.counters.rejected.fetch_add(rejected, Ordering::Relaxed);
-                    if self.failing {
-                        log::info!("OTLP export to {}: sending again", self.uri);
-                        self.failing = false;
-                    }
-                    return;
-                }
-                Err(Failure::Rejected(why)) => break (&self.counters.rejected, why),
+        loop {
+            match self.attempt(body.clone()).await {
+                Ok(answer) => return Ok(answer),
+                Err(Failure::Rejected(why)) => return Err(Failed::Rejected(why)),
                 Err(Failure::Retry(why)) if attempt >= MAX_ATTEMPTS => {
-                    break (&self.counters.send_failed, why);
+                    return Err(Failed::Unsent(format!("{why}, after {attempt} attempts")));
                 }
                 Err(Failure::Retry(_)) => {
                     tokio::time::sleep(backoff).await;
@@ -447,20 +497,11 @@ impl Sender {
                     attempt += 1;
                 }
             }
-        };
-        counter.fetch_add(n, Ordering::Relaxed);
-        if !self.failing {
-            log::warn!(
-                "OTLP export to {}: {n} records dropped after {attempt} attempts: {why} \
-                 (counted as otlp losses; further failures are not logged until a send succeeds)",
-                self.uri
-            );
-            self.failing = true;
         }
     }
 
-    /// One attempt; the records the collector rejected in a partial success.
-    async fn post(&self, body: Bytes) -> Result<u64, Failure> {
+    /// One attempt; the answer's body on a 2xx status.
+    async fn attempt(&self, body: Bytes) -> Result<Bytes, Failure> {
         let request = hyper::Request::post(self.uri.clone())
             .header(CONTENT_TYPE, "application/x-protobuf")
             .body(Full::new(body))
@@ -481,10 +522,7 @@ impl Sender {
             .await
             .map_err(|_| Failure::Retry(format!("no answer within {REQUEST_TIMEOUT:?}")))??;
         match status.as_u16() {
-            200..=299 => Ok(ExportLogsServiceResponse::decode(body)
-                .ok()
-                .and_then(|r| r.partial_success)
-                .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0))),
+            200..=299 => Ok(body),
             429 | 502 | 503 | 504 => Err(Failure::Retry(format!("HTTP {status}"))),
             _ => Err(Failure::Rejected(format!(
                 "HTTP {status}: {}",

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tracer_decode::counters::{CounterError, CounterSample, Distribution, MeterLoss, Reading};
+use tracer_decode::counters::{
+    CounterError, CounterSample, Distribution, Instrument, MeterLoss, Reading,
+};
 
 use crate::output::{Incarnation, ProcessLabels};
 
@@ -75,7 +77,34 @@ pub enum FamilyKind {
 #[derive(Debug, Clone, PartialEq)]
 struct Latest {
     help: Arc<str>,
+    instrument: Arc<Instrument>,
     value: SeriesValue,
+    /// When tracer first saw the series (Unix ns): where a cumulative sum starts.
+    start_unix_ns: u64,
+    /// The tags' own keys, in the labels' order (`CounterSample::tag_keys`).
+    tag_keys: Vec<String>,
+}
+
+/// A process's resource attributes for OTLP, as its session found them (opaque here).
+pub type ResourceAttributes = Arc<[(String, String)]>;
+
+/// What an OTLP exporter reads of one process ([`RuntimeCounters::snapshot`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessSnapshot {
+    /// `pid`, `process_start_ns`, `container_id`, `pod_uid` (those known), as on its series.
+    pub labels: Vec<(String, String)>,
+    pub resource: Option<ResourceAttributes>,
+    pub series: Vec<SeriesSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesSnapshot {
+    pub instrument: Arc<Instrument>,
+    pub help: Arc<str>,
+    /// The instrument's tags, with their own keys.
+    pub tags: Vec<(String, String)>,
+    pub value: SeriesValue,
+    pub start_unix_ns: u64,
 }
 
 /// A series of one process: its metric name and its own labels (tags).
@@ -84,6 +113,7 @@ type SeriesKey = (Arc<str>, Vec<(String, String)>);
 #[derive(Debug, Default, Clone)]
 struct ProcessSeries {
     labels: Vec<(String, String)>,
+    resource: Option<ResourceAttributes>,
     /// Looked up for every sample (the exposition orders the series itself).
     latest: foldhash::HashMap<SeriesKey, Latest>,
 }
@@ -107,6 +137,17 @@ pub struct RuntimeFamily {
 pub struct RuntimeCounters(Arc<Mutex<Table>>);
 
 impl RuntimeCounters {
+    /// An empty table; `resources`: its processes are to be described ([`Self::describe`]) for
+    /// an OTLP export.
+    pub fn new(resources: bool) -> RuntimeCounters {
+        RuntimeCounters(Arc::new(Mutex::new(Table { resources, ..Table::default() })))
+    }
+
+    /// Whether processes are to be described ([`Self::new`]).
+    pub fn wants_resources(&self) -> bool {
+        self.table().resources
+    }
+
     fn table(&self) -> MutexGuard<'_, Table> {
         // A panic while holding it leaves the table whole (each update is one insert or remove).
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -160,6 +201,48 @@ impl RuntimeCounters {
     pub fn families(&self) -> RuntimeFamilies {
         self.table().families()
     }
+
+    /// Gives `process` (labelled `labels`) its OTLP resource, for the series it has and will
+    /// have.
+    pub fn describe(
+        &self,
+        process: Incarnation,
+        labels: Option<&ProcessLabels>,
+        resource: ResourceAttributes,
+    ) {
+        let mut table = self.table();
+        let entry = table.processes.entry(process).or_insert_with(|| ProcessSeries {
+            labels: series_labels(process, labels),
+            ..ProcessSeries::default()
+        });
+        entry.resource = Some(resource);
+    }
+
+    /// Every process's series as they are now, for an OTLP export (processes without series
+    /// left out).
+    pub fn snapshot(&self) -> Vec<ProcessSnapshot> {
+        let table = self.table();
+        table
+            .processes
+            .values()
+            .filter(|p| !p.latest.is_empty())
+            .map(|p| ProcessSnapshot {
+                labels: p.labels.clone(),
+                resource: p.resource.clone(),
+                series: p
+                    .latest
+                    .iter()
+                    .map(|((_, tags), latest)| SeriesSnapshot {
+                        instrument: latest.instrument.clone(),
+                        help: latest.help.clone(),
+                        tags: own_keys(tags, &latest.tag_keys),
+                        value: latest.value.clone(),
+                        start_unix_ns: latest.start_unix_ns,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -173,6 +256,8 @@ struct Table {
     bad_samples: u64,
     /// Notices of each [`MeterLoss`], by its discriminant.
     runtime_losses: [u64; MeterLoss::ALL.len()],
+    /// Whether processes are described for an OTLP export.
+    resources: bool,
 }
 
 impl Table {
@@ -203,7 +288,7 @@ impl Table {
         };
         let process = self.processes.entry(process).or_insert_with(|| ProcessSeries {
             labels: series_labels(process, labels_of(pid).as_deref()),
-            latest: foldhash::HashMap::default(),
+            ..ProcessSeries::default()
         });
         let key = (sample.metric, sample.labels);
         let value = SeriesValue::after(process.latest.get(&key).map(|l| &l.value), sample.reading);
@@ -222,7 +307,7 @@ impl Table {
             return;
         }
         if let Some(known) = process.latest.get_mut(&key) {
-            *known = Latest { help: sample.help, value };
+            (known.help, known.instrument, known.value) = (sample.help, sample.instrument, value);
             return;
         }
         if process.latest.len() >= MAX_SERIES_PER_PROCESS || self.series >= MAX_SERIES {
@@ -237,7 +322,14 @@ impl Table {
             return;
         }
         self.kinds.entry(key.0.clone()).or_insert((value.kind(), 0)).1 += 1;
-        process.latest.insert(key, Latest { help: sample.help, value });
+        let latest = Latest {
+            help: sample.help,
+            instrument: sample.instrument,
+            value,
+            start_unix_ns: unix_now_ns(),
+            tag_keys: sample.tag_keys,
+        };
+        process.latest.insert(key, latest);
         self.series += 1;
     }
 
@@ -272,6 +364,19 @@ impl Table {
         }
         families
     }
+}
+
+/// `labels` with the tags' own keys where the sample had them.
+fn own_keys(labels: &[(String, String)], keys: &[String]) -> Vec<(String, String)> {
+    if keys.len() != labels.len() {
+        return labels.to_vec();
+    }
+    keys.iter().zip(labels).map(|(key, (_, value))| (key.clone(), value.clone())).collect()
+}
+
+fn unix_now_ns() -> u64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since_epoch.map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// One series fewer of `metric`'s type.
@@ -312,8 +417,10 @@ mod tests {
         Ok(CounterSample {
             metric: metric.into(),
             help: format!("{metric} help").into(),
+            instrument: Default::default(),
             reading: Reading::Level(value),
             labels,
+            tag_keys: Vec::new(),
             interval_secs: None,
         })
     }

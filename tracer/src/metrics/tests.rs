@@ -109,8 +109,10 @@ fn runtime_counters_are_exposed_by_their_type() {
         Ok(CounterSample {
             metric: metric.into(),
             help: format!("{metric} help").into(),
+            instrument: Default::default(),
             reading,
             labels,
+            tag_keys: Vec::new(),
             interval_secs: None,
         })
     };

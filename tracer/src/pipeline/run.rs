@@ -17,6 +17,8 @@ use tracer_decode::diagnostic_ipc::FilteredProvider;
 use super::admission::{Admission, AdmissionLimits, Admitted};
 use super::kernel_events::KernelEvents;
 use crate::export::otlp::{self, OtlpConfig, PipelineExport};
+use crate::export::otlp_metrics::MetricsExporter;
+use crate::export::resource::process_resource;
 use crate::identity::{LabelRegistry, ProcessFilter, ProcessTracker};
 use crate::ipc::socket::SocketError;
 use crate::ipc::socket::Target;
@@ -56,7 +58,8 @@ pub struct RunConfig {
     pub filter: ProcessFilter,
     /// `--metrics-addr`: counters and health published for the metrics endpoint.
     pub metrics: Option<Publisher>,
-    /// `--otlp-endpoint`: every line also as an OTLP log record.
+    /// `--otlp-endpoint`: every line also as an OTLP log record, and the runtime metrics as OTLP
+    /// metrics.
     pub otlp: Option<OtlpConfig>,
     /// `--kernel-event`: tracepoints whose records of the traced processes' threads are written
     /// too.
@@ -98,15 +101,17 @@ pub async fn run(
     } else {
         Some(KernelEvents::start(&config.kernel_events, config.buffer_size_kb)?)
     };
+    // Runtime counters for the metrics endpoint, the OTLP metrics, or both.
+    let counters_on = metrics.is_enabled() || config.otlp.is_some();
     let line_extras =
-        LineExtras { otlp_records: config.otlp.is_some(), counter_samples: metrics.is_enabled() };
+        LineExtras { otlp_records: config.otlp.is_some(), counter_samples: counters_on };
     if let Some(hub) = &mut user_events {
         hub.set_output(labels.clone(), line_extras);
     }
     let clock = Clock::new();
     let export = PipelineExport::start(config.otlp.as_ref(), clock, &mut sink)?;
     let mut summary = RunSummary {
-        runtime_counters: metrics.is_enabled().then(RuntimeCounters::default),
+        runtime_counters: counters_on.then(|| RuntimeCounters::new(config.otlp.is_some())),
         hooks: Some(detector.mechanism().clone()),
         lifecycle_hooks: Some(detector.lifecycle().clone()),
         ..RunSummary::default()
@@ -114,6 +119,13 @@ pub async fn run(
     if let Some(counters) = &summary.runtime_counters {
         metrics.serve_runtime_counters(counters.clone());
     }
+    let metrics_export = match (&config.otlp, &summary.runtime_counters) {
+        (Some(otlp), Some(counters)) => {
+            Some(MetricsExporter::start(otlp, counters.clone(), otlp.metrics_interval)?)
+        }
+        _ => None,
+    };
+    summary.otlp_metrics = metrics_export.as_ref().map(MetricsExporter::stats);
     let (mut inbox, out_tx, bell) = Inbox::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -274,6 +286,7 @@ pub async fn run(
                     summary.record_user_events_stats(reader);
                 }
                 summary.otlp = export.stats();
+                summary.otlp_metrics = metrics_export.as_ref().map(MetricsExporter::stats);
                 metrics.publish_run(&summary);
             }
             _ = tick.tick(), if status.enabled => {
@@ -327,6 +340,9 @@ pub async fn run(
     summary.detection_recursion_misses =
         detector.program_stats()?.iter().map(|(_, s)| s.recursion_misses).sum();
     let export_deadline = tokio::time::Instant::now() + otlp::SHUTDOWN_TIMEOUT;
+    if let (Some(exporter), Some(counters)) = (metrics_export, &summary.runtime_counters) {
+        summary.otlp_metrics = Some(exporter.finish(export_deadline, counters).await);
+    }
     summary.otlp = export.flush(export_deadline).await;
     let losses = summary.losses();
     let line = output::summary_line(&clock, "run", summary.events(), &losses)
@@ -483,8 +499,26 @@ fn handle_message(
                 providers: providers.iter().map(SessionProvider::from).collect(),
             };
             log::info!("pid {pid}: {} session {session_id:#x} started with {command}", mode.name());
+            let process_labels = labels.get(pid);
+            if let Some(counters) =
+                summary.runtime_counters.as_ref().filter(|c| c.wants_resources())
+            {
+                let environ = crate::identity::read_environ(pid);
+                let (resource, dropped) = process_resource(
+                    process,
+                    process_labels.as_deref(),
+                    runtime.as_ref(),
+                    environ.as_deref(),
+                    clock,
+                );
+                if dropped > 0 {
+                    log::info!("pid {pid}: {dropped} OTEL_RESOURCE_ATTRIBUTES entries dropped");
+                }
+                summary.resource_attributes_dropped += dropped as u64;
+                counters.describe(process, process_labels.as_deref(), resource);
+            }
             let line = output::session_line(clock, Kind::SessionStarted, process, body);
-            sink.emit(&line.with_labels(labels.get(pid)));
+            sink.emit(&line.with_labels(process_labels));
         }
         SessionMessage::Ended { process, session_id, reason, detail, end } => {
             let pid = process.pid;

@@ -6,6 +6,7 @@ use tracer_common::LossReason;
 use tracer_decode::text::escape_control;
 
 use crate::export::otlp::ExportStats;
+use crate::export::otlp_metrics::MetricsExportStats;
 use crate::kernel::detect::{HookMechanism, LifecycleMechanism, Loss};
 use crate::kernel::ftrace_reader::ReaderStats;
 use crate::metrics::runtime::RuntimeCounters;
@@ -93,6 +94,11 @@ pub struct RunSummary {
     pub filtered_out: u64,
     /// `--otlp-endpoint`: records sent and lost.
     pub otlp: Option<ExportStats>,
+    /// `--otlp-endpoint`: runtime metrics' data points sent and lost.
+    pub otlp_metrics: Option<MetricsExportStats>,
+    /// `OTEL_RESOURCE_ATTRIBUTES` entries of traced processes left out of their resource
+    /// (malformed, or past the bounds).
+    pub resource_attributes_dropped: u64,
     /// `--metrics-addr`: the traced processes' runtime counters (`EventCounters` events).
     pub runtime_counters: Option<RuntimeCounters>,
     /// `--kernel-event`: the reader of the kernel events' instance, and what they wrote and
@@ -136,6 +142,14 @@ impl RunSummary {
         }
         if let Some(otlp) = &self.otlp {
             all.extend(otlp.losses());
+        }
+        if let Some(otlp) = &self.otlp_metrics {
+            all.extend(otlp.losses());
+            all.push(loss(
+                "otlp_metrics",
+                "resource_attribute_dropped",
+                self.resource_attributes_dropped,
+            ));
         }
         if let Some(stats) = &self.kernel_events_reader {
             all.extend(kernel_event_losses(stats, &self.kernel_events));

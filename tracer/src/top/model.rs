@@ -500,11 +500,13 @@ mod tests {
         CounterSample {
             metric: metric.into(),
             help: "".into(),
+            instrument: Default::default(),
             reading: match interval_secs {
                 Some(_) => tracer_decode::counters::Reading::Added { amount: value, total: None },
                 None => tracer_decode::counters::Reading::Level(value),
             },
             labels: Vec::new(),
+            tag_keys: Vec::new(),
             interval_secs,
         }
     }

@@ -4,7 +4,13 @@ use crate::output::WriteLine as _;
 /// A configuration for `endpoint` without the node and host names `OtlpConfig::new` reads
 /// from this machine.
 fn unlabelled(endpoint: &str, queue_capacity: usize) -> OtlpConfig {
-    OtlpConfig { endpoint: endpoint.into(), node_name: None, host_name: None, queue_capacity }
+    OtlpConfig {
+        endpoint: endpoint.into(),
+        node_name: None,
+        host_name: None,
+        queue_capacity,
+        metrics_interval: crate::export::otlp_metrics::DEFAULT_INTERVAL,
+    }
 }
 
 /// `n` records (of a summary line).
