@@ -2,9 +2,10 @@
 //! the same events and the same outcome however the input is split, and every event it yields
 //! must decode (to fields or to a reported error) without panicking, be written as JSON byte for
 //! byte as serde_json writes it (the reference of tracer's direct writer), and any runtime
-//! counter sample it carries must be fit for the metrics exposition as it is; method and module
-//! events go into a method table, which names the stacks of the events that carry one, as a
-//! streaming session names them (within the stack budget and the per-line bound).
+//! counter sample it carries must be fit for the metrics exposition as it is, and a log message
+//! it carries within its bounds; method and module events go into a method table, which names
+//! the stacks of the events that carry one, as a streaming session names them (within the
+//! stack budget and the per-line bound).
 //!
 //! Work and output are bounded by input bytes (tracer-decode/src/budget.rs): each event's JSON is within the
 //! bound the payload decoder's charges promise ([`event_json_bound`]), and the lines written as
@@ -23,6 +24,7 @@ use tracer_decode::counters::{
     CounterReader, CounterSample, MAX_HELP, MAX_LABEL_VALUE, MAX_METRIC_NAME, MAX_QUANTILES,
     MAX_TAGS, PROCESS_LABELS, RESERVED_PREFIX, Reading, counter_sample,
 };
+use tracer_decode::logging::{LogRecord, MAX_ARGUMENTS, MAX_TEXT, log_record};
 use tracer_decode::nettrace::methods::MethodTable;
 use tracer_decode::nettrace::payload::cost_budget;
 use tracer_decode::nettrace::stacks::{MAX_STACK_JSON_BYTES, NamedStack};
@@ -78,6 +80,20 @@ fn assert_sample_is_exposable(sample: &CounterSample) {
     }
 }
 
+/// A log message from peer bytes keeps within the decoder's bounds.
+fn assert_log_is_bounded(log: &LogRecord) {
+    let texts = [&log.category, &log.event_name, &log.message];
+    assert!(texts.iter().all(|t| t.len() <= MAX_TEXT), "{log:?}");
+    assert!(log.template.as_ref().is_none_or(|t| t.len() <= MAX_TEXT), "{log:?}");
+    assert!(log.arguments.len() <= MAX_ARGUMENTS, "{log:?}");
+    for (key, value) in &log.arguments {
+        assert!(key.len() <= MAX_TEXT && value.len() <= MAX_TEXT, "{log:?}");
+    }
+    assert!(log.trace_id.as_ref().is_none_or(|id| id.len() == 32), "{log:?}");
+    assert!(log.span_id.as_ref().is_none_or(|id| id.len() == 16), "{log:?}");
+    assert!(log.trace_flags.is_none_or(|f| f <= 1), "{log:?}");
+}
+
 /// Parses `data` in chunks whose sizes (each + 1) cycle through `chunks`, or in one piece when
 /// `chunks` is empty; returns each event's JSON line (tracer's direct writer) and the outcome.
 /// With `reference`, each event is also decoded and checked against the serde reference, its
@@ -123,6 +139,9 @@ fn run(data: &[u8], chunks: &[u8], reference: bool) -> (Vec<String>, Result<(), 
             let json = String::from_utf8(written).unwrap();
             if reference {
                 let decoded = event.decode();
+                if let Some(Ok(log)) = log_record(&decoded) {
+                    assert_log_is_bounded(&log);
+                }
                 let sample = counter_sample(&decoded);
                 // Sessions decode only the events whose names may carry a sample, once for
                 // the line's fields and the sample: the same line, the same sample.

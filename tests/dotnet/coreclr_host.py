@@ -19,6 +19,12 @@ Protocol, one line each way:
                      UpDownCounter<int> `active` (unit `{request}`) and a Histogram<double>
                      `wait` (unit `s`) → `METER`
   stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
+  stdin  `log N`   → N ILogger messages as Microsoft.Extensions.Logging's EventSource logger
+                     provider writes them (`MessageJson`, .NET 9's fields; see `emit_logging`):
+                     Warning, category `TracerTest.Orders`, event 7 `OrderRejected`, message
+                     `Order <i> rejected` with the argument OrderId=<i>, an exception, and the
+                     activity 4bf92f3577b34da6a3ce929d0e0e4736 / 00f067aa0ba902b7 (sampled)
+                     → `LOGGED N`
   stdin  `shop O A V...` → orders.Add(O), active.Add(A), wait.Record(v) for each V → `SHOP O A <count of V>`
   stdin  `burn S`  → runs the CPU workload below on this thread for S seconds → `BURNED <rounds>`
   stdin  `optimized` (before the first `burn`) → the workload's methods are compiled fully
@@ -102,6 +108,66 @@ from System.Reflection import (  # noqa: E402
 from System.Reflection.Emit import AssemblyBuilder, AssemblyBuilderAccess, OpCodes  # noqa: E402
 
 WORKLOAD_NAMES = {"type": "TracerWorkload.Hot", "Inner": "Inner"}
+
+# The fields of Microsoft.Extensions.Logging's `MessageJson` event (.NET 9: with the activity).
+MESSAGE_JSON_FIELDS = [
+    ("Level", "Int32"), ("FactoryID", "Int32"), ("LoggerName", "String"), ("EventId", "Int32"),
+    ("EventName", "String"), ("ExceptionJson", "String"), ("ArgumentsJson", "String"),
+    ("FormattedMessage", "String"), ("ActivityTraceId", "String"),
+    ("ActivitySpanId", "String"), ("ActivityTraceFlags", "String"),
+]
+
+
+def emit_logging():
+    """Writes `MessageJson` events as the EventSource logger provider does: the library is not
+    installable here, so an EventSource of its name (`Microsoft-Extensions-Logging`,
+    self-describing) writes the event with the same name and fields, from a data type emitted
+    with them (EventSource.Write<T> takes an [EventData] type's properties as the fields, in
+    order: the payload comes wrapped in one unnamed object). It does not apply FilterSpecs."""
+    from System import String  # noqa: F811
+    from System.Diagnostics.Tracing import (
+        EventDataAttribute, EventKeywords, EventLevel, EventSource, EventSourceOptions,
+        EventSourceSettings,
+    )
+    from System.Reflection import FieldAttributes, PropertyAttributes
+    from System.Reflection.Emit import CustomAttributeBuilder
+
+    types = {"Int32": Int32, "String": String}
+    t = new_type("TracerLogging", "MessageJson")
+    attribute = clr.GetClrType(EventDataAttribute).GetConstructor(Type.EmptyTypes)
+    t.SetCustomAttribute(CustomAttributeBuilder(attribute, Array[Object]([])))
+    for name, type_name in MESSAGE_JSON_FIELDS:
+        ftype = types[type_name]
+        field = t.DefineField("_" + name, ftype, FieldAttributes.Public)
+        getter = t.DefineMethod(
+            "get_" + name,
+            MethodAttributes.Public | MethodAttributes.SpecialName | MethodAttributes.HideBySig,
+            ftype, Type.EmptyTypes)
+        il = getter.GetILGenerator()
+        il.Emit(OpCodes.Ldarg_0)
+        il.Emit(OpCodes.Ldfld, field)
+        il.Emit(OpCodes.Ret)
+        t.DefineProperty(name, getattr(PropertyAttributes, "None"), ftype, None).SetGetMethod(getter)
+    data_type = t.CreateType()
+    source = EventSource(
+        "Microsoft-Extensions-Logging", EventSourceSettings.EtwSelfDescribingEventFormat)
+    write = next(
+        m for m in clr.GetClrType(EventSource).GetMethods()
+        if m.Name == "Write" and m.IsGenericMethod and len(m.GetParameters()) == 3
+        and m.GetParameters()[1].ParameterType.Name == "EventSourceOptions"
+    ).MakeGenericMethod(Array[Type]([data_type]))
+    options = EventSourceOptions()
+    options.Level = EventLevel.LogAlways
+    options.Keywords = EventKeywords(0x8)  # JsonMessage
+
+    def log(values):
+        data = data_type.GetConstructor(Type.EmptyTypes).Invoke(None)
+        for (name, type_name), value in zip(MESSAGE_JSON_FIELDS, values):
+            data_type.GetField("_" + name).SetValue(
+                data, Int32(value) if type_name == "Int32" else value)
+        write.Invoke(source, Array[Object](["MessageJson", options, data]))
+
+    return source, log
 
 
 def new_type(assembly_name, type_name):
@@ -279,6 +345,7 @@ def churn_thread(bytes_per_s, throws_per_s, counted, lock, stop):
 
 print("READY", os.getpid(), Environment.Version, flush=True)
 requests = None
+logging = None
 burn = None
 optimized = False
 names = WORKLOAD_NAMES
@@ -334,6 +401,21 @@ for line in sys.stdin:
         for value in cmd[3:]:
             wait.Record(float(value))
         print("SHOP", cmd[1], cmd[2], len(cmd) - 3, flush=True)
+    elif cmd[0] == "log":
+        logging = logging or emit_logging()
+        n = int(cmd[1])
+        exception = json.dumps({
+            "TypeName": "System.InvalidOperationException", "Message": "out of stock",
+            "HResult": "-2146233079",
+            "VerboseMessage": "System.InvalidOperationException: out of stock",
+        })
+        for i in range(n):
+            arguments = json.dumps(
+                {"OrderId": str(i), "{OriginalFormat}": "Order {OrderId} rejected"})
+            logging[1]([3, 1, "TracerTest.Orders", 7, "OrderRejected", exception, arguments,
+                        f"Order {i} rejected", "4bf92f3577b34da6a3ce929d0e0e4736",
+                        "00f067aa0ba902b7", "1"])
+        print("LOGGED", n, flush=True)
     elif cmd[0] == "add":
         requests.Add(int(cmd[1]), KeyValuePair[String, Object]("route", cmd[2]))
         print("ADDED", cmd[1], cmd[2], flush=True)

@@ -153,6 +153,14 @@ impl CoreclrHost {
         Ok(())
     }
 
+    /// Writes `n` ILogger messages as the EventSource logger provider writes them (see
+    /// `log` in tests/dotnet/coreclr_host.py).
+    pub fn log(&mut self, n: u32) -> Result<()> {
+        let reply = self.process.request(&format!("log {n}"), "LOGGED", REPLY_TIMEOUT)?;
+        ensure!(reply == n.to_string(), "LOGGED for another count: {reply}");
+        Ok(())
+    }
+
     /// Adds `n` to the `requests` counter with the tag `route=<route>`.
     pub fn add_requests(&mut self, n: u32, route: &str) -> Result<()> {
         self.process.request(&format!("add {n} {route}"), "ADDED", REPLY_TIMEOUT).map(drop)

@@ -3,7 +3,8 @@
 //! PyPI `opentelemetry-proto`); the records are checked against the JSON lines field by field;
 //! then the receiver stops mid-run, tracing goes on, and every record not received is counted.
 //! `tracer run` sends a runtime's events and its threads' syscalls (`--kernel-event`) the same
-//! way, and a real runtime's Meter instruments as OTLP metrics of their type.
+//! way, a real runtime's Meter instruments as OTLP metrics of their type, and its ILogger
+//! messages as `log` lines and log records.
 use std::process::Command;
 use std::time::Duration;
 
@@ -408,4 +409,100 @@ fn a_runtimes_meter_instruments_arrive_as_otlp_metrics_of_their_type() {
     assert!(stats.exported >= 3, "{stats:?}");
     assert_eq!((stats.send_failed, stats.rejected, stats.shutdown_timeout), (0, 0, 0));
     assert_eq!(summary.resource_attributes_dropped, 0);
+}
+
+/// `ILogger` messages (`Microsoft-Extensions-Logging`'s `MessageJson`, written by a real CoreCLR
+/// 8 with the logger provider's event shape) are `log` lines with every field, and log records
+/// with the level's severity, the message as the body, the arguments, template and exception
+/// as attributes and the activity as the trace context.
+#[test]
+fn ilogger_messages_are_log_lines_and_log_records() {
+    use tests::coreclr::CoreclrHost;
+    use tests::pipeline::{run_config, start_run, with_providers};
+    use tests::scratch::ScratchDir;
+    const MESSAGES: u32 = 3;
+    let (mut receiver, port) = Receiver::start();
+    let tmp = ScratchDir::new("otlp-logs");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = host.host_pid;
+    let providers = tracer::ipc::providers::parse_providers(
+        r#"Microsoft-Extensions-Logging:0x8:5:FilterSpecs="TracerTest.*:Information""#,
+    )
+    .unwrap();
+    let base = run_config(
+        "unused",
+        tracer::session::SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    let mut config = with_providers(base, providers);
+    config.target_pids = vec![pid];
+    config.otlp = Some(OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap());
+    let mut tracer = start_run(Duration::from_secs(60), config);
+    tracer.wait_for("session_started", TIMEOUT * 3, |l| {
+        l["kind"] == "session_started" && l["pid"] == pid
+    });
+    host.log(MESSAGES).expect("log");
+    let is_log = |l: &Value| l["kind"] == "log" && l["pid"] == pid;
+    let lines = tracer.wait_for_count("log lines", TIMEOUT, MESSAGES as usize, is_log);
+    for (i, line) in lines.iter().enumerate() {
+        let mut fields = line.as_object().unwrap().clone();
+        for envelope in ["ts", "mono_ns", "process_start_ns", "cgroup", "session_id", "thread"] {
+            assert!(fields.remove(envelope).is_some(), "{envelope}: {line}");
+        }
+        assert_eq!(
+            Value::Object(fields),
+            json!({
+                "kind": "log",
+                "source": "nettrace",
+                "pid": pid,
+                "category": "TracerTest.Orders",
+                "level": "Warning",
+                "event_id": 7,
+                "event_name": "OrderRejected",
+                "message": format!("Order {i} rejected"),
+                "template": "Order {OrderId} rejected",
+                "arguments": {"OrderId": i.to_string()},
+                "exception": {
+                    "type": "System.InvalidOperationException",
+                    "message": "out of stock",
+                    "details": "System.InvalidOperationException: out of stock",
+                    "hresult": -2146233079,
+                },
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                "span_id": "00f067aa0ba902b7",
+                "trace_flags": 1,
+                "truncated": false,
+            })
+        );
+    }
+    let records = receiver.until(|r| r["body"] == format!("Order {} rejected", MESSAGES - 1));
+    let records: Vec<&Value> =
+        records.iter().filter(|r| r["attributes"]["category"] == "TracerTest.Orders").collect();
+    assert_eq!(records.len(), MESSAGES as usize);
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record["body"], format!("Order {i} rejected"));
+        assert_eq!(
+            (&record["severity_number"], &record["severity_text"]),
+            (&json!(13), &json!("Warning"))
+        );
+        assert_eq!(
+            (&record["trace_id"], &record["span_id"], &record["flags"]),
+            (&json!("4bf92f3577b34da6a3ce929d0e0e4736"), &json!("00f067aa0ba902b7"), &json!(1))
+        );
+        let a = &record["attributes"];
+        assert_eq!(a["process.pid"], pid);
+        assert_eq!(
+            (&a["log.record.id"], &a["log.record.name"]),
+            (&json!(7), &json!("OrderRejected"))
+        );
+        assert_eq!(a["log.record.original"], "Order {OrderId} rejected");
+        assert_eq!(a["OrderId"], i.to_string());
+        assert_eq!(a["exception.type"], "System.InvalidOperationException");
+        assert_eq!(a["exception.message"], "out of stock");
+        assert_eq!(a["exception.stacktrace"], "System.InvalidOperationException: out of stock");
+    }
+    let (_, summary) = tracer.stop();
+    assert_eq!(summary.unparsed_log_messages, 0);
+    assert_eq!(summary.otlp.map(|s| s.lost()), Some(0));
 }

@@ -10,6 +10,7 @@ pub mod names;
 
 pub mod diagnostic_ipc;
 pub mod json;
+pub mod logging;
 pub mod nettrace;
 pub mod ordered;
 pub mod otel_resource;

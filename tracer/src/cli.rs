@@ -16,10 +16,12 @@ use crate::identity::ProcessFilter;
 use crate::ipc::client::Timeouts;
 use crate::ipc::providers::{
     DEFAULT_METER_REFRESH_SECS, DEFAULT_METERS, MeterRequest, PROFILE_NAMES, parse_providers,
-    profiles, profiles_rundown_keyword,
+    profiles, profiles_rundown_keyword, provider_key,
 };
 use crate::kernel::detect::HookChoice;
 use crate::kernel::ftrace_reader::{Integrity, ReadMode};
+use tracer_decode::diagnostic_ipc::{EventLevel, FilteredProvider, ProviderConfig};
+use tracer_decode::logging::{JSON_MESSAGE_KEYWORD, LOGGING_PROVIDER};
 use tracer_decode::text::escape_control;
 
 use crate::export::otlp::OtlpConfig;
@@ -386,6 +388,14 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u32).range(1..=3600)
     )]
     pub meter_interval: u32,
+    /// Every traced process's ILogger messages as `log` lines (and, with --otlp-endpoint, OTLP
+    /// log records with their severity, message and arguments): the filter of the
+    /// Microsoft-Extensions-Logging provider, `Category[*][:Level];…` with the levels Trace,
+    /// Debug, Information, Warning, Error, Critical — e.g. 'Shop.*:Debug;Microsoft.*:Warning'.
+    /// `--logs` alone: every category from Information. Only applications whose logging has
+    /// the EventSource logger provider send any (the default host builders add it).
+    #[arg(long, num_args = 0..=1, default_missing_value = DEFAULT_LOG_FILTERS, value_name = "FILTERS")]
+    pub logs: Option<String>,
     /// With --otlp-endpoint: how often the runtime metrics are sent as OTLP metrics (POST
     /// URL/v1/metrics; once more at exit), e.g. 10s, 1m.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -566,12 +576,41 @@ impl From<BufferingArg> for tracer_decode::diagnostic_ipc::BufferingMode {
 /// The shortest `--otlp-metrics-interval`.
 pub const MIN_OTLP_METRICS_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Adds the `Microsoft-Extensions-Logging` provider asking for `ILogger` messages as JSON
+/// (`MessageJson`) with `filters` as its `FilterSpecs`, unless `providers` name it already.
+fn with_log_messages(providers: &mut Vec<FilteredProvider>, filters: &str) -> anyhow::Result<()> {
+    if filters.contains('"') {
+        anyhow::bail!("--logs {filters:?}: a filter cannot hold '\"' (`Category[*][:Level];…`)");
+    }
+    let key = provider_key(LOGGING_PROVIDER);
+    if providers.iter().any(|p| provider_key(&p.provider.name) == key) {
+        return Ok(());
+    }
+    providers.push(FilteredProvider {
+        provider: ProviderConfig {
+            name: LOGGING_PROVIDER.to_owned(),
+            keywords: JSON_MESSAGE_KEYWORD,
+            // The filter decides each category's level.
+            level: EventLevel::Verbose,
+            arguments: Some(format!("FilterSpecs=\"{filters}\"")),
+        },
+        filter: None,
+    });
+    Ok(())
+}
+
+/// `--logs` without filters: every category, from Information up.
+pub const DEFAULT_LOG_FILTERS: &str = "*:Information";
+
 /// The configuration of `tracer run` with these arguments.
 pub fn run_config(args: &RunArgs) -> anyhow::Result<run::RunConfig> {
-    let providers = match &args.providers {
+    let mut providers = match &args.providers {
         Some(spec) => parse_providers(spec)?,
         None => profiles(&args.profile)?,
     };
+    if let Some(filters) = &args.logs {
+        with_log_messages(&mut providers, filters)?;
+    }
     if args.buffering_mode.is_some() && matches!(args.session, SessionArg::UserEvents) {
         anyhow::bail!(
             "--buffering-mode applies to streaming sessions (CollectTracing6): use --session \
@@ -1177,6 +1216,39 @@ mod tests {
         assert_eq!(meters(&asked), Some(shop));
         assert_eq!(meters(&["--metrics-addr", "127.0.0.1:0", "--meters", "none"]), None);
         assert!(Cli::try_parse_from(["tracer", "run", "--meter-interval", "0"]).is_err());
+    }
+
+    #[test]
+    fn logs_ask_for_the_logging_providers_json_messages_with_the_filters() {
+        let providers = |args: &[&str]| -> Vec<ProviderConfig> {
+            let cli = Cli::try_parse_from(["tracer", "run"].iter().chain(args)).unwrap();
+            let Command::Run(run) = cli.command else { unreachable!("a run command") };
+            run_config(&run)
+                .unwrap()
+                .session
+                .request
+                .providers
+                .into_iter()
+                .map(|p| p.provider)
+                .collect()
+        };
+        let logging = |filters: &str| ProviderConfig {
+            name: LOGGING_PROVIDER.into(),
+            keywords: 0x8,
+            level: EventLevel::Verbose,
+            arguments: Some(format!("FilterSpecs=\"{filters}\"")),
+        };
+        let asked = providers(&["--profile", "gc", "--logs", "Shop.*:Debug;Microsoft.*:Warning"]);
+        assert_eq!(asked.last(), Some(&logging("Shop.*:Debug;Microsoft.*:Warning")));
+        assert_eq!(providers(&["--logs"]).last(), Some(&logging("*:Information")));
+        assert!(!providers(&[]).iter().any(|p| p.name == LOGGING_PROVIDER));
+        // The user's own entry for the provider is kept as it is.
+        let own = ["--providers", "Microsoft-Extensions-Logging:0x4:4", "--logs"];
+        assert_eq!(providers(&own).iter().filter(|p| p.name == LOGGING_PROVIDER).count(), 1);
+        assert_eq!(providers(&own)[0].keywords, 0x4);
+        let cli = Cli::try_parse_from(["tracer", "run", "--logs", "a\"b"]).unwrap();
+        let Command::Run(run) = cli.command else { unreachable!("a run command") };
+        assert!(format!("{:#}", run_config(&run).unwrap_err()).contains("cannot hold"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tracer_common::EventKind;
 use tracer_decode::diagnostic_ipc::ProviderConfig;
 use tracer_decode::ftrace::record::Fields as FtraceFields;
 use tracer_decode::json::{self, RenderedOnce, WriteJson, WrittenU64};
+use tracer_decode::logging::LogRecord;
 use tracer_decode::nettrace::OutputEvent;
 
 pub use self::detection::{FieldMap, detection_line, procfs_mapping_line, procfs_socket_line};
@@ -38,6 +39,9 @@ pub enum Kind {
     RegistrationTable,
     /// One runtime event of a tracing session.
     DotnetEvent,
+    /// One `ILogger` message of a traced process (`Microsoft-Extensions-Logging`'s
+    /// `MessageJson`).
+    Log,
     SessionStarted,
     SessionEnded,
     SessionFailed,
@@ -59,6 +63,7 @@ impl Kind {
             Kind::Detection(kind) => kind.name(),
             Kind::RegistrationTable => "registration_table",
             Kind::DotnetEvent => "dotnet_event",
+            Kind::Log => "log",
             Kind::SessionStarted => "session_started",
             Kind::SessionEnded => "session_ended",
             Kind::SessionFailed => "session_failed",
@@ -193,6 +198,15 @@ pub trait LineBody {
     fn write_otlp_naming(&self, kind: Kind, record: &mut Vec<u8>) {
         otlp::write_kind_naming(kind, record);
     }
+
+    /// The record's body: the line as written (`json`), unless the body has its own (a log
+    /// message's text).
+    fn otlp_body<'a>(&'a self, json: &'a [u8]) -> &'a [u8] {
+        json
+    }
+
+    /// Appends the record's trace context, when the body has one (a log message's activity).
+    fn write_otlp_trace_context(&self, _record: &mut Vec<u8>) {}
 }
 
 impl<B: LineBody> LineBody for &B {
@@ -206,6 +220,14 @@ impl<B: LineBody> LineBody for &B {
 
     fn write_otlp_naming(&self, kind: Kind, record: &mut Vec<u8>) {
         (**self).write_otlp_naming(kind, record);
+    }
+
+    fn otlp_body<'a>(&'a self, json: &'a [u8]) -> &'a [u8] {
+        (**self).otlp_body(json)
+    }
+
+    fn write_otlp_trace_context(&self, record: &mut Vec<u8>) {
+        (**self).write_otlp_trace_context(record);
     }
 }
 
@@ -224,6 +246,101 @@ impl LineBody for OutputEvent<'_> {
 
     fn write_otlp_naming(&self, _: Kind, record: &mut Vec<u8>) {
         otlp::write_event_naming(self, record);
+    }
+}
+
+/// An `ILogger` message of a traced process (`log`): its record, and the thread that logged it.
+#[derive(Debug, Serialize)]
+pub struct LogLine<'a> {
+    #[serde(skip)]
+    pub record: &'a LogRecord,
+    pub thread: u64,
+    pub category: &'a str,
+    /// The level's name, `Trace` to `Critical`.
+    pub level: &'static str,
+    pub event_id: i64,
+    pub event_name: &'a str,
+    pub message: &'a str,
+    pub template: Option<&'a str>,
+    pub arguments: OrderedPairs<'a>,
+    pub exception: Option<LogExceptionBody<'a>>,
+    pub trace_id: Option<&'a str>,
+    pub span_id: Option<&'a str>,
+    pub trace_flags: Option<u8>,
+    /// Whether a string was cut or arguments were dropped (tracer-decode's bounds).
+    pub truncated: bool,
+}
+
+impl<'a> LogLine<'a> {
+    pub fn new(record: &'a LogRecord, thread: u64) -> LogLine<'a> {
+        LogLine {
+            record,
+            thread,
+            category: &record.category,
+            level: record.level.name(),
+            event_id: record.event_id,
+            event_name: &record.event_name,
+            message: &record.message,
+            template: record.template.as_deref(),
+            arguments: OrderedPairs(&record.arguments),
+            exception: record.exception.as_ref().map(|e| LogExceptionBody {
+                r#type: &e.type_name,
+                message: &e.message,
+                details: &e.details,
+                hresult: e.hresult,
+            }),
+            trace_id: record.trace_id.as_deref(),
+            span_id: record.span_id.as_deref(),
+            trace_flags: record.trace_flags,
+            truncated: record.cut,
+        }
+    }
+}
+
+/// A log message's exception, as its line writes it.
+#[derive(Debug, Serialize)]
+pub struct LogExceptionBody<'a> {
+    pub r#type: &'a str,
+    pub message: &'a str,
+    /// Its `ToString()`: the stack trace included.
+    pub details: &'a str,
+    pub hresult: Option<i64>,
+}
+
+/// (key, value) pairs written as a JSON object in their order.
+#[derive(Debug)]
+pub struct OrderedPairs<'a>(pub &'a [(String, String)]);
+
+impl Serialize for OrderedPairs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl LineBody for LogLine<'_> {
+    fn write_json_members(&self, out: &mut Vec<u8>, _: &WrittenU64) {
+        write_serde_members(self, out);
+    }
+
+    fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
+        otlp::write_log_attributes(self.record, self.thread, record);
+    }
+
+    fn write_otlp_naming(&self, _: Kind, record: &mut Vec<u8>) {
+        otlp::write_log_naming(self.record, record);
+    }
+
+    fn otlp_body<'a>(&'a self, _: &'a [u8]) -> &'a [u8] {
+        self.record.message.as_bytes()
+    }
+
+    fn write_otlp_trace_context(&self, record: &mut Vec<u8>) {
+        otlp::write_log_trace_context(self.record, record);
     }
 }
 

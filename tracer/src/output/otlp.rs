@@ -25,6 +25,7 @@ use prost::encoding::{encode_varint, encoded_len_varint};
 use serde::Serialize;
 use serde_json::Value as Json;
 use tracer_decode::ftrace::record::FieldValue;
+use tracer_decode::logging::LogRecord;
 use tracer_decode::nettrace::OutputEvent;
 
 use super::{FtraceRecord, Incarnation, Kind, LineBody, Pid, ProcessLabels};
@@ -41,8 +42,12 @@ const RECORD_SEVERITY_NUMBER: u32 = 2;
 const RECORD_SEVERITY_TEXT: u32 = 3;
 const RECORD_BODY: u32 = 5;
 const RECORD_ATTRIBUTES: u32 = 6;
+const RECORD_FLAGS: u32 = 8;
+const RECORD_TRACE_ID: u32 = 9;
+const RECORD_SPAN_ID: u32 = 10;
 const RECORD_OBSERVED_TIME: u32 = 11;
 const RECORD_EVENT_NAME: u32 = 12;
+const FIXED32: u32 = 5;
 /// `ScopeLogs.log_records`.
 const SCOPE_LOG_RECORDS: u32 = 2;
 /// `KeyValue` and `AnyValue` field numbers.
@@ -256,9 +261,11 @@ impl EncodedRecords {
         fixed64(record, RECORD_TIME, u64::try_from(parts.wall_ns).unwrap_or(0));
         fixed64(record, RECORD_OBSERVED_TIME, observed_unix_nano);
         body.write_otlp_naming(parts.kind, record);
+        let body_text = body.otlp_body(parts.json);
         key(record, RECORD_BODY, LEN);
-        encode_varint(len_field_len(parts.json.len()) as u64, record);
-        len_field(record, STRING_VALUE, parts.json);
+        encode_varint(len_field_len(body_text.len()) as u64, record);
+        len_field(record, STRING_VALUE, body_text);
+        body.write_otlp_trace_context(record);
         int_attribute(record, "mono_ns", parts.mono_ns);
         record.extend_from_slice(parts.identity);
         body.write_otlp_attributes(record);
@@ -337,6 +344,55 @@ pub fn write_event_naming(event: &OutputEvent<'_>, record: &mut Vec<u8>) {
     record.extend_from_slice(meta.provider.as_bytes());
     record.push(b'/');
     record.extend_from_slice(name.as_bytes());
+}
+
+/// A log message's severity, from its level (`LogLevel × 4 + 1`, the level's name as text).
+pub fn write_log_naming(log: &LogRecord, record: &mut Vec<u8>) {
+    severity_fields(record, (log.level.severity_number(), log.level.name()));
+}
+
+/// A log message's category, event, template, exception and arguments as attributes (the
+/// formatted message is the body): the names OpenTelemetry's semantic conventions and
+/// dotnet-monitor give them, each argument under its own name.
+pub fn write_log_attributes(log: &LogRecord, thread: u64, record: &mut Vec<u8>) {
+    let text = |record: &mut Vec<u8>, name: &str, value: &str| {
+        attribute(record, name, Scalar::Str(value.as_bytes()));
+    };
+    text(record, "category", &log.category);
+    attribute(record, "log.record.id", Scalar::Int(log.event_id));
+    if !log.event_name.is_empty() {
+        text(record, "log.record.name", &log.event_name);
+    }
+    if let Some(template) = &log.template {
+        text(record, "log.record.original", template);
+    }
+    if let Some(e) = &log.exception {
+        text(record, "exception.type", &e.type_name);
+        text(record, "exception.message", &e.message);
+        text(record, "exception.stacktrace", &e.details);
+    }
+    int_attribute(record, "thread", thread);
+    for (name, value) in &log.arguments {
+        text(record, name, value);
+    }
+}
+
+/// A log message's activity as the record's trace context: trace id, span id, and the
+/// sampled flag.
+pub fn write_log_trace_context(log: &LogRecord, record: &mut Vec<u8>) {
+    let bytes = |hex: &str| -> Option<Vec<u8>> {
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
+    };
+    if let Some(flags) = log.trace_flags {
+        key(record, RECORD_FLAGS, FIXED32);
+        record.extend_from_slice(&u32::from(flags).to_le_bytes());
+    }
+    if let Some(id) = log.trace_id.as_deref().and_then(bytes) {
+        len_field(record, RECORD_TRACE_ID, &id);
+    }
+    if let Some(id) = log.span_id.as_deref().and_then(bytes) {
+        len_field(record, RECORD_SPAN_ID, &id);
+    }
 }
 
 /// A runtime event's identity as attributes (its payload stays in the body).

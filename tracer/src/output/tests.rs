@@ -431,6 +431,28 @@ fn one_of_each_kind() -> Vec<Value> {
     let identity =
         LineIdentity::new(Kind::DotnetEvent, Source::Nettrace, Pid::Known(PROCESS), None, Some(6));
     lines.push(json_of(&identity.line(&clock, 1, event)));
+    let log = tracer_decode::logging::LogRecord {
+        level: tracer_decode::logging::LogLevel::Error,
+        category: "Shop.Orders".into(),
+        event_id: 7,
+        event_name: "OrderFailed".into(),
+        message: "Order 42 failed".into(),
+        template: Some("Order {OrderId} failed".into()),
+        arguments: vec![("OrderId".into(), "42".into())],
+        exception: Some(tracer_decode::logging::LogException {
+            type_name: "System.Exception".into(),
+            message: "boom".into(),
+            details: "System.Exception: boom".into(),
+            hresult: Some(-2146233088),
+        }),
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+        span_id: Some("00f067aa0ba902b7".into()),
+        trace_flags: Some(1),
+        cut: false,
+    };
+    let identity =
+        LineIdentity::new(Kind::Log, Source::Nettrace, Pid::Known(PROCESS), None, Some(6));
+    lines.push(json_of(&identity.line(&clock, 1, LogLine::new(&log, 9))));
     let session = |kind, body: &dyn ErasedSerialize| session_line(&clock, kind, body);
     lines.push(session(
         Kind::SessionStarted,

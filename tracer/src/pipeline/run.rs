@@ -456,7 +456,8 @@ fn emit_events(
     events_by_process: &mut HashMap<Incarnation, u64>,
     labels: &LabelRegistry,
 ) {
-    let EventLines { lines, runs, unnamed, counters, .. } = events;
+    let EventLines { lines, runs, unnamed, unparsed_logs, counters, .. } = events;
+    summary.unparsed_log_messages += unparsed_logs;
     *summary.events_by_source.entry(source).or_default() += lines.lines();
     for run in runs {
         *events_by_process.entry(run.process).or_default() += run.lines;

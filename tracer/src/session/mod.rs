@@ -18,13 +18,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracer_decode::counters::{CounterError, CounterReader, CounterSample, MeterSession};
 use tracer_decode::diagnostic_ipc::{CommandCode, ProcessInfo, ProviderConfig, TracingRequest};
+use tracer_decode::logging::{LOGGING_PROVIDER, MESSAGE_JSON, log_record};
 use tracer_decode::nettrace::{NettraceStats, OutputEvent};
 
 use crate::ipc::client::{ClientError, DiagnosticClient, RuntimeInfo, Timeouts};
 use crate::ipc::providers::MeterRequest;
 use crate::ipc::socket::{self, Refusal, SocketError, Target};
 use crate::output::{
-    Incarnation, Kind, LineBatch, LineIdentity, Pid, ProcessLabels, RecordTotals, Source,
+    Incarnation, Kind, LineBatch, LineIdentity, LogLine, Pid, ProcessLabels, RecordTotals, Source,
 };
 use crate::time::Clock;
 
@@ -209,6 +210,8 @@ pub struct EventLines {
     /// Lines of events neither their metadata nor the runtime-event table names
     /// (`EventID(<id>)`).
     pub unnamed: u64,
+    /// `ILogger` messages whose payload did not make a `log` line (written as `dotnet_event`).
+    pub unparsed_logs: u64,
     /// The runtime counter values `EventCounters` events carried (for `--metrics-addr` and
     /// `tracer top`).
     pub counters: Vec<CounterEvent>,
@@ -219,6 +222,11 @@ pub struct EventLines {
     fields_json: Vec<u8>,
     /// Reads the counter samples, with the metric names it built for the session's counters.
     counter_reader: CounterReader,
+}
+
+/// Whether an event of `meta` is an `ILogger` message (made a `log` line).
+fn is_log_message(meta: &tracer_decode::nettrace::EventMetadata) -> bool {
+    meta.event_name == MESSAGE_JSON && meta.provider.eq_ignore_ascii_case(LOGGING_PROVIDER)
 }
 
 /// A counter value an event carried, with its process and when the runtime wrote it.
@@ -286,8 +294,9 @@ impl EventLines {
         full
     }
 
-    /// Renders `event` of `origin` as its `dotnet_event` line, unless `keep` (told the bytes
-    /// the line takes, newline included: a budget) refuses it. Returns whether it was kept.
+    /// Renders `event` of `origin` as its `dotnet_event` line (an `ILogger` message as a `log`
+    /// line), unless `keep` (told the bytes the line takes, newline included: a budget) refuses
+    /// it. Returns whether it was kept.
     pub fn push_if(
         &mut self,
         clock: &Clock,
@@ -309,13 +318,31 @@ impl EventLines {
         let rendered_fields = (!self.fields_json.is_empty()).then_some(&self.fields_json[..]);
         let event = OutputEvent { rendered_fields, ..event };
         let mono_ns = event.context.timestamp as u64;
+        let log = match is_log_message(meta).then(|| log_record(&event.decode())).flatten() {
+            Some(Ok(record)) => Some(record),
+            Some(Err(e)) => {
+                // Written as the runtime event it is; its record is the loss.
+                self.unparsed_logs += 1;
+                log::debug!("pid {}: a log message not made a `log` line: {e}", origin.process.pid);
+                None
+            }
+            None => None,
+        };
         let EventOrigin { process, session_id } = origin;
-        let (kind, pid, session) = (Kind::DotnetEvent, Pid::Known(process), Some(session_id));
+        let kind = if log.is_some() { Kind::Log } else { Kind::DotnetEvent };
+        let (pid, session) = (Pid::Known(process), Some(session_id));
         let identity = match &mut self.identity {
             Some(identity) if identity.is_of(kind, source, pid, labels, session) => identity,
             slot => slot.insert(LineIdentity::new(kind, source, pid, labels.cloned(), session)),
         };
-        if !self.lines.push_if(&identity.line(clock, mono_ns, event), clock, keep) {
+        let kept = match &log {
+            Some(record) => {
+                let line = LogLine::new(record, event.context.thread);
+                self.lines.push_if(&identity.line(clock, mono_ns, line), clock, keep)
+            }
+            None => self.lines.push_if(&identity.line(clock, mono_ns, event), clock, keep),
+        };
+        if !kept {
             return false;
         }
         match self.runs.last_mut() {

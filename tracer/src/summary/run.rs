@@ -34,6 +34,9 @@ pub struct RunSummary {
     /// Runtime events that neither their metadata nor the runtime-event table names: written
     /// as `EventID(<id>)` with a `raw_payload`.
     pub unnamed_events: u64,
+    /// `ILogger` messages whose payload did not decode as one (written as `dotnet_event` lines,
+    /// not as `log` lines).
+    pub unparsed_log_messages: u64,
     /// Events the runtimes numbered but never delivered (nettrace sequence gaps), all sessions.
     pub runtime_lost_events: u64,
     /// Events of providers no session asked for, dropped undecoded.
@@ -130,6 +133,7 @@ impl RunSummary {
             loss("nettrace", "budget_exceeded", self.unwritten_over_budget),
             loss("nettrace", "stack_refused", self.stacks_refused),
             loss("nettrace", "stack_budget_exceeded", self.stacks_unwritten),
+            loss("nettrace", "unparsed_log_message", self.unparsed_log_messages),
             loss("user_events", "undecodable_record", self.user_events_decode_errors),
             loss("user_events", "budget_exceeded", self.user_events_over_budget),
             loss("user_events", "metadata_cache_full", self.user_events_metadata_refused),
