@@ -19,6 +19,10 @@ Protocol, one line each way:
                      UpDownCounter<int> `active` (unit `{request}`) and a Histogram<double>
                      `wait` (unit `s`) → `METER`
   stdin  `add N R` → requests.Add(N) with the tag route=R → `ADDED N R`
+  stdin  `instruments N` → Meter `TracerBench.App` with N instruments (`cargo xtask bench
+                     agent`): in turn an observable counter, an observable gauge, an observable
+                     up-down counter and a histogram a thread records a value into every 100 ms
+                     → `INSTRUMENTS N`
   stdin  `log N`   → N ILogger messages as Microsoft.Extensions.Logging's EventSource logger
                      provider writes them (`MessageJson`, .NET 9's fields; see `emit_logging`):
                      Warning, category `TracerTest.Orders`, event 7 `OrderRejected`, message
@@ -416,6 +420,35 @@ for line in sys.stdin:
                         f"Order {i} rejected", "4bf92f3577b34da6a3ce929d0e0e4736",
                         "00f067aa0ba902b7", "1"])
         print("LOGGED", n, flush=True)
+    elif cmd[0] == "instruments":
+        import threading
+        import time
+        clr.AddReference("System.Diagnostics.DiagnosticSource")
+        from System import Double, Func  # noqa: E402
+        from System.Diagnostics.Metrics import Meter  # noqa: E402
+
+        bench_meter, histograms = Meter("TracerBench.App", "1.0"), []
+        for i in range(int(cmd[1])):
+            kind = i % 4
+            if kind == 0:
+                bench_meter.CreateObservableCounter[Int64](
+                    f"counter-{i}", Func[Int64](lambda: Int64(time.monotonic_ns() // 1000000)))
+            elif kind == 1:
+                bench_meter.CreateObservableGauge[Double](f"gauge-{i}", Func[Double](lambda: 1.5))
+            elif kind == 2:
+                bench_meter.CreateObservableUpDownCounter[Int64](
+                    f"level-{i}", Func[Int64](lambda: Int64(7)))
+            else:
+                histograms.append(bench_meter.CreateHistogram[Double](f"histogram-{i}", "s"))
+
+        def record():
+            while True:
+                for h in histograms:
+                    h.Record(0.25)
+                time.sleep(0.1)
+
+        threading.Thread(target=record, daemon=True).start()
+        print("INSTRUMENTS", cmd[1], flush=True)
     elif cmd[0] == "add":
         requests.Add(int(cmd[1]), KeyValuePair[String, Object]("route", cmd[2]))
         print("ADDED", cmd[1], cmd[2], flush=True)

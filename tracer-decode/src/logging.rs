@@ -264,23 +264,7 @@ mod tests {
         } else {
             OrderedMap(fields)
         };
-        DecodedEvent {
-            provider: LOGGING_PROVIDER,
-            event: Cow::Borrowed(MESSAGE_JSON),
-            id: 5,
-            version: Some(2),
-            level: 4,
-            keywords: 8,
-            thread: 1,
-            sequence: None,
-            timestamp: 0,
-            activity_id: None,
-            related_activity_id: None,
-            stack_id: None,
-            stack: None,
-            fields,
-            decode_error: None,
-        }
+        DecodedEvent::with_fields(LOGGING_PROVIDER, MESSAGE_JSON, fields)
     }
 
     fn s(v: &str) -> Value<'static> {

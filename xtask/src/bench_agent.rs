@@ -1,6 +1,7 @@
 //! `cargo xtask bench agent`: tracer as a node agent. `tracer run --profile counters` with its
 //! metrics endpoint on, next to 50 real CoreCLR 8 runtimes that each report their 27
-//! `System.Runtime` counters every second; a scraper reads `/metrics` every 5 s. Three rows,
+//! `System.Runtime` counters every second and [`INSTRUMENTS`] Meter instruments every 5 s
+//! (`--meters`); a scraper reads `/metrics` every 5 s. Three rows,
 //! each over a fixed window once every runtime is traced: without OTLP export; with every line
 //! exported to a loopback OTLP/HTTP collector that takes every record; and with export under
 //! process churn (a driver starting [`CHURN_RATE`] short-lived processes a second: fork, exec
@@ -31,6 +32,11 @@ use crate::bench::{
 use crate::util;
 
 pub const RUNTIMES: usize = 50;
+/// Meter instruments of each runtime (`instruments` of tests/dotnet/coreclr_host.py).
+pub const INSTRUMENTS: usize = 20;
+/// `--meters`: the default ones and the runtimes' own.
+const METERS: &str = "TracerBench.App,System.Runtime,System.Net.Http,System.Net.NameResolution,\
+                      Microsoft.AspNetCore.Hosting,Microsoft.AspNetCore.Server.Kestrel";
 const HOST: &str = "tests/dotnet/coreclr_host.py";
 const SCRAPE_INTERVAL: Duration = Duration::from_secs(5);
 /// Runtimes settle (JIT, first counters) before the window starts.
@@ -60,7 +66,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let (runtimes, pids) = start_runtimes(RUNTIMES)?;
 
     let metrics = TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
-    let plain_args = ["run", "--profile", "counters", "--session", "streaming"];
+    let plain_args = ["run", "--profile", "counters", "--session", "streaming", "--meters", METERS];
     let mut args = plain_args.to_vec();
     args.extend(["--metrics-addr", &metrics]);
     // The row without export of `bin`: its measurement and its summary at exit.
@@ -101,11 +107,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
     let mut r = context_line("cargo xtask bench agent");
     r += &format!(
-        "`tracer run --profile counters --session streaming --metrics-addr …` with {RUNTIMES} \
-         real CoreCLR 8.0.4 runtimes (each its 27 System.Runtime counters every 1 s), \
+        "`tracer run --profile counters --session streaming --meters … --metrics-addr …` with \
+         {RUNTIMES} real CoreCLR 8.0.4 runtimes (each its 27 System.Runtime counters every 1 s \
+         and {INSTRUMENTS} Meter instruments every 5 s: counters, gauges, up-down counters, \
+         histograms), \
          `/metrics` scraped every {} s; each row measured over {} s once all were traced and \
-         had settled {} s. \"OTLP\": with `--otlp-endpoint …`, every line exported to a \
-         loopback OTLP/HTTP collector that answers 200 at once. \"churn\": the same tracer \
+         had settled {} s. \"OTLP\": with `--otlp-endpoint …`, every line and (every 10 s) \
+         every runtime's metrics exported to a loopback OTLP/HTTP collector that answers 200 \
+         at once. \"churn\": the same tracer \
          right after, for {} s, beside a driver starting `/bin/true` (fork + exec + exit) \
          from {CHURN_THREADS} threads at up to {CHURN_RATE} a second, while {CHURN_RUNTIMES} \
          new runtimes started (each was detected and traced).\n\n\
@@ -247,8 +256,11 @@ pub fn start_runtimes(
     for _ in 0..count {
         let mut command = Command::new("python3");
         command.arg(&host);
-        let (process, ready) = spawn_ready(command)?;
+        let (mut process, ready) = spawn_ready(command)?;
         pids.insert(ready.split_whitespace().nth(1).context("READY <pid>")?.parse::<u64>()?);
+        // Its reply is read and dropped with the rest; the instruments exist before the window.
+        let stdin = process.0.stdin.as_mut().context("the runtime's stdin")?;
+        writeln!(stdin, "instruments {INSTRUMENTS}")?;
         runtimes.push(process);
     }
     Ok((runtimes, pids))

@@ -692,30 +692,12 @@ fn printable(text: impl Iterator<Item = char>) -> impl Iterator<Item = char> {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-
     use super::*;
     use crate::nettrace::payload::{Fields, Value};
     use crate::ordered::OrderedMap;
 
     fn event<'a>(provider: &'a str, name: &'a str, fields: Fields<'a>) -> DecodedEvent<'a> {
-        DecodedEvent {
-            provider,
-            event: Cow::Borrowed(name),
-            id: 0,
-            version: None,
-            level: 0,
-            keywords: 0,
-            thread: 1,
-            sequence: None,
-            timestamp: 0,
-            activity_id: None,
-            related_activity_id: None,
-            stack_id: None,
-            stack: None,
-            fields,
-            decode_error: None,
-        }
+        DecodedEvent::with_fields(provider, name, fields)
     }
 
     /// As CoreCLR 8.0.4 writes it: `{"": {"Payload": {...}}}`.

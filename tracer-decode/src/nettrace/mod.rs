@@ -200,6 +200,30 @@ pub struct DecodedEvent<'a> {
     pub decode_error: Option<String>,
 }
 
+#[cfg(test)]
+impl<'a> DecodedEvent<'a> {
+    /// An event of `provider` named `event` with `fields`, and nothing else of note (tests).
+    pub(crate) fn with_fields(provider: &'a str, event: &'a str, fields: Fields<'a>) -> Self {
+        DecodedEvent {
+            provider,
+            event: Cow::Borrowed(event),
+            id: 0,
+            version: None,
+            level: 0,
+            keywords: 0,
+            thread: 1,
+            sequence: None,
+            timestamp: 0,
+            activity_id: None,
+            related_activity_id: None,
+            stack_id: None,
+            stack: None,
+            fields,
+            decode_error: None,
+        }
+    }
+}
+
 impl<'a> Event<'a> {
     /// The event on its way to output, its payload not decoded yet.
     pub fn output(&self) -> OutputEvent<'a> {

@@ -177,10 +177,8 @@ struct Counters {
     queued: AtomicU64,
     /// Records in the queue now (at most the queue's capacity).
     waiting: AtomicU64,
-    exported: AtomicU64,
+    delivery: Delivery,
     queue_full: AtomicU64,
-    send_failed: AtomicU64,
-    rejected: AtomicU64,
     shutdown_timeout: AtomicU64,
     unencoded: AtomicU64,
 }
@@ -189,10 +187,10 @@ impl Counters {
     fn stats(&self) -> ExportStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ExportStats {
-            exported: get(&self.exported),
+            exported: get(&self.delivery.exported),
             queue_full: get(&self.queue_full),
-            send_failed: get(&self.send_failed),
-            rejected: get(&self.rejected),
+            send_failed: get(&self.delivery.send_failed),
+            rejected: get(&self.delivery.rejected),
             shutdown_timeout: get(&self.shutdown_timeout),
             unencoded: get(&self.unencoded),
         }
@@ -257,7 +255,6 @@ impl Exporter {
             }
             .encode_to_vec(),
             counters: lines.counters.clone(),
-            failing: false,
         };
         log::info!("exporting lines as OTLP log records to {}", sender.poster.uri);
         let task = tokio::spawn(export_loop(rx, sender));
@@ -378,8 +375,6 @@ struct Sender {
     resource: Vec<u8>,
     scope: Vec<u8>,
     counters: Arc<Counters>,
-    /// The last batch could not be sent (log the change, not every failure).
-    failing: bool,
 }
 
 impl Sender {
@@ -420,39 +415,34 @@ impl Sender {
     }
 
     async fn send(&mut self, records: &EncodedRecords) {
-        let n = records.count();
-        let (counter, why) = match self.poster.post(Bytes::from(self.request(records))).await {
-            Ok(answer) => {
-                let rejected = ExportLogsServiceResponse::decode(answer)
-                    .ok()
-                    .and_then(|r| r.partial_success)
-                    .map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0))
-                    .min(n);
-                self.counters.exported.fetch_add(n - rejected, Ordering::Relaxed);
-                self.counters.rejected.fetch_add(rejected, Ordering::Relaxed);
-                if self.failing {
-                    log::info!("OTLP export to {}: sending again", self.poster.uri);
-                    self.failing = false;
-                }
-                return;
-            }
-            Err(Failed::Rejected(why)) => (&self.counters.rejected, why),
-            Err(Failed::Unsent(why)) => (&self.counters.send_failed, why),
+        let body = Bytes::from(self.request(records));
+        let rejected_of = |answer: Bytes| {
+            let partial =
+                ExportLogsServiceResponse::decode(answer).ok().and_then(|r| r.partial_success);
+            partial.map_or(0, |p| u64::try_from(p.rejected_log_records).unwrap_or(0))
         };
-        counter.fetch_add(n, Ordering::Relaxed);
-        if !self.failing {
-            log::warn!(
-                "OTLP export to {}: {n} records dropped: {why} (counted as otlp losses; further \
-                 failures are not logged until a send succeeds)",
-                self.poster.uri
-            );
-            self.failing = true;
-        }
+        let items = Items { n: records.count(), what: "records", source: "otlp" };
+        self.poster.deliver(body, items, &self.counters.delivery, rejected_of).await;
     }
 }
 
+/// What became of the items (log records, data points) a [`Poster`] was given.
+#[derive(Debug, Default)]
+pub(super) struct Delivery {
+    pub(super) exported: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) send_failed: AtomicU64,
+}
+
+/// The items of one request: how many, what they are and whose losses they are, for the log.
+pub(super) struct Items {
+    pub(super) n: u64,
+    pub(super) what: &'static str,
+    pub(super) source: &'static str,
+}
+
 /// Why a request was not taken: the collector refused it, or every attempt failed.
-pub(super) enum Failed {
+enum Failed {
     Rejected(String),
     Unsent(String),
 }
@@ -470,18 +460,57 @@ enum Failure {
 pub(super) struct Poster {
     client: Client<HttpConnector, Full<Bytes>>,
     pub(super) uri: Uri,
+    /// The last request could not be sent (log the change, not every failure).
+    failing: bool,
 }
 
 impl Poster {
     pub(super) fn new(uri: Uri) -> Poster {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(REQUEST_TIMEOUT));
-        Poster { client: Client::builder(TokioExecutor::new()).build(connector), uri }
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        Poster { client, uri, failing: false }
+    }
+
+    /// Posts `body`, which holds `items`, and counts them in `delivery`: exported, rejected
+    /// (the collector refused the request, or those `rejected_of` its answer says it refused in
+    /// a partial success) or send_failed. The first failure after a success is logged.
+    pub(super) async fn deliver(
+        &mut self,
+        body: Bytes,
+        items: Items,
+        delivery: &Delivery,
+        rejected_of: impl FnOnce(Bytes) -> u64,
+    ) {
+        let Items { n, what, source } = items;
+        let (counter, why) = match self.post(body).await {
+            Ok(answer) => {
+                let rejected = rejected_of(answer).min(n);
+                delivery.exported.fetch_add(n - rejected, Ordering::Relaxed);
+                delivery.rejected.fetch_add(rejected, Ordering::Relaxed);
+                if self.failing {
+                    log::info!("OTLP export to {}: sending again", self.uri);
+                    self.failing = false;
+                }
+                return;
+            }
+            Err(Failed::Rejected(why)) => (&delivery.rejected, why),
+            Err(Failed::Unsent(why)) => (&delivery.send_failed, why),
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+        if !self.failing {
+            log::warn!(
+                "OTLP export to {}: {n} {what} dropped: {why} (counted as {source} losses; \
+                 further failures are not logged until a send succeeds)",
+                self.uri
+            );
+            self.failing = true;
+        }
     }
 
     /// Posts `body` until the collector takes it (its answer's body), refuses it, or the
     /// attempts run out.
-    pub(super) async fn post(&self, body: Bytes) -> Result<Bytes, Failed> {
+    async fn post(&self, body: Bytes) -> Result<Bytes, Failed> {
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         loop {

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::otlp::{Failed, OtlpConfig, Poster};
+use super::otlp::{Delivery, Items, OtlpConfig, Poster};
 use crate::metrics::runtime::{ProcessSnapshot, RuntimeCounters, SeriesSnapshot, SeriesValue};
 use crate::output::LossCount;
 
@@ -67,9 +67,7 @@ impl MetricsExportStats {
 
 #[derive(Debug, Default)]
 struct Counters {
-    exported: AtomicU64,
-    send_failed: AtomicU64,
-    rejected: AtomicU64,
+    delivery: Delivery,
     shutdown_timeout: AtomicU64,
 }
 
@@ -77,9 +75,9 @@ impl Counters {
     fn stats(&self) -> MetricsExportStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         MetricsExportStats {
-            exported: get(&self.exported),
-            send_failed: get(&self.send_failed),
-            rejected: get(&self.rejected),
+            exported: get(&self.delivery.exported),
+            send_failed: get(&self.delivery.send_failed),
+            rejected: get(&self.delivery.rejected),
             shutdown_timeout: get(&self.shutdown_timeout),
         }
     }
@@ -104,7 +102,7 @@ impl MetricsExporter {
         let stats = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
         let node = config.node_attributes();
-        let sender = Sender { poster, node, counters: stats.clone(), failing: false };
+        let sender = Sender { poster, node, counters: stats.clone() };
         let task = tokio::spawn(export_loop(counters, interval, stopped, sender));
         Ok(MetricsExporter { stop, task, counters: stats })
     }
@@ -154,37 +152,19 @@ struct Sender {
     /// `host.name`, `k8s.node.name`, `service.instance.id`-free: the node's.
     node: Vec<(String, String)>,
     counters: Arc<Counters>,
-    failing: bool,
 }
 
 impl Sender {
     async fn export(&mut self, processes: &[ProcessSnapshot], now_unix_ns: u64) {
         for (request, points) in requests(processes, &self.node, now_unix_ns) {
             let body = Bytes::from(request.encode_to_vec());
-            let (counter, why) = match self.poster.post(body).await {
-                Ok(answer) => {
-                    let rejected = ExportMetricsServiceResponse::decode(answer)
-                        .ok()
-                        .and_then(|r| r.partial_success)
-                        .map_or(0, |p| u64::try_from(p.rejected_data_points).unwrap_or(0))
-                        .min(points);
-                    self.counters.exported.fetch_add(points - rejected, Ordering::Relaxed);
-                    self.counters.rejected.fetch_add(rejected, Ordering::Relaxed);
-                    self.failing = false;
-                    continue;
-                }
-                Err(Failed::Rejected(why)) => (&self.counters.rejected, why),
-                Err(Failed::Unsent(why)) => (&self.counters.send_failed, why),
+            let rejected_of = |answer: Bytes| {
+                let response = ExportMetricsServiceResponse::decode(answer).ok();
+                let partial = response.and_then(|r| r.partial_success);
+                partial.map_or(0, |p| u64::try_from(p.rejected_data_points).unwrap_or(0))
             };
-            counter.fetch_add(points, Ordering::Relaxed);
-            if !self.failing {
-                log::warn!(
-                    "OTLP metrics export to {}: {points} data points dropped: {why} (counted as \
-                     otlp_metrics losses; further failures are not logged until a send succeeds)",
-                    self.poster.uri
-                );
-                self.failing = true;
-            }
+            let items = Items { n: points, what: "data points", source: "otlp_metrics" };
+            self.poster.deliver(body, items, &self.counters.delivery, rejected_of).await;
         }
     }
 }
