@@ -13,9 +13,9 @@ use crate::json;
 use crate::work;
 
 use super::cursor::Cursor;
-use super::metadata::{EventMetadata, FieldDef};
-use super::payload::{Integer, MAX_STRING_UNITS, MAX_VALUES, Scalar, VALUE_COST, cost_budget};
+use super::fields::FieldDef;
 use super::runtime_events::{Count, Kind, RuntimeField, ValueMap};
+use super::scalar::{Integer, MAX_STRING_UNITS, MAX_VALUES, Scalar, VALUE_COST, cost_budget};
 
 /// How one field's value is written.
 #[derive(Debug, Clone, Copy)]
@@ -58,19 +58,8 @@ pub struct FlatLayout {
 }
 
 impl FlatLayout {
-    /// The layout the general decoder would use for `meta`'s payloads, when it is flat: the
-    /// metadata's field list, else (with a version: nettrace) its runtime layout.
-    pub fn of(meta: &EventMetadata) -> Option<FlatLayout> {
-        if meta.field_error.is_some() {
-            return None;
-        }
-        if !meta.fields.is_empty() {
-            return Self::of_fields(&meta.fields);
-        }
-        Self::of_runtime(meta.runtime_event?.layout_for(meta.version?))
-    }
-
-    fn of_fields(defs: &[FieldDef]) -> Option<FlatLayout> {
+    /// The layout of a metadata field list, when it is flat.
+    pub(crate) fn of_fields(defs: &[FieldDef]) -> Option<FlatLayout> {
         let mut layout = Builder::default();
         for def in defs {
             let value = Integer::of_field_type(&def.ty)?;
@@ -81,7 +70,8 @@ impl FlatLayout {
         layout.build()
     }
 
-    fn of_runtime(fields: &[RuntimeField]) -> Option<FlatLayout> {
+    /// The layout of a runtime event's built-in fields, when it is flat.
+    pub(crate) fn of_runtime(fields: &[RuntimeField]) -> Option<FlatLayout> {
         let mut layout = Builder::default();
         for field in fields {
             if field.count != Count::One {
@@ -173,17 +163,12 @@ impl FlatLayout {
         cur.remaining() == 0
     }
 
-    /// The most bytes `meta`'s compiled layout can hold in memory, whether compiled yet or not
-    /// (the metadata budgets charge it): every top-level field as a field, its key escaped (at
-    /// most 6 bytes a byte) with its quotes, colon and separator, and the keys' padding.
-    pub fn max_heap_bytes(meta: &EventMetadata) -> usize {
-        let per_field = |name: &str| 6 * name.len() + 4 + size_of::<Field>();
-        let fields: usize = if meta.fields.is_empty() {
-            let layout = meta.runtime_event.zip(meta.version).map(|(e, v)| e.layout_for(v));
-            layout.unwrap_or_default().iter().map(|f| per_field(f.name)).sum()
-        } else {
-            meta.fields.iter().map(|d| per_field(&d.name)).sum()
-        };
+    /// The most bytes a compiled layout of fields named `names` can hold in memory, whether
+    /// compiled yet or not (the metadata budgets charge it): every top-level field as a field,
+    /// its key escaped (at most 6 bytes a byte) with its quotes, colon and separator, and the
+    /// keys' padding.
+    pub(crate) fn max_heap_bytes<'n>(names: impl Iterator<Item = &'n str>) -> usize {
+        let fields: usize = names.map(|name| 6 * name.len() + 4 + size_of::<Field>()).sum();
         size_of::<FlatLayout>() + KEY_COPY_BYTES + fields
     }
 }

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use super::cursor::{Cursor, Utf16Problem};
+pub use super::fields::{FieldDef, FieldType};
 use super::flat_layout::FlatLayout;
 use super::runtime_events::{self, RuntimeEvent};
 use crate::json::RenderedOnce;
@@ -24,44 +25,6 @@ pub struct MetadataLimits {
 impl Default for MetadataLimits {
     fn default() -> Self {
         MetadataLimits { max_fields: 1024, max_depth: 8, max_name_units: 1024 }
-    }
-}
-
-/// Type of one payload field (type codes of docs/protocol/nettrace.md §6).
-#[derive(Debug, Clone, PartialEq)]
-pub enum FieldType {
-    Object(Vec<FieldDef>),
-    Boolean,
-    Char16,
-    SByte,
-    Byte,
-    Int16,
-    UInt16,
-    Int32,
-    UInt32,
-    Int64,
-    UInt64,
-    Single,
-    Double,
-    DateTime,
-    Guid,
-    String,
-    Array(Box<FieldType>),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldDef {
-    pub name: String,
-    pub ty: FieldType,
-    /// The name is ASCII letters, digits and `_`: written into JSON as it is (nearly every name
-    /// is; known once here rather than looked over for escapes in every event).
-    pub plain_name: bool,
-}
-
-impl FieldDef {
-    pub fn new(name: String, ty: FieldType) -> FieldDef {
-        let plain_name = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        FieldDef { name, ty, plain_name }
     }
 }
 
@@ -94,6 +57,28 @@ pub struct EventMetadata {
 }
 
 impl EventMetadata {
+    /// The layout the general decoder would use for these payloads, compiled, when it is flat:
+    /// the field list's, else (with a version: nettrace) the runtime event's.
+    pub fn compiled_layout(&self) -> Option<FlatLayout> {
+        if self.field_error.is_some() {
+            return None;
+        }
+        if !self.fields.is_empty() {
+            return FlatLayout::of_fields(&self.fields);
+        }
+        FlatLayout::of_runtime(self.runtime_event?.layout_for(self.version?))
+    }
+
+    /// [`FlatLayout::max_heap_bytes`] of the fields [`Self::compiled_layout`] would compile.
+    fn max_layout_heap_bytes(&self) -> usize {
+        if self.fields.is_empty() {
+            let layout = self.runtime_event.zip(self.version).map(|(e, v)| e.layout_for(v));
+            FlatLayout::max_heap_bytes(layout.unwrap_or_default().iter().map(|f| f.name))
+        } else {
+            FlatLayout::max_heap_bytes(self.fields.iter().map(|d| d.name.as_str()))
+        }
+    }
+
     /// Metadata for a native runtime event known only by provider and id (user_events sessions
     /// send no metadata for them). The event name comes from the built-in table when known.
     pub fn native(provider: &str, event_id: u32) -> Self {
@@ -151,7 +136,7 @@ impl EventMetadata {
         // The head escapes both names (at most 6 bytes a byte) around ≤ 160 bytes of member
         // names, numbers and an unnamed event's `EventID(<id>)`.
         let head = 6 * names + 160;
-        size_of::<Self>() + names + head + fields(&self.fields) + FlatLayout::max_heap_bytes(self)
+        size_of::<Self>() + names + head + fields(&self.fields) + self.max_layout_heap_bytes()
     }
 
     fn resolve_runtime_event(&mut self) {

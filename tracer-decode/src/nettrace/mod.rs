@@ -12,11 +12,13 @@
 //! poisoned (a corrupt stream cannot be resynchronised) and returns the same error again.
 
 mod cursor;
+pub mod fields;
 pub mod flat_layout;
 pub mod metadata;
 pub mod methods;
 pub mod payload;
 pub mod runtime_events;
+mod scalar;
 mod sequence;
 pub mod stacks;
 pub mod writer;

@@ -1564,7 +1564,6 @@ fn utf16_strings_with_lone_surrogates_are_written_as_serde_json_writes_them() {
 /// budget, an odd pointer size) goes to that decoder. Both against serde_json.
 #[test]
 fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest() {
-    use super::flat_layout::FlatLayout;
     let ints = [
         ("signed \"byte\"", FieldType::SByte, vec![0x80]),
         ("i16", FieldType::Int16, i16::MIN.to_le_bytes().to_vec()),
@@ -1579,7 +1578,7 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
     ];
     let fields = ints.iter().map(|(n, ty, _)| FieldDef::new((*n).into(), ty.clone()));
     let meta = EventMetadata { fields: fields.collect(), ..EventMetadata::native("P", 1) };
-    assert!(FlatLayout::of(&meta).is_some());
+    assert!(meta.compiled_layout().is_some());
     let payload: Vec<u8> = ints.iter().flat_map(|(_, _, bytes)| bytes.clone()).collect();
     let event = |payload| OutputEvent {
         metadata: &meta,
@@ -1601,7 +1600,7 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
         version: Some(1),
         ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 2)
     };
-    assert!(FlatLayout::of(&gc_end).is_some());
+    assert!(gc_end.compiled_layout().is_some());
     let mut gc_payload = [7u32.to_le_bytes(), 2u32.to_le_bytes()].concat();
     gc_payload.extend(3u16.to_le_bytes());
     let gc = |payload| OutputEvent { metadata: &gc_end, ..event(payload) };
@@ -1637,7 +1636,6 @@ fn a_flat_layout_writes_what_the_general_decoder_writes_and_leaves_it_the_rest()
 /// map's bit names and its unnamed bits.
 #[test]
 fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
-    use super::flat_layout::FlatLayout;
     let native = |id, version| EventMetadata {
         version: Some(version),
         ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, id)
@@ -1655,7 +1653,7 @@ fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
     // GCStart v2: Count, Depth, Reason (value map), Type (value map), ClrInstanceID,
     // ClientSequenceNumber.
     let gc_start = native(1, 2);
-    assert!(FlatLayout::of(&gc_start).is_some());
+    assert!(gc_start.compiled_layout().is_some());
     let gc = |reason: u32, ty: u32| {
         let mut p = [9u32, 1, reason, ty].map(u32::to_le_bytes).concat();
         p.extend(3u16.to_le_bytes());
@@ -1675,7 +1673,7 @@ fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
     // ThreadCreated: ManagedThreadID, AppDomainID, Flags (bit map), ManagedThreadIndex,
     // OSThreadID, ClrInstanceID.
     let thread_created = native(85, 0);
-    assert!(FlatLayout::of(&thread_created).is_some());
+    assert!(thread_created.compiled_layout().is_some());
     let thread = |flags: u32| {
         let mut p = [1u64, 2].map(u64::to_le_bytes).concat();
         p.extend([flags, 4, 5].map(u32::to_le_bytes).concat());
@@ -1698,14 +1696,13 @@ fn a_flat_layout_writes_mapped_values_as_the_general_decoder_does() {
 /// strings do not fill exactly (no NUL, bytes left, too short) goes to the general decoder.
 #[test]
 fn a_flat_layout_writes_strings_and_leaves_the_general_decoder_what_they_do_not_fill() {
-    use super::flat_layout::FlatLayout;
     // GCAllocationTick v2: AllocationAmount, AllocationKind (value map), ClrInstanceID,
     // AllocationAmount64, TypeID (pointer), TypeName (UTF-16Z), HeapIndex.
     let tick = EventMetadata {
         version: Some(2),
         ..EventMetadata::native(runtime_events::RUNTIME_PROVIDER, 10)
     };
-    assert!(FlatLayout::of(&tick).is_some());
+    assert!(tick.compiled_layout().is_some());
     let payload = |name: &[u8], pointer_size: usize| {
         let mut p = [100u32, 1].map(u32::to_le_bytes).concat();
         p.extend(2u16.to_le_bytes());
