@@ -308,7 +308,9 @@ impl Scrapes {
             let mut last = (0, 0);
             while !stopped.load(Ordering::Relaxed) {
                 let body = scrape(metrics)?;
-                let series = body.lines().filter(|l| l.starts_with("systemruntime_")).count();
+                // The traced processes' series: every one is labelled with its pid.
+                let series =
+                    body.lines().filter(|l| !l.starts_with('#') && l.contains("{pid=\"")).count();
                 last = (series, body.len());
                 std::thread::sleep(SCRAPE_INTERVAL);
             }
