@@ -1,6 +1,7 @@
 //! Thin I/O layers over kernel interfaces (BPF, tracefs, procfs). Decoding lives in the
 //! `tracer-decode` crate.
 pub mod bpf_probe;
+pub mod bpf_programs;
 pub mod btf;
 pub mod detect;
 pub mod ftrace_reader;

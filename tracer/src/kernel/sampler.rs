@@ -23,11 +23,12 @@ use tracer_common::sampling::{
 };
 use tracer_decode::profile_sample::{self, CpuSample, OffCpuSample, ProfileSample, Stack};
 
-use crate::kernel::btf::{AttachTarget, SamplerOffsets, sampler_offsets};
-use crate::kernel::detect::{
-    HookChoice, LifecycleMechanism, Link, ProgramStats, attach_btf_typed, attach_classic,
-    field_offset, load_error, loaded_program_stats, map_mut, with_kernel_btf,
+use crate::kernel::bpf_programs::{
+    Link, ProgramStats, attach_btf_typed, attach_classic, field_offset, load_error,
+    loaded_program_stats, map_mut, with_kernel_btf,
 };
+use crate::kernel::btf::{AttachTarget, SamplerOffsets, sampler_offsets};
+use crate::kernel::detect::{HookChoice, LifecycleMechanism};
 use crate::kernel::privileges::require_bpf_tracing;
 use crate::kernel::tracefs::Tracefs;
 use crate::time::PeriodicTimer;
