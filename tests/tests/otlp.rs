@@ -411,6 +411,51 @@ fn a_runtimes_meter_instruments_arrive_as_otlp_metrics_of_their_type() {
     assert_eq!(summary.resource_attributes_dropped, 0);
 }
 
+/// A process whose session ends between two exports still has its last values sent: at the
+/// next export (here at exit, the interval being a minute).
+#[test]
+fn the_last_metrics_of_a_process_gone_between_exports_are_sent() {
+    use tests::coreclr::CoreclrHost;
+    use tests::pipeline::{run_config, start_run, with_providers};
+    use tests::scratch::ScratchDir;
+    use tracer::ipc::providers::MeterRequest;
+    let (mut receiver, port) = Receiver::start();
+    let tmp = ScratchDir::new("otlp-meters-gone");
+    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
+    let pid = host.host_pid;
+    host.meter().expect("meter");
+    let base = run_config(
+        "unused",
+        tracer::session::SessionMode::Streaming,
+        Duration::from_secs(10),
+        1024,
+    );
+    let mut config = with_providers(base, Vec::new());
+    config.target_pids = vec![pid];
+    config.session.meters =
+        Some(MeterRequest { meters: vec!["TracerTest.Shop".into()], refresh_secs: 1 });
+    let mut otlp = OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap();
+    otlp.metrics_interval = Duration::from_secs(60);
+    config.otlp = Some(otlp);
+    let mut tracer = start_run(Duration::from_secs(60), config);
+    tracer.wait_for("session_started", TIMEOUT * 3, |l| {
+        l["kind"] == "session_started" && l["pid"] == pid
+    });
+    host.shop(3, 0, &[]).expect("shop");
+    tracer.wait_for("the orders' total", TIMEOUT, |l| {
+        l["pid"] == pid && l["event"] == "CounterRateValuePublished" && l["fields"]["value"] == "3"
+    });
+    host.exit().expect("the runtime exits");
+    tracer.wait_for("session_ended", TIMEOUT, |l| l["kind"] == "session_ended" && l["pid"] == pid);
+    let (_, summary) = tracer.stop();
+    let orders = receiver.until(|m| m["metric"] == "orders");
+    let orders = orders.last().unwrap();
+    assert_eq!(orders["resource"]["process.pid"], pid);
+    assert_eq!(orders["points"][0]["value"], 3.0, "{orders}");
+    let stats = summary.otlp_metrics.expect("metrics exported");
+    assert_eq!((stats.send_failed, stats.rejected, stats.shutdown_timeout), (0, 0, 0));
+}
+
 /// `ILogger` messages (`Microsoft-Extensions-Logging`'s `MessageJson`, written by a real CoreCLR
 /// 8 with the logger provider's event shape) are `log` lines with every field, and log records
 /// with the level's severity, the message as the body, the arguments, template and exception

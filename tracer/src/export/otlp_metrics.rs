@@ -69,6 +69,8 @@ impl MetricsExportStats {
 struct Counters {
     delivery: Delivery,
     shutdown_timeout: AtomicU64,
+    /// Data points of the export under way not delivered yet (the unsent, if it is cut short).
+    pending: AtomicU64,
 }
 
 impl Counters {
@@ -119,8 +121,10 @@ impl MetricsExporter {
         if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
             task.abort();
             let _ = task.await;
-            let unsent: usize = counters.snapshot().iter().map(|p| p.series.len()).sum();
-            stats.shutdown_timeout.fetch_add(unsent as u64, Ordering::Relaxed);
+            // The export cut short, and what it had not taken yet.
+            let untaken: usize = counters.take_snapshot().iter().map(|p| p.series.len()).sum();
+            let unsent = stats.pending.swap(0, Ordering::Relaxed) + untaken as u64;
+            stats.shutdown_timeout.fetch_add(unsent, Ordering::Relaxed);
             log::warn!("OTLP metrics export: the last export was not sent in time");
         }
         stats.stats()
@@ -140,7 +144,7 @@ async fn export_loop(
             _ = stopped.changed() => true,
         };
         next += interval;
-        sender.export(&counters.snapshot(), unix_now_ns()).await;
+        sender.export(&counters.take_snapshot(), unix_now_ns()).await;
         if stopping {
             return;
         }
@@ -156,7 +160,10 @@ struct Sender {
 
 impl Sender {
     async fn export(&mut self, processes: &[ProcessSnapshot], now_unix_ns: u64) {
-        for (request, points) in requests(processes, &self.node, now_unix_ns) {
+        let requests = requests(processes, &self.node, now_unix_ns);
+        let points: u64 = requests.iter().map(|(_, n)| n).sum();
+        self.counters.pending.store(points, Ordering::Relaxed);
+        for (request, points) in requests {
             let body = Bytes::from(request.encode_to_vec());
             let rejected_of = |answer: Bytes| {
                 let response = ExportMetricsServiceResponse::decode(answer).ok();
@@ -165,6 +172,7 @@ impl Sender {
             };
             let items = Items { n: points, what: "data points", source: "otlp_metrics" };
             self.poster.deliver(body, items, &self.counters.delivery, rejected_of).await;
+            self.counters.pending.fetch_sub(points, Ordering::Relaxed);
         }
     }
 }

@@ -218,30 +218,15 @@ impl RuntimeCounters {
         entry.resource = Some(resource);
     }
 
-    /// Every process's series as they are now, for an OTLP export (processes without series
-    /// left out).
-    pub fn snapshot(&self) -> Vec<ProcessSnapshot> {
-        let table = self.table();
-        table
-            .processes
-            .values()
-            .filter(|p| !p.latest.is_empty())
-            .map(|p| ProcessSnapshot {
-                labels: p.labels.clone(),
-                resource: p.resource.clone(),
-                series: p
-                    .latest
-                    .iter()
-                    .map(|((_, tags), latest)| SeriesSnapshot {
-                        instrument: latest.instrument.clone(),
-                        help: latest.help.clone(),
-                        tags: own_keys(tags, &latest.tag_keys),
-                        value: latest.value.clone(),
-                        start_unix_ns: latest.start_unix_ns,
-                    })
-                    .collect(),
-            })
-            .collect()
+    /// Every process's series as they are now, and the last ones of the processes whose
+    /// sessions ended since the previous call (taken: each is exported once), for an OTLP
+    /// export; processes without series left out.
+    pub fn take_snapshot(&self) -> Vec<ProcessSnapshot> {
+        let mut table = self.table();
+        let mut out = std::mem::take(&mut table.departed);
+        table.departed_series = 0;
+        out.extend(table.processes.values().filter(|p| !p.latest.is_empty()).map(snapshot_of));
+        out
     }
 }
 
@@ -258,6 +243,10 @@ struct Table {
     runtime_losses: [u64; MeterLoss::ALL.len()],
     /// Whether processes are described for an OTLP export.
     resources: bool,
+    /// With `resources`: the last series of processes whose sessions ended, until the next
+    /// export takes them (at most [`MAX_SERIES`] series; beyond, they go unexported).
+    departed: Vec<ProcessSnapshot>,
+    departed_series: usize,
 }
 
 impl Table {
@@ -334,11 +323,15 @@ impl Table {
     }
 
     fn remove(&mut self, process: Incarnation) {
-        if let Some(process) = self.processes.remove(&process) {
-            self.series -= process.latest.len();
-            for (metric, _) in process.latest.keys() {
-                forget_kind(&mut self.kinds, metric);
-            }
+        let Some(process) = self.processes.remove(&process) else { return };
+        self.series -= process.latest.len();
+        for (metric, _) in process.latest.keys() {
+            forget_kind(&mut self.kinds, metric);
+        }
+        let n = process.latest.len();
+        if self.resources && n > 0 && self.departed_series + n <= MAX_SERIES {
+            self.departed_series += n;
+            self.departed.push(snapshot_of(&process));
         }
     }
 
@@ -363,6 +356,21 @@ impl Table {
             family.series.sort_by(|a, b| a.0.cmp(&b.0));
         }
         families
+    }
+}
+
+fn snapshot_of(process: &ProcessSeries) -> ProcessSnapshot {
+    let series = process.latest.iter().map(|((_, tags), latest)| SeriesSnapshot {
+        instrument: latest.instrument.clone(),
+        help: latest.help.clone(),
+        tags: own_keys(tags, &latest.tag_keys),
+        value: latest.value.clone(),
+        start_unix_ns: latest.start_unix_ns,
+    });
+    ProcessSnapshot {
+        labels: process.labels.clone(),
+        resource: process.resource.clone(),
+        series: series.collect(),
     }
 }
 
@@ -596,6 +604,32 @@ mod tests {
                 SeriesValue::Summary { quantiles: vec![(0.99, 7.0)], count_and_sum: None }
             )
         );
+    }
+
+    #[test]
+    fn the_last_series_of_a_departed_process_are_exported_once() {
+        let c = RuntimeCounters::new(true);
+        record(&c, p(1), None, sample("m", 1.0));
+        record(&c, p(2), None, sample("m", 2.0));
+        c.remove(p(1));
+        let exported = |c: &RuntimeCounters| -> Vec<(String, SeriesValue)> {
+            let mut all: Vec<_> = c
+                .take_snapshot()
+                .into_iter()
+                .map(|s| (s.labels[0].1.clone(), s.series[0].value.clone()))
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        };
+        let both =
+            vec![("1".into(), SeriesValue::Gauge(1.0)), ("2".into(), SeriesValue::Gauge(2.0))];
+        assert_eq!(exported(&c), both);
+        assert_eq!(exported(&c), vec![("2".into(), SeriesValue::Gauge(2.0))]);
+        // Without an OTLP export, nothing is kept.
+        let c = RuntimeCounters::new(false);
+        record(&c, p(1), None, sample("m", 1.0));
+        c.remove(p(1));
+        assert_eq!(exported(&c), vec![]);
     }
 
     #[test]
