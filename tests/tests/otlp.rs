@@ -325,42 +325,58 @@ fn runtime_and_kernel_events_arrive_as_records_encoded_with_their_lines() {
     assert_eq!(summary.otlp.map(|s| s.lost()), Some(0));
 }
 
+/// A real CoreCLR 8 (with `env`) whose `TracerTest.Shop` meter a `run` of it alone exports over
+/// OTLP every `interval` to a receiver, once its session started.
+struct MeterExport {
+    receiver: Receiver,
+    host: tests::coreclr::CoreclrHost,
+    pid: u32,
+    tracer: Running<tracer::pipeline::run::RunSummary>,
+}
+
+impl MeterExport {
+    fn start(
+        tmp: &tests::scratch::ScratchDir,
+        env: &[(&str, &str)],
+        interval: Duration,
+    ) -> MeterExport {
+        use tests::pipeline::{run_config, start_run, with_providers};
+        use tracer::ipc::providers::MeterRequest;
+        let (receiver, port) = Receiver::start();
+        let mut host = tests::coreclr::CoreclrHost::spawn_with(tmp.path(), env).expect("CoreCLR");
+        let pid = host.host_pid;
+        host.meter().expect("meter");
+        let streaming = tracer::session::SessionMode::Streaming;
+        let base = run_config("unused", streaming, Duration::from_secs(10), 1024);
+        let mut config = with_providers(base, Vec::new());
+        config.target_pids = vec![pid];
+        config.session.meters =
+            Some(MeterRequest { meters: vec!["TracerTest.Shop".into()], refresh_secs: 1 });
+        let mut otlp = OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap();
+        otlp.metrics_interval = interval;
+        config.otlp = Some(otlp);
+        let mut tracer = start_run(Duration::from_secs(60), config);
+        tracer.wait_for("session_started", TIMEOUT * 3, |l| {
+            l["kind"] == "session_started" && l["pid"] == pid
+        });
+        MeterExport { receiver, host, pid, tracer }
+    }
+}
+
 /// A real CoreCLR 8's Meter instruments (`--meters`) as OTLP metrics, decoded by the reference
 /// bindings: a cumulative monotonic sum, a gauge and a summary, under the process's resource
 /// (its own `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, and what tracer knows of it)
 /// and the meter's scope.
 #[test]
 fn a_runtimes_meter_instruments_arrive_as_otlp_metrics_of_their_type() {
-    use tests::coreclr::CoreclrHost;
-    use tests::pipeline::{run_config, start_run, with_providers};
     use tests::scratch::ScratchDir;
-    use tracer::ipc::providers::MeterRequest;
-    let (mut receiver, port) = Receiver::start();
-    let tmp = ScratchDir::new("otlp-meters");
     let env = [
         ("OTEL_SERVICE_NAME", "shop-api"),
         ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test,process.pid=1"),
     ];
-    let mut host = CoreclrHost::spawn_with(tmp.path(), &env).expect("CoreCLR");
-    let pid = host.host_pid;
-    host.meter().expect("meter");
-    let base = run_config(
-        "unused",
-        tracer::session::SessionMode::Streaming,
-        Duration::from_secs(10),
-        1024,
-    );
-    let mut config = with_providers(base, Vec::new());
-    config.target_pids = vec![pid];
-    config.session.meters =
-        Some(MeterRequest { meters: vec!["TracerTest.Shop".into()], refresh_secs: 1 });
-    let mut otlp = OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap();
-    otlp.metrics_interval = Duration::from_secs(1);
-    config.otlp = Some(otlp);
-    let mut tracer = start_run(Duration::from_secs(60), config);
-    tracer.wait_for("session_started", TIMEOUT * 3, |l| {
-        l["kind"] == "session_started" && l["pid"] == pid
-    });
+    let tmp = ScratchDir::new("otlp-meters");
+    let MeterExport { mut receiver, mut host, pid, mut tracer } =
+        MeterExport::start(&tmp, &env, Duration::from_secs(1));
     let waits: Vec<f64> = [0.25; 30].into_iter().chain([2.0; 10]).collect();
     host.shop(3, 2, &waits).expect("shop");
     // Until one export has all three at their values.
@@ -415,32 +431,10 @@ fn a_runtimes_meter_instruments_arrive_as_otlp_metrics_of_their_type() {
 /// next export (here at exit, the interval being a minute).
 #[test]
 fn the_last_metrics_of_a_process_gone_between_exports_are_sent() {
-    use tests::coreclr::CoreclrHost;
-    use tests::pipeline::{run_config, start_run, with_providers};
     use tests::scratch::ScratchDir;
-    use tracer::ipc::providers::MeterRequest;
-    let (mut receiver, port) = Receiver::start();
     let tmp = ScratchDir::new("otlp-meters-gone");
-    let mut host = CoreclrHost::spawn(tmp.path()).expect("CoreCLR");
-    let pid = host.host_pid;
-    host.meter().expect("meter");
-    let base = run_config(
-        "unused",
-        tracer::session::SessionMode::Streaming,
-        Duration::from_secs(10),
-        1024,
-    );
-    let mut config = with_providers(base, Vec::new());
-    config.target_pids = vec![pid];
-    config.session.meters =
-        Some(MeterRequest { meters: vec!["TracerTest.Shop".into()], refresh_secs: 1 });
-    let mut otlp = OtlpConfig::new(&format!("http://127.0.0.1:{port}")).unwrap();
-    otlp.metrics_interval = Duration::from_secs(60);
-    config.otlp = Some(otlp);
-    let mut tracer = start_run(Duration::from_secs(60), config);
-    tracer.wait_for("session_started", TIMEOUT * 3, |l| {
-        l["kind"] == "session_started" && l["pid"] == pid
-    });
+    let MeterExport { mut receiver, mut host, pid, mut tracer } =
+        MeterExport::start(&tmp, &[], Duration::from_secs(60));
     host.shop(3, 0, &[]).expect("shop");
     tracer.wait_for("the orders' total", TIMEOUT, |l| {
         l["pid"] == pid && l["event"] == "CounterRateValuePublished" && l["fields"]["value"] == "3"
