@@ -145,6 +145,9 @@ async fn export_loop(
         };
         next += interval;
         sender.export(&counters.take_snapshot(), unix_now_ns()).await;
+        // An export allocates every series' copy and its request at once, every interval:
+        // handed back, so the resident size does not keep that peak between exports.
+        crate::kernel::release_free_heap();
         if stopping {
             return;
         }
