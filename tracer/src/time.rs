@@ -154,6 +154,11 @@ pub fn realtime_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// [`realtime_ns`] as OTLP's unsigned Unix nanoseconds (0 before the epoch).
+pub fn realtime_unix_ns() -> u64 {
+    u64::try_from(realtime_ns()).unwrap_or(0)
+}
+
 fn clock_ns(id: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid clock id and a valid out-pointer.

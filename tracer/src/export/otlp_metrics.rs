@@ -144,7 +144,7 @@ async fn export_loop(
             _ = stopped.changed() => true,
         };
         next += interval;
-        sender.export(&counters.take_snapshot(), unix_now_ns()).await;
+        sender.export(&counters.take_snapshot(), crate::time::realtime_unix_ns()).await;
         // An export allocates every series' copy and its request at once, every interval:
         // handed back, so the resident size does not keep that peak between exports.
         crate::kernel::release_free_heap();
@@ -323,11 +323,6 @@ fn attribute(key: &str, value: &str) -> KeyValue {
         value: Some(AnyValue { value: Some(value) }),
         ..Default::default()
     }
-}
-
-fn unix_now_ns() -> u64 {
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since_epoch.map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]

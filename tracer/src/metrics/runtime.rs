@@ -315,7 +315,7 @@ impl Table {
             help: sample.help,
             instrument: sample.instrument,
             value,
-            start_unix_ns: unix_now_ns(),
+            start_unix_ns: crate::time::realtime_unix_ns(),
             tag_keys: sample.tag_keys,
         };
         process.latest.insert(key, latest);
@@ -380,11 +380,6 @@ fn own_keys(labels: &[(String, String)], keys: &[String]) -> Vec<(String, String
         return labels.to_vec();
     }
     keys.iter().zip(labels).map(|(key, (_, value))| (key.clone(), value.clone())).collect()
-}
-
-fn unix_now_ns() -> u64 {
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since_epoch.map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// One series fewer of `metric`'s type.

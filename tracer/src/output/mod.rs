@@ -250,31 +250,41 @@ impl LineBody for OutputEvent<'_> {
 }
 
 /// An `ILogger` message of a traced process (`log`): its record, and the thread that logged it.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct LogLine<'a> {
-    #[serde(skip)]
     pub record: &'a LogRecord,
     pub thread: u64,
-    pub category: &'a str,
-    /// The level's name, `Trace` to `Critical`.
-    pub level: &'static str,
-    pub event_id: i64,
-    pub event_name: &'a str,
-    pub message: &'a str,
-    pub template: Option<&'a str>,
-    pub arguments: OrderedPairs<'a>,
-    pub exception: Option<LogExceptionBody<'a>>,
-    pub trace_id: Option<&'a str>,
-    pub span_id: Option<&'a str>,
-    pub trace_flags: Option<u8>,
-    /// Whether a string was cut or arguments were dropped (tracer-decode's bounds).
-    pub truncated: bool,
 }
 
 impl<'a> LogLine<'a> {
     pub fn new(record: &'a LogRecord, thread: u64) -> LogLine<'a> {
-        LogLine {
-            record,
+        LogLine { record, thread }
+    }
+}
+
+/// A `log` line's members, as written.
+#[derive(Serialize)]
+struct LogMembers<'a> {
+    thread: u64,
+    category: &'a str,
+    /// The level's name, `Trace` to `Critical`.
+    level: &'static str,
+    event_id: i64,
+    event_name: &'a str,
+    message: &'a str,
+    template: Option<&'a str>,
+    arguments: OrderedPairs<'a>,
+    exception: Option<LogExceptionBody<'a>>,
+    trace_id: Option<&'a str>,
+    span_id: Option<&'a str>,
+    trace_flags: Option<u8>,
+    /// Whether a string was cut or arguments were dropped (tracer-decode's bounds).
+    truncated: bool,
+}
+
+impl<'a> LogMembers<'a> {
+    fn of(record: &'a LogRecord, thread: u64) -> LogMembers<'a> {
+        LogMembers {
             thread,
             category: &record.category,
             level: record.level.name(),
@@ -298,18 +308,17 @@ impl<'a> LogLine<'a> {
 }
 
 /// A log message's exception, as its line writes it.
-#[derive(Debug, Serialize)]
-pub struct LogExceptionBody<'a> {
-    pub r#type: &'a str,
-    pub message: &'a str,
+#[derive(Serialize)]
+struct LogExceptionBody<'a> {
+    r#type: &'a str,
+    message: &'a str,
     /// Its `ToString()`: the stack trace included.
-    pub details: &'a str,
-    pub hresult: Option<i64>,
+    details: &'a str,
+    hresult: Option<i64>,
 }
 
 /// (key, value) pairs written as a JSON object in their order.
-#[derive(Debug)]
-pub struct OrderedPairs<'a>(pub &'a [(String, String)]);
+struct OrderedPairs<'a>(&'a [(String, String)]);
 
 impl Serialize for OrderedPairs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -324,7 +333,7 @@ impl Serialize for OrderedPairs<'_> {
 
 impl LineBody for LogLine<'_> {
     fn write_json_members(&self, out: &mut Vec<u8>, _: &WrittenU64) {
-        write_serde_members(self, out);
+        write_serde_members(&LogMembers::of(self.record, self.thread), out);
     }
 
     fn write_otlp_attributes(&self, record: &mut Vec<u8>) {
@@ -593,7 +602,7 @@ impl<B: LineBody> WriteLine for Line<B> {
             identity: &identity,
             json,
         };
-        records.push_line(&parts, &self.body, realtime_unix_ns());
+        records.push_line(&parts, &self.body, crate::time::realtime_unix_ns());
     }
 }
 
@@ -613,13 +622,8 @@ impl<B: LineBody> WriteLine for IdentifiedLine<'_, B> {
             identity: self.identity.otlp_attributes(clock),
             json,
         };
-        records.push_line(&parts, &self.body, realtime_unix_ns());
+        records.push_line(&parts, &self.body, crate::time::realtime_unix_ns());
     }
-}
-
-/// Now, for a record's `ObservedTimestamp`.
-fn realtime_unix_ns() -> u64 {
-    u64::try_from(crate::time::realtime_ns()).unwrap_or(0)
 }
 
 /// A diagnostic IPC session id, written in hex like the runtime's tools print it.
